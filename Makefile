@@ -1,0 +1,41 @@
+# canopy: `make run` starts the broker on its embedded default, `make test` runs every test.
+# Both create .venv and install what they need on first use (only python3 and make required).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+RUN_STAMP  := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
+
+.PHONY: run test soak bench typecheck clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@ $(RUN_STAMP)
+
+run: $(RUN_STAMP)
+	$(BIN)/canopy demo
+
+test: $(TEST_STAMP)
+	$(BIN)/python -m pytest -m "not soak"
+
+soak: $(TEST_STAMP)
+	$(BIN)/python -m pytest -m soak
+
+bench: $(TEST_STAMP)
+	$(BIN)/python bench/selector_match.py
+	$(BIN)/python bench/topic_memory.py
+
+typecheck: $(TEST_STAMP)
+	$(BIN)/python -m mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .hypothesis

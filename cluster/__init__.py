@@ -1,0 +1,1 @@
+"""Cluster bootstrap, configuration, partition map and placement, actor names, health and `canopy serve`."""

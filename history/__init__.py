@@ -1,0 +1,1 @@
+"""The update journal, its conversion to Parquet and the PySpark jobs over it (time-series history, view replay, statistics)."""

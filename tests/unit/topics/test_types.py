@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import cbor2
+import pytest
+
+from topics.errors import InvalidValueError, TopicTypeError
+from topics.types import TopicType, decode, encode, validate
+
+T = TopicType
+
+ROUND_TRIPS: list[tuple[TopicType, Any]] = [
+    (T.STRING, "hello"),
+    (T.STRING, ""),
+    (T.STRING, "ünïcødé ✓"),
+    (T.STRING, None),
+    (T.INT64, 0),
+    (T.INT64, 2**63 - 1),
+    (T.INT64, -(2**63)),
+    (T.INT64, None),
+    (T.DOUBLE, 1.5),
+    (T.DOUBLE, -0.0),
+    (T.DOUBLE, math.inf),
+    (T.DOUBLE, None),
+    (T.JSON, {"foo": "bar", "count": 43}),
+    (T.JSON, [1, "two", 3.0, True, None, {"x": []}]),
+    (T.JSON, "scalar"),
+    (T.JSON, None),
+    (T.JSON, 2**64 - 1),
+    (T.BINARY, b""),
+    (T.BINARY, b"\x00\xff"),
+]
+
+
+@pytest.mark.parametrize(("value_type", "value"), ROUND_TRIPS)
+def test_round_trip(value_type: TopicType, value: Any) -> None:
+    data = encode(value_type, value)
+    assert isinstance(data, bytes)
+    assert validate(value_type, data) == data
+    assert decode(value_type, data) == value
+
+
+def test_scalar_values_are_cbor() -> None:
+    assert encode(T.STRING, "a") == cbor2.dumps("a")
+    assert encode(T.INT64, 5) == cbor2.dumps(5)
+    assert encode(T.DOUBLE, 1.5) == cbor2.dumps(1.5)
+    assert encode(T.BINARY, b"raw") == b"raw"
+
+
+def test_json_key_order_is_kept_in_the_bytes() -> None:
+    a = encode(T.JSON, {"foo": "bar", "count": 43})
+    b = encode(T.JSON, {"count": 43, "foo": "bar"})
+    assert a != b
+    assert list(decode(T.JSON, a)) == ["foo", "count"]
+
+
+def test_double_accepts_int_and_widens() -> None:
+    assert decode(T.DOUBLE, encode(T.DOUBLE, 3)) == 3.0
+    assert isinstance(decode(T.DOUBLE, encode(T.DOUBLE, 3)), float)
+    assert decode(T.DOUBLE, cbor2.dumps(3)) == 3.0
+
+
+BAD_VALUES: list[tuple[TopicType, Any, str]] = [
+    (T.STRING, 5, "must be str"),
+    (T.STRING, b"x", "must be str"),
+    (T.STRING, "\ud800", "cannot encode"),
+    (T.INT64, 2**63, "outside the INT64 range"),
+    (T.INT64, -(2**63) - 1, "outside the INT64 range"),
+    (T.INT64, 1.0, "must be int"),
+    (T.INT64, True, "must be int"),
+    (T.INT64, "1", "must be int"),
+    (T.DOUBLE, "1.5", "must be float"),
+    (T.DOUBLE, True, "must be float"),
+    (T.DOUBLE, 10**400, "too large"),
+    (T.JSON, {1: "x"}, "keys must be strings"),
+    (T.JSON, {"a": b"bytes"}, "not a JSON value"),
+    (T.JSON, {"a": {1, 2}}, "not a JSON value"),
+    (T.JSON, math.nan, "finite"),
+    (T.JSON, 2**64, "64-bit"),
+    (T.BINARY, "text", "must be bytes"),
+    (T.TIME_SERIES, "x", "event value type"),
+]
+
+
+@pytest.mark.parametrize(("value_type", "value", "fragment"), BAD_VALUES)
+def test_bad_values_are_rejected_with_reason(value_type: TopicType, value: Any, fragment: str) -> None:
+    with pytest.raises(InvalidValueError, match=fragment):
+        encode(value_type, value)
+
+
+def test_json_nesting_is_bounded() -> None:
+    deep: Any = []
+    for _ in range(300):
+        deep = [deep]
+    with pytest.raises(InvalidValueError, match="nested deeper"):
+        encode(T.JSON, deep)
+
+
+BAD_BYTES: list[tuple[TopicType, bytes, str]] = [
+    (T.JSON, b"", "empty value"),
+    (T.JSON, cbor2.dumps(1) + cbor2.dumps(2), "trailing bytes"),
+    (T.JSON, b"\xa1", "malformed CBOR"),
+    (T.JSON, b"\xff", "malformed CBOR"),
+    (T.JSON, cbor2.dumps(b"bytes"), "not a JSON value"),
+    (T.JSON, cbor2.dumps({1: 2}), "keys must be strings"),
+    (T.JSON, bytes.fromhex("a2616101616102"), "malformed CBOR"),  # duplicate key
+    (T.JSON, bytes.fromhex("c11a514b67b0"), "not a JSON value"),  # tagged datetime
+    (T.JSON, b"\xf7", "not a JSON value"),  # undefined
+    (T.STRING, cbor2.dumps(5), "cannot hold"),
+    (T.INT64, cbor2.dumps("5"), "cannot hold"),
+    (T.INT64, cbor2.dumps(2**63), "outside the INT64 range"),
+    (T.INT64, cbor2.dumps(True), "cannot hold"),
+    (T.DOUBLE, cbor2.dumps("x"), "cannot hold"),
+]
+
+
+@pytest.mark.parametrize(("value_type", "data", "fragment"), BAD_BYTES)
+def test_bad_bytes_are_rejected(value_type: TopicType, data: bytes, fragment: str) -> None:
+    with pytest.raises(InvalidValueError, match=fragment):
+        validate(value_type, data)
+
+
+def test_validate_needs_bytes() -> None:
+    with pytest.raises(InvalidValueError, match="must be bytes"):
+        validate(T.JSON, "text")
+
+
+@pytest.mark.parametrize("name", ["json", "JSON", " Json ", "time_series", T.INT64])
+def test_type_names_parse(name: Any) -> None:
+    assert isinstance(TopicType.parse(name), TopicType)
+
+
+def test_unknown_type_name() -> None:
+    with pytest.raises(TopicTypeError, match="unknown topic type 'RECORD_V2'"):
+        TopicType.parse("RECORD_V2")

@@ -1,0 +1,120 @@
+"""Errors raised by the pure topic model.
+
+Every error a user can provoke with bad input is a subclass of
+:class:`TopicModelError`, which is itself a :class:`ValueError`, so callers
+that only care about "the input was bad" can catch one type::
+
+    TopicModelError (ValueError)
+    ├── PathError             a topic path is empty or contains a forbidden character
+    ├── SelectorError         a topic selector expression does not parse
+    ├── OpenAjaxNameError     a dotted OpenAjax topic name or pattern is invalid
+    ├── TopicTypeError        an unknown topic type name
+    ├── InvalidValueError     a value does not fit the topic (or event) type
+    ├── ConversionError       a value cannot be converted to another topic type
+    ├── SpecificationError    a topic property name or value is invalid
+    ├── TopicConflictError    a path is already bound to a topic with another specification
+    └── TimeSeriesError
+        ├── TimestampOrderError   an event timestamp goes backwards
+        ├── UnknownSequenceError  an edit refers to no retained original event
+        └── RangeQueryError       a range query is malformed
+
+Errors carry the structured facts (the offending text, its position, the
+path) as attributes so that the wire protocol can ship them to a client
+without parsing the message.
+"""
+
+from __future__ import annotations
+
+
+class TopicModelError(ValueError):
+    """Base of every input error raised by :mod:`topics`."""
+
+
+class PathError(TopicModelError):
+    """A topic path is invalid.
+
+    ``path`` is the text as given, ``position`` the offending character index
+    (``None`` when the whole path is at fault, e.g. when it is empty).
+    """
+
+    def __init__(self, message: str, path: object, position: int | None = None) -> None:
+        self.path = path
+        self.position = position
+        where = f" at position {position}" if position is not None else ""
+        super().__init__(f"invalid topic path {path!r}: {message}{where}")
+        self.reason = message
+
+
+class SelectorError(TopicModelError):
+    """A topic selector expression is invalid.
+
+    ``expression`` is the full expression as given and ``position`` the index
+    of the character where the problem was found.
+    """
+
+    def __init__(self, message: str, expression: str, position: int) -> None:
+        self.expression = expression
+        self.position = position
+        self.reason = message
+        super().__init__(
+            f"invalid topic selector {expression!r}: {message} at position {position}"
+        )
+
+
+class OpenAjaxNameError(TopicModelError):
+    """An OpenAjax dotted topic name (publish) or pattern (subscribe) is invalid."""
+
+    def __init__(self, message: str, name: object, token_index: int | None = None) -> None:
+        self.name = name
+        self.token_index = token_index
+        self.reason = message
+        where = f" (token {token_index})" if token_index is not None else ""
+        super().__init__(f"invalid OpenAjax topic name {name!r}: {message}{where}")
+
+
+class TopicTypeError(TopicModelError):
+    """An unknown topic type name."""
+
+
+class InvalidValueError(TopicModelError):
+    """A value (Python object or encoded bytes) does not fit a topic type."""
+
+
+class ConversionError(TopicModelError):
+    """A value cannot be converted to the requested topic type.
+
+    Topic views treat this as "no reference topic"; ``reason`` says why.
+    """
+
+
+class SpecificationError(TopicModelError):
+    """A topic specification or one of its properties is invalid."""
+
+
+class TopicConflictError(TopicModelError):
+    """A path is already bound to a topic whose specification differs."""
+
+    def __init__(self, path: str, existing: object, requested: object) -> None:
+        self.path = path
+        self.existing = existing
+        self.requested = requested
+        super().__init__(
+            f"topic {path!r} already exists with specification {existing}, "
+            f"which differs from the requested {requested}"
+        )
+
+
+class TimeSeriesError(TopicModelError):
+    """Base of the time series errors."""
+
+
+class TimestampOrderError(TimeSeriesError):
+    """An event timestamp is earlier than the latest event of the series."""
+
+
+class UnknownSequenceError(TimeSeriesError):
+    """An edit refers to a sequence number that is not a retained original event."""
+
+
+class RangeQueryError(TimeSeriesError):
+    """A range query has invalid parameters."""

@@ -1,0 +1,210 @@
+"""Topic types and the value codecs.
+
+A topic's value is held as ``bytes``:
+
+* STRING, INT64, DOUBLE and JSON values are one CBOR data item each. Map
+  key order is kept exactly as given (JSON patch ``test`` compares the CBOR
+  bytes, so ``{"a":1,"b":2}`` and ``{"b":2,"a":1}`` are different values).
+* BINARY values are the raw bytes.
+* A TIME_SERIES topic holds an event log (:mod:`topics.timeseries`); each
+  event value is encoded with the topic's *event value type*, one of the
+  five types above.
+
+STRING, INT64 and DOUBLE topics may hold ``None`` (CBOR null), as in the
+reference system; a JSON value may be ``null`` like any other JSON value.
+
+:func:`encode` turns a Python value into the stored bytes, :func:`decode`
+does the reverse and :func:`validate` checks stored or received bytes.
+Each raises :class:`~topics.errors.InvalidValueError` saying what is wrong.
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+import math
+from typing import Any
+
+import cbor2
+
+from topics.errors import InvalidValueError, TopicTypeError
+
+__all__ = [
+    "EVENT_VALUE_TYPES",
+    "TopicType",
+    "decode",
+    "encode",
+    "validate",
+]
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+# CBOR's native integers (major types 0 and 1); larger ones need bignum tags.
+_CBOR_INT_MIN = -(2**64)
+_CBOR_INT_MAX = 2**64 - 1
+MAX_JSON_DEPTH = 256
+
+
+class TopicType(enum.Enum):
+    """The topic types canopy stores."""
+
+    STRING = "STRING"
+    INT64 = "INT64"
+    DOUBLE = "DOUBLE"
+    JSON = "JSON"
+    BINARY = "BINARY"
+    TIME_SERIES = "TIME_SERIES"
+
+    @classmethod
+    def parse(cls, name: object) -> TopicType:
+        """The type named ``name`` (case-insensitive), or :class:`TopicTypeError`."""
+        if isinstance(name, TopicType):
+            return name
+        if isinstance(name, str):
+            try:
+                return cls[name.strip().upper()]
+            except KeyError:
+                pass
+        raise TopicTypeError(
+            f"unknown topic type {name!r}; expected one of "
+            + ", ".join(t.value for t in cls)
+        )
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: the types a time series event may have
+EVENT_VALUE_TYPES = frozenset(
+    {TopicType.STRING, TopicType.INT64, TopicType.DOUBLE, TopicType.JSON, TopicType.BINARY}
+)
+
+
+def _value_type(value_type: TopicType) -> TopicType:
+    if value_type is TopicType.TIME_SERIES:
+        raise InvalidValueError(
+            "a TIME_SERIES topic has no single value: encode events with its event value type"
+        )
+    return value_type
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _check_json(value: object, depth: int = 0) -> None:
+    """Raise unless ``value`` is a JSON-compatible Python object."""
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidValueError(f"JSON value nested deeper than {MAX_JSON_DEPTH} levels")
+    if value is None or isinstance(value, (bool, str)):
+        return
+    if isinstance(value, int):
+        if not _CBOR_INT_MIN <= value <= _CBOR_INT_MAX:
+            raise InvalidValueError(f"JSON integer {value} is outside the 64-bit CBOR range")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidValueError(f"JSON numbers must be finite, got {value!r}")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidValueError(f"JSON object keys must be strings, got {_describe(key)}")
+            _check_json(item, depth + 1)
+        return
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _check_json(item, depth + 1)
+        return
+    raise InvalidValueError(f"not a JSON value: {_describe(value)}")
+
+
+def _dumps(value: object) -> bytes:
+    try:
+        return bytes(cbor2.dumps(value))
+    except (UnicodeEncodeError, cbor2.CBOREncodeError, ValueError, TypeError) as e:
+        raise InvalidValueError(f"cannot encode {_describe(value)}: {e}") from None
+
+
+def encode(value_type: TopicType, value: Any) -> bytes:
+    """Encode a Python value for a topic (or event) of ``value_type``."""
+    t = _value_type(value_type)
+    if t is TopicType.BINARY:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return bytes(value)
+        raise InvalidValueError(f"a BINARY value must be bytes, got {_describe(value)}")
+    if t is TopicType.JSON:
+        _check_json(value)
+        return _dumps(value)
+    if value is None:
+        return b"\xf6"
+    if t is TopicType.STRING:
+        if isinstance(value, str):
+            return _dumps(value)
+        raise InvalidValueError(f"a STRING value must be str, got {_describe(value)}")
+    if t is TopicType.INT64:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if INT64_MIN <= value <= INT64_MAX:
+                return _dumps(value)
+            raise InvalidValueError(f"{value} is outside the INT64 range")
+        raise InvalidValueError(f"an INT64 value must be int, got {_describe(value)}")
+    # DOUBLE: ints are accepted and widened, as a user would expect of "1"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidValueError(f"a DOUBLE value must be float, got {_describe(value)}")
+    try:
+        return _dumps(float(value))
+    except OverflowError:
+        raise InvalidValueError(f"{value} is too large for a DOUBLE") from None
+
+
+def _loads(data: bytes) -> object:
+    if not data:
+        raise InvalidValueError("empty value: expected one CBOR data item")
+    stream = io.BytesIO(data)
+    try:
+        item = cbor2.CBORDecoder(stream, allow_duplicate_keys=False).decode()
+    except (cbor2.CBORDecodeError, RecursionError, ValueError) as e:
+        raise InvalidValueError(f"malformed CBOR: {e}") from None
+    if stream.tell() != len(data):
+        raise InvalidValueError(
+            f"trailing bytes after the CBOR data item ({len(data) - stream.tell()} bytes)"
+        )
+    return item
+
+
+def decode(value_type: TopicType, data: bytes) -> Any:
+    """Decode stored bytes of a topic (or event) of ``value_type`` to a Python value."""
+    t = _value_type(value_type)
+    if t is TopicType.BINARY:
+        return bytes(data)
+    item = _loads(data)
+    if t is TopicType.JSON:
+        _check_json(item)
+        return item
+    if item is None:
+        return None
+    if t is TopicType.STRING:
+        if isinstance(item, str):
+            return item
+    elif t is TopicType.INT64:
+        if isinstance(item, int) and not isinstance(item, bool):
+            if INT64_MIN <= item <= INT64_MAX:
+                return item
+            raise InvalidValueError(f"{item} is outside the INT64 range")
+    elif isinstance(item, float):
+        return item
+    elif isinstance(item, int) and not isinstance(item, bool):
+        return float(item)
+    raise InvalidValueError(f"a {t.value} value cannot hold {_describe(item)}")
+
+
+def validate(value_type: TopicType, data: object) -> bytes:
+    """Check that ``data`` is a valid encoded value of ``value_type`` and return it as bytes."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidValueError(f"an encoded value must be bytes, got {_describe(data)}")
+    raw = bytes(data)
+    decode(value_type, raw)
+    return raw

@@ -1,0 +1,1 @@
+"""The topic view DSL: grammar, AST, evaluation, throttle and delay (pure)."""
