@@ -22,7 +22,7 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 	touch $@ $(RUN_STAMP)
 
 run: $(RUN_STAMP)
-	$(BIN)/canopy demo
+	$(BIN)/canopy serve
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -m "not soak"

@@ -1,78 +1,268 @@
 """The ``canopy`` command line.
 
-Until the broker itself lands, ``canopy demo`` (what ``make run`` starts) walks
-through the pure topic model: a topic tree, selectors, the subscription
-index, OpenAjax names, type conversions and a time series.
+::
+
+    canopy serve [--config FILE] [--address auto|HOST:PORT] [--port 8080] ...
+    canopy topic add PATH --type T [--property K=V]...
+    canopy topic set PATH VALUE [--type T]
+    canopy topic remove SELECTOR
+    canopy topic fetch SELECTOR [--json] [--properties] [--type T]... [--limit N]
+    canopy topic subscribe SELECTOR [--count N] [--json]
+    canopy hub publish NAME VALUE
+    canopy hub subscribe PATTERN [--count N] [--json]
+    canopy demo
+
+Client commands talk to ``--url`` (default ``$CANOPY_URL`` or
+ws://127.0.0.1:8080). ``topic set`` parses VALUE by the topic's type (taken
+from ``--type``, else from the existing topic): text for STRING, a number
+for INT64 and DOUBLE, JSON text for JSON, base64 for BINARY; with ``--type``
+a missing topic is created. ``hub publish`` takes JSON text, or plain text
+when VALUE is not JSON. ``--json`` prints one JSON object per line
+(``{"path", "type", "value"}``, plus ``"properties"`` when asked and
+``"event"`` for subscriptions; BINARY values in base64). Errors print one
+line to stderr and exit with status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import json
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from canopy import __version__
+from canopy.errors import CanopyError
 
 
-def _demo() -> int:
-    from topics import SubscriptionIndex, TopicSpecification, TopicTree, TopicType
-    from topics import conversions, openajax
-    from topics import types as values
-    from topics.timeseries import Anchor, RangeQuery
+def _render(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return value
 
-    write = print
-    tree = TopicTree()
-    json_spec = TopicSpecification.of("JSON")
-    prices = {
-        "market/prices/fish/cod": {"price": 12.51, "currency": "GBP"},
-        "market/prices/fish/hake": {"price": 9.1, "currency": "GBP"},
-        "market/prices/veg/leek": {"price": 1.25, "currency": "EUR"},
-        "backend/delayed/fish/cod": {"price": 12.4, "currency": "GBP"},
-    }
-    for path, value in prices.items():
-        tree.add(path, json_spec)
-        tree.set_value(path, values.encode(TopicType.JSON, value))
-    write(f"canopy {__version__}: topic model demo ({len(tree)} topics)")
-    for expression in (">market/prices/fish/cod", "?market/prices/.*/", "*.*/cod", "#?market/.*/veg//////>backend/delayed/fish/cod"):
-        chosen = sorted(t.path for t in tree.select(expression))
-        write(f"  select {expression!r:50} -> {chosen}")
 
-    index: SubscriptionIndex[str] = SubscriptionIndex()
-    index.add("?market/prices/fish/", "fish-desk")
-    index.add("*.*/cod", "cod-watcher")
-    index.add(openajax.parse_pattern("org.example.**").to_selector("hub"), "hub-app")
-    for path in ("market/prices/fish/cod", "market/prices/veg/leek", openajax.name_to_path("org.example.log", "hub")):
-        write(f"  update {path!r:32} reaches {sorted(index.match(path))}")
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(_render(value), separators=(",", ":"), ensure_ascii=False)
 
-    cod = values.decode(TopicType.JSON, tree.get("market/prices/fish/cod").value)  # type: ignore[union-attr]
-    as_int = conversions.convert(cod["price"], TopicType.DOUBLE, TopicType.INT64)
-    write(f"  DOUBLE {cod['price']} as INT64 -> {as_int}; as STRING -> "
-          f"{conversions.convert(cod['price'], TopicType.DOUBLE, TopicType.STRING)!r}")
 
-    ts_spec = TopicSpecification.of(
-        "TIME_SERIES", {"TIME_SERIES_EVENT_VALUE_TYPE": "DOUBLE", "TIME_SERIES_RETAINED_RANGE": "limit 5"}
-    )
-    topic, _ = tree.add("market/history/cod", ts_spec)
-    assert topic.log is not None
-    for i, price in enumerate([12.0, 12.2, 12.1, 12.6, 12.5, 12.9, 13.1]):
-        topic.log.append(values.encode(TopicType.DOUBLE, price), 1_000 + i, "demo")
-    topic.log.edit(4, values.encode(TopicType.DOUBLE, 12.45), 2_000, "auditor")
-    last3 = topic.log.query(RangeQuery(Anchor.LAST, 3)).events
-    write("  time series, last 3 (retained: limit 5, edit of #4 applied): "
-          + ", ".join(f"#{e.sequence}={values.decode(TopicType.DOUBLE, e.value)}" for e in last3))
+def _parse_value(text: str, type_name: str) -> Any:
+    kind = type_name.upper()
+    try:
+        if kind == "STRING":
+            return text
+        if kind == "INT64":
+            return int(text)
+        if kind == "DOUBLE":
+            return float(text)
+        if kind == "JSON":
+            return json.loads(text)
+        if kind == "BINARY":
+            return base64.b64decode(text, validate=True)
+    except ValueError as e:
+        raise CanopyError(f"VALUE {text!r} is not a valid {kind} value: {e}", "INVALID_VALUE") from None
+    raise CanopyError(f"cannot set a value of a {kind} topic from the command line", "INVALID_TYPE")
+
+
+def _properties(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise CanopyError(f"--property expects K=V, got {pair!r}", "INVALID_SPECIFICATION")
+        out[key] = value
+    return out
+
+
+def _session(args: argparse.Namespace) -> Any:
+    from canopy.sync import connect_sync
+
+    return connect_sync(args.url, args.principal, args.password, timeout=args.timeout)
+
+
+def _print_event(event: Any, as_json: bool, name: str | None = None) -> None:
+    label = name if name is not None else event.path
+    if as_json:
+        record = {"event": event.kind, "path": event.path, "type": event.type.value, "value": _render(event.value)}
+        if name is not None:
+            record["name"] = name
+        if event.reason:
+            record["reason"] = event.reason
+        print(json.dumps(record, ensure_ascii=False), flush=True)
+    elif event.kind == "unsubscribed":
+        print(f"unsubscribed {label} ({event.reason})", flush=True)
+    else:
+        print(f"{event.kind} {label} {event.type.value} {_text(event.value)}", flush=True)
+
+
+def _follow(subscription: Any, count: int | None, as_json: bool, hub: bool) -> None:
+    seen = 0
+    if count == 0:
+        return
+    for event in subscription:
+        _print_event(event, as_json, event.name if hub else None)
+        if event.kind in ("subscribed", "value"):
+            seen += 1
+            if count is not None and seen >= count:
+                return
+
+
+def _topic(args: argparse.Namespace) -> int:
+    with _session(args) as session:
+        t = session.topics
+        if args.action == "add":
+            result = t.add(args.path, args.type, _properties(args.property))
+            print(result.value)
+        elif args.action == "set":
+            type_name = args.type
+            if type_name is None:
+                found = t.fetch(f">{args.path}", with_values=False)
+                if not found:
+                    raise CanopyError(
+                        f"no topic at {args.path!r}; give --type to create it", "NO_SUCH_TOPIC"
+                    )
+                type_name = found[0].type.value
+            t.set(args.path, _parse_value(args.value, type_name), type_name, add_if_missing=args.type is not None)
+        elif args.action == "remove":
+            print(t.remove(args.selector))
+        elif args.action == "fetch":
+            rows = t.fetch(
+                args.selector, not args.no_values, args.properties, args.types or None, args.limit
+            )
+            for row in rows:
+                if args.json:
+                    record: dict[str, Any] = {"path": row.path, "type": row.type.value, "value": _render(row.value)}
+                    if args.properties:
+                        record["properties"] = row.properties
+                    print(json.dumps(record, ensure_ascii=False))
+                else:
+                    extra = f" {row.properties}" if args.properties else ""
+                    print(f"{row.path} {row.type.value} {_text(row.value)}{extra}")
+        else:
+            with t.subscribe(args.selector) as sub:
+                _follow(sub, args.count, args.json, hub=False)
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _hub(args: argparse.Namespace) -> int:
+    with _session(args) as session:
+        if args.action == "publish":
+            try:
+                value = json.loads(args.value)
+            except ValueError:
+                value = args.value
+            session.hub.publish(args.name, value)
+        else:
+            with session.hub.subscribe(args.pattern) as sub:
+                _follow(sub, args.count, args.json, hub=True)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from cluster import config as config_module
+    from cluster.serve import ServeError, serve
+
+    overrides = {
+        key: getattr(args, key)
+        for key in (
+            "address", "namespace", "host", "port", "partitions", "data_dir", "queue_limit",
+            "backpressure_threshold", "max_frame_size", "hub_root",
+        )
+    }
+    try:
+        config = config_module.load(args.config, overrides)
+        return serve(config)
+    except (config_module.ConfigError, ServeError) as e:
+        print(f"canopy serve: {e}", file=sys.stderr)
+        return 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from canopy.demo import run
+
+    return run()
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="canopy", description="canopy real-time data broker")
     parser.add_argument("--version", action="version", version=f"canopy {__version__}")
-    commands = parser.add_subparsers(dest="command")
-    commands.add_parser("demo", help="walk through the pure topic model")
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        return _demo()
-    parser.print_help()
-    return 2
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    client = argparse.ArgumentParser(add_help=False)
+    client.add_argument("--url", default=os.environ.get("CANOPY_URL", "ws://127.0.0.1:8080"))
+    client.add_argument("--principal", default=os.environ.get("CANOPY_PRINCIPAL"))
+    client.add_argument("--password", default=os.environ.get("CANOPY_PASSWORD"))
+    client.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each answer")
+
+    serve = commands.add_parser("serve", help="run the broker")
+    serve.add_argument("--config", help="TOML configuration file")
+    serve.add_argument("--address", help="join this Ray cluster (auto or HOST:PORT) instead of an embedded one")
+    serve.add_argument("--namespace")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--partitions", type=int)
+    serve.add_argument("--data-dir", dest="data_dir")
+    serve.add_argument("--queue-limit", dest="queue_limit", type=int)
+    serve.add_argument("--backpressure-threshold", dest="backpressure_threshold", type=int)
+    serve.add_argument("--max-frame-size", dest="max_frame_size", type=int)
+    serve.add_argument("--hub-root", dest="hub_root")
+    serve.set_defaults(run=_serve)
+
+    commands.add_parser("demo", help="walk through the pure topic model").set_defaults(run=_demo)
+
+    topic = commands.add_parser("topic", help="topic operations").add_subparsers(dest="action", required=True)
+    add = topic.add_parser("add", parents=[client], help="add a topic")
+    add.add_argument("path")
+    add.add_argument("--type", required=True)
+    add.add_argument("--property", action="append", default=[], metavar="K=V")
+    set_ = topic.add_parser("set", parents=[client], help="set a topic's value")
+    set_.add_argument("path")
+    set_.add_argument("value")
+    set_.add_argument("--type")
+    remove = topic.add_parser("remove", parents=[client], help="remove the topics a selector selects")
+    remove.add_argument("selector")
+    fetch = topic.add_parser("fetch", parents=[client], help="fetch topics")
+    fetch.add_argument("selector")
+    fetch.add_argument("--json", action="store_true")
+    fetch.add_argument("--properties", action="store_true", help="include topic properties")
+    fetch.add_argument("--no-values", action="store_true")
+    fetch.add_argument("--type", dest="types", action="append", help="only topics of this type (repeatable)")
+    fetch.add_argument("--limit", type=int)
+    sub = topic.add_parser("subscribe", parents=[client], help="print a selector's events")
+    sub.add_argument("selector")
+    sub.add_argument("--count", type=int, help="stop after N values")
+    sub.add_argument("--json", action="store_true")
+    for p in (add, set_, remove, fetch, sub):
+        p.set_defaults(run=_topic)
+
+    hub = commands.add_parser("hub", help="OpenAjax-style names").add_subparsers(dest="action", required=True)
+    publish = hub.add_parser("publish", parents=[client], help="publish a value to a dotted name")
+    publish.add_argument("name")
+    publish.add_argument("value")
+    hsub = hub.add_parser("subscribe", parents=[client], help="print events for a dotted pattern")
+    hsub.add_argument("pattern")
+    hsub.add_argument("--count", type=int)
+    hsub.add_argument("--json", action="store_true")
+    for p in (publish, hsub):
+        p.set_defaults(run=_hub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except CanopyError as e:
+        print(f"canopy: {e}", file=sys.stderr)
+        return 1
+    except TimeoutError:
+        print("canopy: TIMEOUT: the server did not answer in time", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ that only care about "the input was bad" can catch one type::
     ├── ConversionError       a value cannot be converted to another topic type
     ├── SpecificationError    a topic property name or value is invalid
     ├── TopicConflictError    a path is already bound to a topic with another specification
+    ├── NoSuchTopicError      no topic is bound to the path
     └── TimeSeriesError
         ├── TimestampOrderError   an event timestamp goes backwards
         ├── UnknownSequenceError  an edit refers to no retained original event
@@ -20,7 +21,7 @@ that only care about "the input was bad" can catch one type::
 
 Errors carry the structured facts (the offending text, its position, the
 path) as attributes so that the wire protocol can ship them to a client
-without parsing the message.
+without parsing the message; ``code`` is the error's name on the wire.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from __future__ import annotations
 class TopicModelError(ValueError):
     """Base of every input error raised by :mod:`topics`."""
 
+    code = "INVALID_INPUT"
+
 
 class PathError(TopicModelError):
     """A topic path is invalid.
@@ -36,6 +39,8 @@ class PathError(TopicModelError):
     ``path`` is the text as given, ``position`` the offending character index
     (``None`` when the whole path is at fault, e.g. when it is empty).
     """
+
+    code = "INVALID_PATH"
 
     def __init__(self, message: str, path: object, position: int | None = None) -> None:
         self.path = path
@@ -52,6 +57,8 @@ class SelectorError(TopicModelError):
     of the character where the problem was found.
     """
 
+    code = "INVALID_SELECTOR"
+
     def __init__(self, message: str, expression: str, position: int) -> None:
         self.expression = expression
         self.position = position
@@ -64,6 +71,8 @@ class SelectorError(TopicModelError):
 class OpenAjaxNameError(TopicModelError):
     """An OpenAjax dotted topic name (publish) or pattern (subscribe) is invalid."""
 
+    code = "INVALID_NAME"
+
     def __init__(self, message: str, name: object, token_index: int | None = None) -> None:
         self.name = name
         self.token_index = token_index
@@ -75,9 +84,13 @@ class OpenAjaxNameError(TopicModelError):
 class TopicTypeError(TopicModelError):
     """An unknown topic type name."""
 
+    code = "INVALID_TYPE"
+
 
 class InvalidValueError(TopicModelError):
     """A value (Python object or encoded bytes) does not fit a topic type."""
+
+    code = "INVALID_VALUE"
 
 
 class ConversionError(TopicModelError):
@@ -86,13 +99,19 @@ class ConversionError(TopicModelError):
     Topic views treat this as "no reference topic"; ``reason`` says why.
     """
 
+    code = "CONVERSION_FAILED"
+
 
 class SpecificationError(TopicModelError):
     """A topic specification or one of its properties is invalid."""
 
+    code = "INVALID_SPECIFICATION"
+
 
 class TopicConflictError(TopicModelError):
     """A path is already bound to a topic whose specification differs."""
+
+    code = "TOPIC_EXISTS_MISMATCH"
 
     def __init__(self, path: str, existing: object, requested: object) -> None:
         self.path = path
@@ -107,14 +126,28 @@ class TopicConflictError(TopicModelError):
 class TimeSeriesError(TopicModelError):
     """Base of the time series errors."""
 
+    code = "TIME_SERIES_ERROR"
+
 
 class TimestampOrderError(TimeSeriesError):
     """An event timestamp is earlier than the latest event of the series."""
+
+    code = "TIMESTAMP_ORDER"
 
 
 class UnknownSequenceError(TimeSeriesError):
     """An edit refers to a sequence number that is not a retained original event."""
 
+    code = "UNKNOWN_SEQUENCE"
+
 
 class RangeQueryError(TimeSeriesError):
     """A range query has invalid parameters."""
+
+    code = "INVALID_QUERY"
+
+
+class NoSuchTopicError(TopicModelError):
+    """An operation names a path that no topic is bound to."""
+
+    code = "NO_SUCH_TOPIC"

@@ -35,6 +35,9 @@ __all__ = [
     "decode",
     "encode",
     "validate",
+    "accept",
+    "encode_any",
+    "infer",
 ]
 
 INT64_MIN = -(2**63)
@@ -208,3 +211,59 @@ def validate(value_type: TopicType, data: object) -> bytes:
     raw = bytes(data)
     decode(value_type, raw)
     return raw
+
+
+def accept(value_type: TopicType, data: bytes, *, raw: bool) -> bytes:
+    """Check bytes received for a topic of ``value_type`` and return what to store.
+
+    ``raw`` says the sender meant the bytes literally (a BINARY value) rather
+    than as one CBOR item. A DOUBLE received as a CBOR integer is stored as a
+    CBOR float, so every stored DOUBLE decodes to ``float``.
+    """
+    t = _value_type(value_type)
+    if t is TopicType.BINARY:
+        if not raw:
+            raise InvalidValueError("a BINARY topic takes raw bytes, not an encoded value")
+        return bytes(data)
+    if raw:
+        raise InvalidValueError(f"a {t.value} topic cannot take raw bytes")
+    value = decode(t, data)
+    if t is TopicType.DOUBLE and value is not None and not _is_cbor_float(data):
+        return _dumps(float(value))
+    return bytes(data)
+
+
+def _is_cbor_float(data: bytes) -> bool:
+    return data[:1] in (b"\xf9", b"\xfa", b"\xfb")
+
+
+def infer(data: bytes, *, raw: bool) -> TopicType:
+    """The topic type a value suggests when none is given: raw bytes are
+    BINARY; a CBOR text string STRING, integer INT64, float DOUBLE, anything
+    else JSON."""
+    if raw:
+        return TopicType.BINARY
+    item = _loads(data)
+    if isinstance(item, str):
+        return TopicType.STRING
+    if isinstance(item, int) and not isinstance(item, bool) and INT64_MIN <= item <= INT64_MAX:
+        return TopicType.INT64
+    if isinstance(item, float):
+        return TopicType.DOUBLE
+    return TopicType.JSON
+
+
+def encode_any(value: Any, value_type: TopicType | None = None) -> tuple[bytes, bool]:
+    """Encode a Python value for sending: ``(data, raw)``.
+
+    With ``value_type`` the value is checked and encoded for that type;
+    without it bytes are sent raw and everything else as one CBOR item, for
+    the receiver to check against the topic's type.
+    """
+    if value_type is not None:
+        return encode(value_type, value), value_type is TopicType.BINARY
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value), True
+    if not isinstance(value, float):  # a non-finite float is fine for DOUBLE topics
+        _check_json(value)
+    return _dumps(value), False

@@ -1,0 +1,114 @@
+"""ControllerActor: the named, detached actor that owns one canopy instance.
+
+It creates the partitions and one gateway per alive node, reports where the
+gateways listen, and tears everything down again. Start-up is all or
+nothing: if any gateway cannot start (its port is taken, say) every actor
+created so far is killed and the error is raised to the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors import gateway, partition
+from cluster import names
+
+START_TIMEOUT = 120.0
+STOP_TIMEOUT = 15.0
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+class ControllerActor:
+    def __init__(self, config: dict[str, Any], home_node: str | None = None) -> None:
+        self.config = config
+        self.home_node = home_node
+        self.partitions: list[Any] = []
+        self.gateways: list[Any] = []
+        self.gateway_info: list[dict[str, Any]] = []
+        self.started_at: float | None = None
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        alive.sort(key=lambda n: (n["NodeID"] != self.home_node, n.get("NodeManagerAddress", ""), n["NodeID"]))
+        return alive
+
+    def start(self) -> dict[str, Any]:
+        count = self.config["partitions"]
+        partition_cls = partition.remote_class()
+        gateway_cls = gateway.remote_class()
+        try:
+            self.partitions = [
+                partition_cls.options(name=names.partition(i)).remote(i, count) for i in range(count)
+            ]
+            port = self.config["port"]
+            for k, node in enumerate(self._nodes()):
+                gateway_id = f"gw{k}-{uuid.uuid4().hex[:8]}"
+                strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+                self.gateways.append(
+                    gateway_cls.options(name=names.gateway(k), scheduling_strategy=strategy).remote(
+                        gateway_id, self.partitions, self.config, self.config["host"], port + k if port else 0
+                    )
+                )
+            self.gateway_info = ray.get([g.start.remote() for g in self.gateways], timeout=START_TIMEOUT)
+        except Exception as e:
+            self._kill_all()
+            cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) and e.cause else e
+            raise StartupError(_explain(cause, self.config)) from None
+        self.started_at = time.time()
+        return self.describe()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "namespace": self.config["namespace"],
+            "partitions": len(self.partitions),
+            "gateways": self.gateway_info,
+            "urls": [g["url"] for g in self.gateway_info],
+            "started_at": self.started_at,
+            "controller_host": socket.gethostname(),
+            "controller_pid": os.getpid(),
+        }
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "partitions": ray.get([p.stats.remote() for p in self.partitions], timeout=30),
+            "gateways": ray.get([g.stats.remote() for g in self.gateways], timeout=30),
+        }
+
+    def shutdown(self) -> None:
+        if self.gateways:
+            try:
+                ray.get([g.stop.remote() for g in self.gateways], timeout=STOP_TIMEOUT)
+            except Exception:  # best effort: the actors are killed next anyway
+                pass
+        self._kill_all()
+
+    def _kill_all(self) -> None:
+        for handle in [*self.gateways, *self.partitions]:
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:
+                pass
+        self.gateways, self.partitions, self.gateway_info = [], [], []
+
+
+def _explain(error: BaseException, config: dict[str, Any]) -> str:
+    if isinstance(error, OSError) and error.errno in (98, 48):  # EADDRINUSE
+        return (
+            f"cannot listen on {config['host']}:{config['port']}: the address is already in use "
+            "(is another canopy or another server running there?)"
+        )
+    return f"canopy failed to start: {type(error).__name__}: {error}"
+
+
+def remote_class() -> Any:
+    return ray.remote(num_cpus=0, max_restarts=0)(ControllerActor)

@@ -1,0 +1,473 @@
+"""The asyncio client.
+
+::
+
+    import canopy
+
+    async with canopy.connect("ws://127.0.0.1:8080") as session:
+        await session.topics.add("prices/cod", "DOUBLE")
+        await session.topics.set("prices/cod", 12.5)
+        async with await session.topics.subscribe("?prices//") as events:
+            async for event in events:
+                print(event.kind, event.path, event.value)
+
+Requests issued in the same event-loop turn travel in one frame, and any
+number may be outstanding, so ``asyncio.gather`` over many ``set`` calls
+pipelines them. Values are Python objects: ``str``, ``int``, ``float``,
+JSON-compatible ``dict``/``list`` values, and ``bytes`` for BINARY topics.
+Without a ``type``, ``set`` sends the value for the server to check
+against the topic's type.
+
+A :class:`Subscription` is an async iterator of :class:`TopicEvent`
+(``subscribed`` with the current value, ``value`` for each update,
+``unsubscribed`` with a reason) for the topics its selector matches; it
+ends when the selector is unsubscribed or the session closes. Subscribing
+is per session and per selector, as on the server: two subscriptions with
+the same selector share it, and unsubscribing the selector ends both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import AsyncIterator, Generator
+from dataclasses import dataclass
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from canopy import errors
+from canopy import protocol as wire
+from topics import openajax
+from topics import types as values
+from topics.errors import TopicModelError
+from topics.selectors import Selector, parse_selector
+from topics.specification import TopicSpecification
+from topics.types import TopicType
+
+log = logging.getLogger("canopy.client")
+DEFAULT_URL = "ws://127.0.0.1:8080"
+_END = object()
+
+
+class AddResult(enum.Enum):
+    CREATED = "CREATED"
+    EXISTS = "EXISTS"
+
+
+@dataclass(frozen=True)
+class TopicEvent:
+    """One notification for a subscription."""
+
+    kind: str  # "subscribed" | "value" | "unsubscribed"
+    path: str
+    type: TopicType
+    value: Any = None
+    specification: TopicSpecification | None = None
+    reason: str | None = None
+    name: str | None = None  # the OpenAjax name, for hub subscriptions
+
+
+@dataclass(frozen=True)
+class FetchedTopic:
+    path: str
+    type: TopicType
+    value: Any = None
+    properties: dict[str, str] | None = None
+
+
+def _local(error: TopicModelError) -> errors.CanopyError:
+    return errors.error_for(error.code, str(error))
+
+
+@dataclass
+class _Topic:
+    path: str
+    spec: TopicSpecification
+    value: Any
+
+
+class Subscription:
+    """Events for one selector; iterate with ``async for``; ``async with`` unsubscribes on exit."""
+
+    def __init__(self, session: Session, selector: Selector, hub_root: str | None = None) -> None:
+        self.session = session
+        self.selector = selector
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._hub_root = hub_root
+        self._error: errors.CanopyError | None = None
+        self.ended = False
+
+    def _put(self, event: TopicEvent) -> None:
+        if self._hub_root is not None:
+            name = openajax.path_to_name(event.path, self._hub_root)
+            if name is None:
+                return
+            event = TopicEvent(
+                event.kind, event.path, event.type, event.value, event.specification, event.reason, name
+            )
+        self._queue.put_nowait(event)
+
+    def _end(self, error: errors.CanopyError | None = None) -> None:
+        """No more events: the selector was unsubscribed, or the session ended
+        (``error`` says why when the client did not close it itself)."""
+        if not self.ended:
+            self.ended = True
+            self._error = error
+            self._queue.put_nowait(_END)
+
+    def __aiter__(self) -> AsyncIterator[TopicEvent]:
+        return self
+
+    async def __anext__(self) -> TopicEvent:
+        item = await self._queue.get()
+        if item is _END:
+            self._queue.put_nowait(_END)  # stay ended for later readers
+            if self._error is not None:
+                raise self._error
+            raise StopAsyncIteration
+        assert isinstance(item, TopicEvent)
+        return item
+
+    async def next(self, timeout: float | None = None) -> TopicEvent:
+        """The next event, or :class:`TimeoutError` after ``timeout`` seconds."""
+        return await asyncio.wait_for(self.__anext__(), timeout)
+
+    async def unsubscribe(self) -> None:
+        await self.session.topics.unsubscribe(self.selector)
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not self.session.closed:
+            await self.unsubscribe()
+
+
+class Topics:
+    """Topic operations of a session (``session.topics``)."""
+
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def add(
+        self, path: str, type: TopicType | str, properties: dict[str, Any] | None = None
+    ) -> AddResult:
+        try:
+            spec = TopicSpecification.of(type, properties)
+        except TopicModelError as e:
+            raise _local(e) from None
+        return AddResult(await self._s._call("add", path, spec.type.value, spec.properties))
+
+    async def set(
+        self, path: str, value: Any, type: TopicType | str | None = None, *, add_if_missing: bool = False
+    ) -> None:
+        try:
+            topic_type = TopicType.parse(type) if type is not None else None
+            data, raw = values.encode_any(value, topic_type)
+        except TopicModelError as e:
+            raise _local(e) from None
+        await self._s._call(
+            "set", path, data, raw, topic_type.value if topic_type else None, add_if_missing
+        )
+
+    async def add_and_set(self, path: str, value: Any, type: TopicType | str | None = None) -> None:
+        """Set the value, creating the topic (of ``type``, or inferred from the value) if missing."""
+        await self.set(path, value, type, add_if_missing=True)
+
+    async def remove(self, selector: str | Selector) -> int:
+        result: int = await self._s._call("remove", str(self._s._selector(selector)))
+        return result
+
+    async def fetch(
+        self,
+        selector: str | Selector,
+        with_values: bool = True,
+        with_properties: bool = False,
+        types: list[TopicType | str] | None = None,
+        limit: int | None = None,
+    ) -> list[FetchedTopic]:
+        try:
+            wanted = [TopicType.parse(t).value for t in types] if types is not None else None
+        except TopicModelError as e:
+            raise _local(e) from None
+        rows = await self._s._call(
+            "fetch", str(self._s._selector(selector)), with_values, with_properties, wanted, limit
+        )
+        out = []
+        for path, type_name, props, data in rows:
+            topic_type = TopicType(type_name)
+            value = None
+            if data is not None and topic_type is not TopicType.TIME_SERIES:
+                value = values.decode(topic_type, data)
+            out.append(FetchedTopic(path, topic_type, value, dict(props) if props is not None else None))
+        return out
+
+    async def subscribe(self, selector: str | Selector) -> Subscription:
+        return await self._s._subscribe(self._s._selector(selector))
+
+    async def unsubscribe(self, selector: str | Selector) -> None:
+        sel = self._s._selector(selector)
+        await self._s._call("unsubscribe", str(sel))
+        for sub in [s for s in self._s._subscriptions if s.selector == sel]:
+            self._s._subscriptions.remove(sub)
+            sub._end()
+
+
+class Hub:
+    """OpenAjax-style publish/subscribe with dotted names (``session.hub``).
+
+    Names map onto JSON topics under the server's hub root branch
+    (``org.example.a`` → ``hub/org/example/a``); publishing creates the topic
+    when it is missing.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    @property
+    def root(self) -> str:
+        return self._s.hub_root
+
+    async def publish(self, name: str, value: Any) -> None:
+        try:
+            path = openajax.name_to_path(name, self.root)
+        except TopicModelError as e:
+            raise _local(e) from None
+        await self._s.topics.set(path, value, TopicType.JSON, add_if_missing=True)
+
+    async def subscribe(self, pattern: str) -> Subscription:
+        try:
+            selector = openajax.parse_pattern(pattern).to_selector(self.root)
+        except TopicModelError as e:
+            raise _local(e) from None
+        return await self._s._subscribe(selector, hub_root=self.root)
+
+
+class Session:
+    """A connected client session. Create it with :func:`connect`."""
+
+    def __init__(self, ws: ClientConnection, protocol: wire.ClientProtocol, welcome: wire.Welcome, hub_root: str | None) -> None:
+        self._ws = ws
+        self._protocol = protocol
+        self.session_id = welcome.session_id
+        self.properties = welcome.properties
+        self.max_frame_size = welcome.max_frame_size
+        self.hub_root = hub_root or welcome.hub_root
+        self.topics = Topics(self)
+        self.hub = Hub(self)
+        self.closed = False
+        self._closing = False
+        self.close_reason: errors.CanopyError | None = None
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._subscriptions: list[Subscription] = []
+        self._aliases: dict[int, _Topic] = {}
+        self._flush_scheduled = False
+        self._send_lock = asyncio.Lock()
+        self._reader = asyncio.ensure_future(self._read())
+        self.errors: list[errors.CanopyError] = []  # errors the server reported outside any request
+
+    # -- plumbing ----------------------------------------------------------------
+
+    def _selector(self, selector: str | Selector) -> Selector:
+        try:
+            return parse_selector(selector)
+        except TopicModelError as e:
+            raise _local(e) from None
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise self.close_reason or errors.SessionClosedError("the session is closed")
+
+    async def _call(self, op: str, *args: Any) -> Any:
+        self._check_open()
+        try:
+            cid = self._protocol.request(op, *args, max_size=self.max_frame_size)
+        except ValueError as e:
+            raise errors.FrameTooLargeError(f"{e} (the server's maximum frame size)") from None
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[cid] = future
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._flush()))
+        return await future
+
+    async def _flush(self) -> None:
+        self._flush_scheduled = False
+        async with self._send_lock:
+            for data in self._protocol.data_to_send(self.max_frame_size):
+                try:
+                    await self._ws.send(data)
+                except ConnectionClosed:
+                    return
+
+    async def _read(self) -> None:
+        try:
+            async for data in self._ws:
+                if isinstance(data, bytes):
+                    self._dispatch(self._protocol.receive(data))
+        except ConnectionClosed:
+            pass
+        except wire.ProtocolError as e:
+            self.close_reason = errors.ProtocolViolationError(str(e))
+            await self._ws.close()
+        finally:
+            self._closed_by_peer()
+
+    def _closed_by_peer(self) -> None:
+        if self.close_reason is None:
+            rcvd = self._ws.close_rcvd
+            if rcvd is not None and rcvd.code == 1009:
+                self.close_reason = errors.FrameTooLargeError("the server closed the session: frame too large")
+            else:
+                detail = f" ({rcvd.code} {rcvd.reason})" if rcvd is not None else ""
+                self.close_reason = errors.SessionClosedError(f"the session is closed{detail}")
+        self.closed = True
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(self.close_reason)
+        self._pending.clear()
+        ended_by_client = self._closing
+        for sub in self._subscriptions:
+            sub._end(None if ended_by_client else self.close_reason)
+        self._subscriptions.clear()
+
+    def _dispatch(self, messages: list[Any]) -> None:
+        for m in messages:
+            if isinstance(m, wire.Value):
+                topic = self._aliases.get(m.alias)
+                if topic is not None:
+                    topic.value = self._decode(topic.spec, m.value)
+                    self._fan_out(TopicEvent("value", topic.path, topic.spec.type, topic.value, topic.spec))
+            elif isinstance(m, wire.Response):
+                future = self._pending.pop(m.cid, None)
+                if future is not None and not future.done():
+                    future.set_result(m.result)
+            elif isinstance(m, wire.Subscribed):
+                spec = TopicSpecification.of(m.type, dict(m.properties))
+                value = self._decode(spec, m.value) if m.value is not None else None
+                self._aliases[m.alias] = _Topic(m.path, spec, value)
+                self._fan_out(TopicEvent("subscribed", m.path, spec.type, value, spec))
+            elif isinstance(m, wire.Unsubscribed):
+                gone = self._aliases.pop(m.alias, None)
+                if gone is not None:
+                    self._fan_out(
+                        TopicEvent("unsubscribed", gone.path, gone.spec.type, None, gone.spec, m.reason)
+                    )
+            elif isinstance(m, wire.Error):
+                error = errors.error_for(m.code, m.message)
+                future = self._pending.pop(m.cid, None) if m.cid else None
+                if future is not None and not future.done():
+                    future.set_exception(error)
+                else:
+                    log.warning("server error: %s", error)
+                    self.errors.append(error)
+            elif isinstance(m, wire.Close):
+                self.close_reason = errors.SessionClosedError(m.message, m.code)
+            elif isinstance(m, wire.Malformed):
+                log.warning("malformed message from server: %s", m.reason)
+
+    @staticmethod
+    def _decode(spec: TopicSpecification, data: bytes) -> Any:
+        if spec.type is TopicType.TIME_SERIES:
+            return data
+        return values.decode(spec.type, data)
+
+    def _fan_out(self, event: TopicEvent) -> None:
+        for sub in self._subscriptions:
+            if sub.selector.matches(event.path):
+                sub._put(event)
+
+    async def _subscribe(self, selector: Selector, hub_root: str | None = None) -> Subscription:
+        sub = Subscription(self, selector, hub_root)
+        # topics this session already receives through another selector are
+        # not announced again by the server: replay them locally
+        for topic in self._aliases.values():
+            if selector.matches(topic.path):
+                sub._put(TopicEvent("subscribed", topic.path, topic.spec.type, topic.value, topic.spec))
+        self._subscriptions.append(sub)
+        try:
+            await self._call("subscribe", str(selector))
+        except BaseException:
+            if sub in self._subscriptions:
+                self._subscriptions.remove(sub)
+            raise
+        return sub
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def close(self) -> None:
+        if not self.closed:
+            self._closing = True
+            self.close_reason = errors.SessionClosedError("the session was closed by the client")
+            await self._ws.close()
+        await asyncio.gather(self._reader, return_exceptions=True)
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class _Connect:
+    """What :func:`connect` returns: await it, or use it with ``async with``."""
+
+    def __init__(self, url: str, principal: str | None, password: str | None,
+                 properties: dict[str, str] | None, hub_root: str | None, timeout: float) -> None:
+        self._args = (url, principal, password, properties, hub_root, timeout)
+        self._session: Session | None = None
+
+    def __await__(self) -> Generator[Any, None, Session]:
+        return _open(*self._args).__await__()
+
+    async def __aenter__(self) -> Session:
+        self._session = await _open(*self._args)
+        return self._session
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def connect(
+    url: str = DEFAULT_URL,
+    principal: str | None = None,
+    password: str | None = None,
+    properties: dict[str, str] | None = None,
+    *,
+    hub_root: str | None = None,
+    timeout: float = 10.0,
+) -> _Connect:
+    """Open a session: ``async with canopy.connect(url) as session: ...``."""
+    return _Connect(url, principal, password, properties, hub_root, timeout)
+
+
+async def _open(url: str, principal: str | None, password: str | None,
+                properties: dict[str, str] | None, hub_root: str | None, timeout: float) -> Session:
+    for key, value in (properties or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise errors.InvalidPropertiesError("session properties must map strings to strings")
+    try:
+        ws = await asyncio.wait_for(ws_connect(url, compression=None, max_size=None), timeout)
+    except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as e:
+        raise errors.ConnectError(f"cannot connect to {url}: {type(e).__name__}: {e}") from None
+    protocol = wire.ClientProtocol()
+    try:
+        await ws.send(protocol.hello(principal, password, properties))
+        data = await asyncio.wait_for(ws.recv(), timeout)
+        messages = protocol.receive(data) if isinstance(data, bytes) else []
+    except (ConnectionClosed, TimeoutError, wire.ProtocolError) as e:
+        await ws.close()
+        raise errors.ConnectError(f"handshake with {url} failed: {type(e).__name__}: {e}") from None
+    first = messages[0] if messages else None
+    if isinstance(first, wire.Error):
+        await ws.close()
+        raise errors.error_for(first.code, first.message)
+    if not isinstance(first, wire.Welcome):
+        await ws.close()
+        raise errors.ConnectError(f"handshake with {url} failed: unexpected reply")
+    return Session(ws, protocol, first, hub_root)

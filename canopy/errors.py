@@ -1,0 +1,143 @@
+"""Exceptions raised by the canopy client.
+
+Every error the server reports carries a code; :func:`error_for` turns it
+into the matching exception class, so callers can catch exactly what they
+handle::
+
+    CanopyError
+    ├── InvalidInputError            the request was refused for its content
+    │   ├── InvalidPathError             INVALID_PATH
+    │   ├── InvalidSelectorError         INVALID_SELECTOR
+    │   ├── InvalidNameError             INVALID_NAME (OpenAjax)
+    │   ├── InvalidTypeError             INVALID_TYPE
+    │   ├── InvalidValueError            INVALID_VALUE
+    │   ├── InvalidSpecificationError    INVALID_SPECIFICATION
+    │   ├── InvalidPropertiesError       INVALID_PROPERTIES (session properties)
+    │   ├── InvalidRequestError          INVALID_REQUEST (wrong arguments)
+    │   └── FrameTooLargeError           FRAME_TOO_LARGE
+    ├── TopicExistsMismatchError     TOPIC_EXISTS_MISMATCH
+    ├── NoSuchTopicError             NO_SUCH_TOPIC
+    ├── UnknownOperationError        UNKNOWN_OPERATION
+    ├── ProtocolViolationError       PROTOCOL_ERROR, UNSUPPORTED_VERSION
+    ├── UnavailableError             UNAVAILABLE (a partition is down)
+    ├── SessionClosedError           the session ended (``reason`` says why)
+    └── ConnectError                 could not connect or handshake
+"""
+
+from __future__ import annotations
+
+
+class CanopyError(Exception):
+    """Base of every client error; ``code`` is the server's error code."""
+
+    code = "INTERNAL"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class InvalidInputError(CanopyError):
+    code = "INVALID_INPUT"
+
+
+class InvalidPathError(InvalidInputError):
+    code = "INVALID_PATH"
+
+
+class InvalidSelectorError(InvalidInputError):
+    code = "INVALID_SELECTOR"
+
+
+class InvalidNameError(InvalidInputError):
+    code = "INVALID_NAME"
+
+
+class InvalidTypeError(InvalidInputError):
+    code = "INVALID_TYPE"
+
+
+class InvalidValueError(InvalidInputError):
+    code = "INVALID_VALUE"
+
+
+class InvalidSpecificationError(InvalidInputError):
+    code = "INVALID_SPECIFICATION"
+
+
+class InvalidPropertiesError(InvalidInputError):
+    code = "INVALID_PROPERTIES"
+
+
+class InvalidRequestError(InvalidInputError):
+    code = "INVALID_REQUEST"
+
+
+class FrameTooLargeError(InvalidInputError):
+    code = "FRAME_TOO_LARGE"
+
+
+class TopicExistsMismatchError(CanopyError):
+    code = "TOPIC_EXISTS_MISMATCH"
+
+
+class NoSuchTopicError(CanopyError):
+    code = "NO_SUCH_TOPIC"
+
+
+class UnknownOperationError(CanopyError):
+    code = "UNKNOWN_OPERATION"
+
+
+class ProtocolViolationError(CanopyError):
+    code = "PROTOCOL_ERROR"
+
+
+class UnavailableError(CanopyError):
+    code = "UNAVAILABLE"
+
+
+class SessionClosedError(CanopyError):
+    """The session is over; ``code`` is the server's reason (e.g. QUEUE_LIMIT)."""
+
+    code = "SESSION_CLOSED"
+
+
+class ConnectError(CanopyError):
+    code = "CONNECT_FAILED"
+
+
+_BY_CODE: dict[str, type[CanopyError]] = {
+    cls.code: cls
+    for cls in [
+        InvalidInputError,
+        InvalidPathError,
+        InvalidSelectorError,
+        InvalidNameError,
+        InvalidTypeError,
+        InvalidValueError,
+        InvalidSpecificationError,
+        InvalidPropertiesError,
+        InvalidRequestError,
+        FrameTooLargeError,
+        TopicExistsMismatchError,
+        NoSuchTopicError,
+        UnknownOperationError,
+        ProtocolViolationError,
+        UnavailableError,
+        SessionClosedError,
+        ConnectError,
+    ]
+}
+_BY_CODE["UNSUPPORTED_VERSION"] = ProtocolViolationError
+_BY_CODE["CONVERSION_FAILED"] = InvalidValueError
+
+
+def error_for(code: str, message: str) -> CanopyError:
+    """The exception for a server error code (unknown codes give :class:`CanopyError`)."""
+    return _BY_CODE.get(code, CanopyError)(message, code)

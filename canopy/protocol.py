@@ -1,0 +1,385 @@
+"""The canopy wire protocol (version 1), sans I/O.
+
+canopy speaks over WebSocket. Every WebSocket message is a *binary frame*
+holding one msgpack array of *messages*; a sender may batch any number of
+messages into one frame, and should (one frame per update costs ten times
+more than sixteen updates in one). Each message is itself a msgpack array
+whose first element is the message type:
+
+=====  ==============  ======================================================
+code   message         fields after the code
+=====  ==============  ======================================================
+0      HELLO           version, principal (str|nil), password (str|nil),
+                       properties (map str→str)                     c → s
+1      WELCOME         version, session id, session properties (map),
+                       max frame size (int), OpenAjax root (str)     s → c
+2      REQUEST         correlation id (int > 0), operation (str), args (array)
+3      RESPONSE        correlation id, result                        s → c
+4      ERROR           correlation id (int, 0 when none applies), code (str),
+                       message (str)                                 s → c
+5      SUBSCRIBED      topic alias (int), path, type, properties
+                       (array of [name, value]), value (bin|nil)     s → c
+6      VALUE           topic alias, value (bin)                      s → c
+7      UNSUBSCRIBED    topic alias, reason (str)                     s → c
+8      CLOSE           code (str), message (str)                     s → c
+=====  ==============  ======================================================
+
+The first frame from the client must hold exactly one HELLO; the server
+answers WELCOME, or ERROR (correlation id 0) and closes. The server refuses
+a version it does not speak. After that the client sends REQUESTs; each gets
+exactly one RESPONSE or ERROR carrying its correlation id. Topic
+notifications (SUBSCRIBED, VALUE, UNSUBSCRIBED) arrive in the same stream:
+a SUBSCRIBED gives the path and specification once, later messages name the
+topic by its alias. CLOSE tells the client why the server ends the session
+(e.g. ``QUEUE_LIMIT`` for a consumer too slow for a topic with CONFLATION
+off) just before the WebSocket closes.
+
+Values travel as the bytes the broker stores: one CBOR item for STRING,
+INT64, DOUBLE and JSON topics, raw bytes for BINARY. In requests a value is
+``data`` plus ``raw`` (true for bytes meant literally).
+
+Operations and their arguments (results in the RESPONSE):
+
+==============  ===============================================  ==================
+operation       args                                             result
+==============  ===============================================  ==================
+add             path, type, properties (map|nil)                 "CREATED"|"EXISTS"
+set             path, data, raw, type (str|nil), add_if_missing  "CREATED"|nil
+remove          selector                                         topics removed
+fetch           selector, with_values, with_properties,          [[path, type,
+                types (array|nil), limit (int|nil)               props|nil, value|nil]]
+subscribe       selector                                         nil
+unsubscribe     selector                                         nil
+==============  ===============================================  ==================
+
+Error codes are strings (``INVALID_PATH``, ``INVALID_SELECTOR``,
+``INVALID_VALUE``, ``NO_SUCH_TOPIC``, ``UNKNOWN_OPERATION``,
+``PROTOCOL_ERROR``, ``FRAME_TOO_LARGE``, ...); :mod:`canopy.errors` maps each
+to an exception class. A frame larger than the server's maximum closes the
+connection (WebSocket code 1009); a malformed message gets an ERROR and the
+session continues.
+
+This module only turns messages into bytes and back; the client and the
+gateway drive it over their sockets.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+FRAME_OVERHEAD = 5  # the largest msgpack array header
+HELLO, WELCOME, REQUEST, RESPONSE, ERROR, SUBSCRIBED, VALUE, UNSUBSCRIBED, CLOSE = range(9)
+OPERATIONS = frozenset({"add", "set", "remove", "fetch", "subscribe", "unsubscribe"})
+
+
+class ProtocolError(Exception):
+    """Bytes that are not a valid canopy frame or message."""
+
+    code = "PROTOCOL_ERROR"
+
+    def __init__(self, message: str, correlation_id: int = 0) -> None:
+        super().__init__(message)
+        self.correlation_id = correlation_id
+
+
+@dataclass(frozen=True)
+class Hello:
+    version: int
+    principal: str | None
+    password: str | None
+    properties: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Welcome:
+    version: int
+    session_id: str
+    properties: dict[str, str]
+    max_frame_size: int
+    hub_root: str
+
+
+@dataclass(frozen=True)
+class Request:
+    cid: int
+    op: str
+    args: list[Any]
+
+
+@dataclass(frozen=True)
+class Response:
+    cid: int
+    result: Any
+
+
+@dataclass(frozen=True)
+class Error:
+    cid: int
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Subscribed:
+    alias: int
+    path: str
+    type: str
+    properties: list[list[str]]
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class Value:
+    alias: int
+    value: bytes
+
+
+@dataclass(frozen=True)
+class Unsubscribed:
+    alias: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Close:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """A message inside a valid frame that could not be understood."""
+
+    cid: int
+    reason: str
+
+
+Message = Hello | Welcome | Request | Response | Error | Subscribed | Value | Unsubscribed | Close
+
+# -- encoding ----------------------------------------------------------------
+
+_packer = msgpack.Packer(use_bin_type=True)
+
+
+def pack(item: Any) -> bytes:
+    data: bytes = msgpack.packb(item, use_bin_type=True)
+    return data
+
+
+def frame(messages: list[bytes]) -> bytes:
+    """One frame from already-encoded messages (no re-encoding)."""
+    header: bytes = _packer.pack_array_header(len(messages))
+    return header + b"".join(messages)
+
+
+def encode(message: Message) -> bytes:
+    """Encode one message."""
+    m = message
+    if isinstance(m, Value):
+        return pack([VALUE, m.alias, m.value])
+    if isinstance(m, Response):
+        return pack([RESPONSE, m.cid, m.result])
+    if isinstance(m, Request):
+        return pack([REQUEST, m.cid, m.op, m.args])
+    if isinstance(m, Subscribed):
+        return pack([SUBSCRIBED, m.alias, m.path, m.type, m.properties, m.value])
+    if isinstance(m, Unsubscribed):
+        return pack([UNSUBSCRIBED, m.alias, m.reason])
+    if isinstance(m, Error):
+        return pack([ERROR, m.cid, m.code, m.message])
+    if isinstance(m, Hello):
+        return pack([HELLO, m.version, m.principal, m.password, m.properties])
+    if isinstance(m, Welcome):
+        return pack([WELCOME, m.version, m.session_id, m.properties, m.max_frame_size, m.hub_root])
+    if isinstance(m, Close):
+        return pack([CLOSE, m.code, m.message])
+    raise TypeError(f"not a protocol message: {message!r}")
+
+
+# -- decoding ----------------------------------------------------------------
+
+
+def _expect(value: Any, kinds: type | tuple[type, ...], what: str) -> Any:
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in _as_tuple(kinds)):
+        raise ValueError(f"{what} must be {_names(kinds)}, got {type(value).__name__}")
+    return value
+
+
+def _as_tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kinds if isinstance(kinds, tuple) else (kinds,)
+
+
+def _names(kinds: type | tuple[type, ...]) -> str:
+    return " or ".join(k.__name__ if k is not type(None) else "nil" for k in _as_tuple(kinds))
+
+
+def _str_map(value: Any, what: str) -> dict[str, str]:
+    _expect(value, dict, what)
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise ValueError(f"{what} must map strings to strings")
+    return dict(value)
+
+
+_ARITY = {
+    HELLO: 5,
+    WELCOME: 6,
+    REQUEST: 4,
+    RESPONSE: 3,
+    ERROR: 4,
+    SUBSCRIBED: 6,
+    VALUE: 3,
+    UNSUBSCRIBED: 3,
+    CLOSE: 3,
+}
+
+
+def _decode_one(item: Any) -> Message:
+    if not isinstance(item, list) or not item:
+        raise ValueError("a message must be a non-empty array")
+    code = item[0]
+    arity = _ARITY.get(code) if isinstance(code, int) and not isinstance(code, bool) else None
+    if arity is None:
+        raise ValueError(f"unknown message type {code!r}")
+    if len(item) != arity:
+        raise ValueError(f"message type {code} has {arity - 1} fields, got {len(item) - 1}")
+    if code == REQUEST:
+        cid = _expect(item[1], int, "correlation id")
+        if cid <= 0:
+            raise ValueError("correlation id must be positive")
+        return Request(cid, _expect(item[2], str, "operation"), _expect(item[3], list, "args"))
+    if code == VALUE:
+        return Value(_expect(item[1], int, "alias"), _expect(item[2], bytes, "value"))
+    if code == RESPONSE:
+        return Response(_expect(item[1], int, "correlation id"), item[2])
+    if code == SUBSCRIBED:
+        return Subscribed(
+            _expect(item[1], int, "alias"),
+            _expect(item[2], str, "path"),
+            _expect(item[3], str, "type"),
+            _expect(item[4], list, "properties"),
+            _expect(item[5], (bytes, type(None)), "value"),
+        )
+    if code == UNSUBSCRIBED:
+        return Unsubscribed(_expect(item[1], int, "alias"), _expect(item[2], str, "reason"))
+    if code == ERROR:
+        return Error(
+            _expect(item[1], int, "correlation id"),
+            _expect(item[2], str, "code"),
+            _expect(item[3], str, "message"),
+        )
+    if code == HELLO:
+        return Hello(
+            _expect(item[1], int, "version"),
+            _expect(item[2], (str, type(None)), "principal"),
+            _expect(item[3], (str, type(None)), "password"),
+            _str_map(item[4], "properties"),
+        )
+    if code == WELCOME:
+        return Welcome(
+            _expect(item[1], int, "version"),
+            _expect(item[2], str, "session id"),
+            _str_map(item[3], "properties"),
+            _expect(item[4], int, "max frame size"),
+            _expect(item[5], str, "root"),
+        )
+    return Close(_expect(item[1], str, "code"), _expect(item[2], str, "message"))
+
+
+def decode(data: bytes) -> list[Message | Malformed]:
+    """Decode a frame. A frame that is not a msgpack array raises
+    :class:`ProtocolError`; a bad message inside a good frame becomes a
+    :class:`Malformed` entry (with its correlation id when it has one) so
+    the messages around it still count."""
+    try:
+        items = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as e:
+        raise ProtocolError(f"frame is not msgpack: {e}") from None
+    except Exception as e:  # msgpack raises a few other types on hostile input
+        raise ProtocolError(f"frame is not msgpack: {type(e).__name__}: {e}") from None
+    if not isinstance(items, list):
+        raise ProtocolError(f"a frame must be an array of messages, got {type(items).__name__}")
+    out: list[Message | Malformed] = []
+    for item in items:
+        try:
+            out.append(_decode_one(item))
+        except ValueError as e:
+            cid = 0
+            if (
+                isinstance(item, list)
+                and len(item) > 1
+                and item[0] == REQUEST
+                and isinstance(item[1], int)
+                and not isinstance(item[1], bool)
+            ):
+                cid = item[1]
+            out.append(Malformed(cid, str(e)))
+    return out
+
+
+# -- the client side -----------------------------------------------------------
+
+
+@dataclass
+class ClientProtocol:
+    """Client state: correlation ids and the frame being assembled.
+
+    Call :meth:`hello` once, then :meth:`request` for each operation; the
+    messages accumulate until :meth:`data_to_send` returns them as one frame.
+    Feed every received frame to :meth:`receive`.
+    """
+
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _outgoing: list[bytes] = field(default_factory=list)
+    welcomed: Welcome | None = None
+
+    def hello(
+        self,
+        principal: str | None = None,
+        password: str | None = None,
+        properties: dict[str, str] | None = None,
+    ) -> bytes:
+        return frame([encode(Hello(PROTOCOL_VERSION, principal, password, dict(properties or {})))])
+
+    def request(self, op: str, *args: Any, max_size: int | None = None) -> int:
+        """Queue a request and return its correlation id.
+
+        With ``max_size``, a request that could not fit in a frame of that
+        size raises :class:`ValueError` and is not queued.
+        """
+        cid = next(self._ids)
+        message = pack([REQUEST, cid, op, list(args)])
+        if max_size is not None and len(message) + FRAME_OVERHEAD > max_size:
+            raise ValueError(f"{op} request of {len(message)} bytes exceeds the frame limit of {max_size}")
+        self._outgoing.append(message)
+        return cid
+
+    def data_to_send(self, max_size: int | None = None) -> list[bytes]:
+        """The queued requests as frames, none larger than ``max_size``."""
+        frames: list[bytes] = []
+        batch: list[bytes] = []
+        size = FRAME_OVERHEAD
+        for message in self._outgoing:
+            if batch and max_size is not None and size + len(message) > max_size:
+                frames.append(frame(batch))
+                batch, size = [], FRAME_OVERHEAD
+            batch.append(message)
+            size += len(message)
+        if batch:
+            frames.append(frame(batch))
+        self._outgoing = []
+        return frames
+
+    def receive(self, data: bytes) -> list[Message | Malformed]:
+        messages = decode(data)
+        for m in messages:
+            if isinstance(m, Welcome):
+                if m.version != PROTOCOL_VERSION:
+                    raise ProtocolError(f"server speaks protocol version {m.version}, not {PROTOCOL_VERSION}")
+                self.welcomed = m
+        return messages

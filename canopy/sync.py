@@ -1,0 +1,182 @@
+"""A blocking facade over the asyncio client, for scripts and the CLI.
+
+::
+
+    with canopy.connect_sync("ws://127.0.0.1:8080") as session:
+        session.topics.add("a/b", "STRING")
+        session.topics.set("a/b", "hello")
+        for event in session.topics.subscribe("?a//"):
+            print(event.path, event.value)
+
+The session runs on an event loop in a background thread; every method
+blocks until the server has answered (``timeout`` seconds at most, then
+:class:`TimeoutError`). Events a subscription receives are buffered while the
+caller is not iterating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+from canopy.client import (
+    DEFAULT_URL,
+    AddResult,
+    FetchedTopic,
+    Session,
+    Subscription,
+    TopicEvent,
+    connect,
+)
+from topics.selectors import Selector
+from topics.types import TopicType
+
+T = TypeVar("T")
+
+
+class _Loop:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="canopy-client", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+class SyncSubscription:
+    """A blocking iterator of :class:`TopicEvent`."""
+
+    def __init__(self, runner: _Loop, sub: Subscription, timeout: float | None) -> None:
+        self._runner = runner
+        self._sub = sub
+        self.selector = sub.selector
+        self._timeout = timeout
+
+    def __iter__(self) -> Iterator[TopicEvent]:
+        return self
+
+    def __next__(self) -> TopicEvent:
+        try:
+            return self._runner.run(self._sub.__anext__(), None)
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def next(self, timeout: float | None = None) -> TopicEvent:
+        """The next event; :class:`TimeoutError` after ``timeout`` seconds."""
+        return self._runner.run(self._sub.next(timeout), None)
+
+    def unsubscribe(self) -> None:
+        self._runner.run(self._sub.unsubscribe(), self._timeout)
+
+    def __enter__(self) -> SyncSubscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._sub.session.closed:
+            self.unsubscribe()
+
+
+class SyncTopics:
+    def __init__(self, runner: _Loop, session: Session, timeout: float | None) -> None:
+        self._r, self._s, self._t = runner, session, timeout
+
+    def add(self, path: str, type: TopicType | str, properties: dict[str, Any] | None = None) -> AddResult:
+        return self._r.run(self._s.topics.add(path, type, properties), self._t)
+
+    def set(self, path: str, value: Any, type: TopicType | str | None = None, *, add_if_missing: bool = False) -> None:
+        self._r.run(self._s.topics.set(path, value, type, add_if_missing=add_if_missing), self._t)
+
+    def add_and_set(self, path: str, value: Any, type: TopicType | str | None = None) -> None:
+        self._r.run(self._s.topics.add_and_set(path, value, type), self._t)
+
+    def remove(self, selector: str | Selector) -> int:
+        return self._r.run(self._s.topics.remove(selector), self._t)
+
+    def fetch(
+        self,
+        selector: str | Selector,
+        with_values: bool = True,
+        with_properties: bool = False,
+        types: list[TopicType | str] | None = None,
+        limit: int | None = None,
+    ) -> list[FetchedTopic]:
+        return self._r.run(self._s.topics.fetch(selector, with_values, with_properties, types, limit), self._t)
+
+    def subscribe(self, selector: str | Selector) -> SyncSubscription:
+        return SyncSubscription(self._r, self._r.run(self._s.topics.subscribe(selector), self._t), self._t)
+
+    def unsubscribe(self, selector: str | Selector) -> None:
+        self._r.run(self._s.topics.unsubscribe(selector), self._t)
+
+
+class SyncHub:
+    def __init__(self, runner: _Loop, session: Session, timeout: float | None) -> None:
+        self._r, self._s, self._t = runner, session, timeout
+
+    @property
+    def root(self) -> str:
+        return self._s.hub.root
+
+    def publish(self, name: str, value: Any) -> None:
+        self._r.run(self._s.hub.publish(name, value), self._t)
+
+    def subscribe(self, pattern: str) -> SyncSubscription:
+        return SyncSubscription(self._r, self._r.run(self._s.hub.subscribe(pattern), self._t), self._t)
+
+
+class SyncSession:
+    def __init__(self, runner: _Loop, session: Session, timeout: float | None) -> None:
+        self._runner = runner
+        self._session = session
+        self.session_id = session.session_id
+        self.properties = session.properties
+        self.topics = SyncTopics(runner, session, timeout)
+        self.hub = SyncHub(runner, session, timeout)
+
+    @property
+    def closed(self) -> bool:
+        return self._session.closed
+
+    def close(self) -> None:
+        try:
+            self._runner.run(self._session.close(), 10)
+        finally:
+            self._runner.stop()
+
+    def __enter__(self) -> SyncSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect_sync(
+    url: str = DEFAULT_URL,
+    principal: str | None = None,
+    password: str | None = None,
+    properties: dict[str, str] | None = None,
+    *,
+    hub_root: str | None = None,
+    timeout: float | None = 30.0,
+) -> SyncSession:
+    """Open a blocking session (see the module docstring)."""
+    runner = _Loop()
+
+    async def open_session() -> Session:
+        return await connect(url, principal, password, properties, hub_root=hub_root)
+
+    try:
+        session = runner.run(open_session(), timeout)
+    except BaseException:
+        runner.stop()
+        raise
+    return SyncSession(runner, session, timeout)

@@ -1,0 +1,14 @@
+"""Every Ray name canopy uses, in one place."""
+
+from __future__ import annotations
+
+DEFAULT_NAMESPACE = "canopy"
+CONTROLLER = "controller"
+
+
+def partition(index: int) -> str:
+    return f"partition-{index}"
+
+
+def gateway(index: int) -> str:
+    return f"gateway-{index}"

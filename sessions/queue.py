@@ -1,0 +1,122 @@
+"""A session's outbound queue, with the topic CONFLATION policies.
+
+Every message for a session (responses, subscription notifications, topic
+values) goes through one FIFO :class:`OutboundQueue`; a writer drains it into
+network frames as fast as the client reads. When the client is slower than
+the updates, the queue grows, and each topic's CONFLATION property decides
+what happens to *its* values:
+
+``off``
+    every value is queued; past the queue limit the session is closed.
+``conflate`` (the default)
+    under back pressure (at least ``backpressure`` values pending), a new
+    value replaces the topic's value still waiting in the queue, in place.
+``always``
+    a new value always replaces the topic's pending value.
+``unsubscribe``
+    under back pressure the session is unsubscribed from the topic.
+
+Control messages (responses, subscribed/unsubscribed notifications) are
+never dropped or merged and do not count towards the limit; the limit and
+the back-pressure threshold count pending *values*. Messages are
+pre-encoded bytes: the same update encoded once serves every session.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+
+from topics.properties import Conflation
+
+__all__ = ["OutboundQueue", "Outcome"]
+
+
+class Outcome(enum.Enum):
+    QUEUED = "queued"
+    CONFLATED = "conflated"
+    UNSUBSCRIBE = "unsubscribe"  # the caller must unsubscribe the session from the topic
+    OVERFLOW = "overflow"  # the caller must close the session
+
+
+class OutboundQueue:
+    """Pending messages for one session. Not thread-safe; one owner."""
+
+    __slots__ = ("limit", "backpressure", "_items", "_pending", "_values", "conflated")
+
+    def __init__(self, limit: int = 10_000, backpressure: int = 1_000) -> None:
+        if limit < 1 or backpressure < 1:
+            raise ValueError("queue limit and back-pressure threshold must be positive")
+        self.limit = limit
+        self.backpressure = min(backpressure, limit)
+        # items are [topic, message]: topic is None for control messages;
+        # a message of None is a value that was dropped after queueing
+        self._items: deque[list[object]] = deque()
+        self._pending: dict[object, list[object]] = {}
+        self._values = 0
+        self.conflated = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def pending_values(self) -> int:
+        return self._values
+
+    @property
+    def under_backpressure(self) -> bool:
+        return self._values >= self.backpressure
+
+    def push_control(self, message: bytes) -> None:
+        self._items.append([None, message])
+
+    def push_value(self, topic: object, message: bytes, policy: Conflation) -> Outcome:
+        """Queue a topic value under the topic's conflation policy."""
+        if policy is Conflation.ALWAYS or (
+            policy is Conflation.CONFLATE and self._values >= self.backpressure
+        ):
+            item = self._pending.get(topic)
+            if item is not None:
+                item[1] = message
+                self.conflated += 1
+                return Outcome.CONFLATED
+        elif policy is Conflation.UNSUBSCRIBE and self._values >= self.backpressure:
+            return Outcome.UNSUBSCRIBE
+        if self._values >= self.limit:
+            return Outcome.OVERFLOW
+        item = [topic, message]
+        self._items.append(item)
+        self._values += 1
+        if policy is Conflation.ALWAYS or policy is Conflation.CONFLATE:
+            self._pending[topic] = item
+        return Outcome.QUEUED
+
+    def drop_topic(self, topic: object) -> int:
+        """Discard the values still queued for ``topic``; return how many."""
+        dropped = 0
+        for item in self._items:
+            if item[0] == topic and item[1] is not None:
+                item[1] = None
+                dropped += 1
+        self._values -= dropped
+        self._pending.pop(topic, None)
+        return dropped
+
+    def take(self, max_bytes: int = 64 * 1024) -> list[bytes]:
+        """Pop messages from the front, at least one and up to ~``max_bytes``."""
+        out: list[bytes] = []
+        size = 0
+        items = self._items
+        while items and (not out or size < max_bytes):
+            item = items.popleft()
+            topic, message = item
+            if topic is not None:
+                if message is None:
+                    continue
+                self._values -= 1
+                if self._pending.get(topic) is item:
+                    del self._pending[topic]
+            assert isinstance(message, bytes)
+            out.append(message)
+            size += len(message)
+        return out

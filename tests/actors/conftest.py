@@ -1,0 +1,55 @@
+"""One Ray node for the whole actor test session, with one canopy instance on it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cluster import names
+from cluster.config import ServerConfig
+
+BROKER_SETTINGS = {"port": 0, "partitions": 2, "queue_limit": 5000, "backpressure_threshold": 500, "max_frame_size": 262_144}
+
+
+@pytest.fixture(scope="session")
+def ray_node() -> Iterator[Any]:
+    import ray
+
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        namespace=f"canopy-test-{uuid.uuid4().hex[:8]}",
+        logging_level="WARNING",
+        log_to_driver=False,
+    )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def broker(ray_node: Any) -> Iterator[str]:
+    """The URL of a canopy gateway backed by two partitions."""
+    from actors import controller as controller_module
+
+    ray = ray_node
+    config = ServerConfig(**BROKER_SETTINGS)  # type: ignore[arg-type]
+    controller = controller_module.remote_class().options(name=names.CONTROLLER).remote(
+        config.as_dict(), ray.get_runtime_context().get_node_id()
+    )
+    info = ray.get(controller.start.remote(), timeout=120)
+    try:
+        yield info["urls"][0]
+    finally:
+        ray.get(controller.shutdown.remote(), timeout=60)
+        ray.kill(controller)
+
+
+@pytest.fixture
+def prefix(request: pytest.FixtureRequest) -> str:
+    """A topic branch of this test's own."""
+    return f"t/{request.node.name.replace('[', '_').replace(']', '_')}-{uuid.uuid4().hex[:6]}"

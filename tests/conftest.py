@@ -1,0 +1,55 @@
+"""Shared test helpers: polling with a deadline, free ports, Ray settings."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# Local test clusters run without Ray's token authentication.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(check: Callable[[], T], timeout: float = 30.0, what: str = "condition", interval: float = 0.05) -> T:
+    """Poll ``check`` until it returns something truthy; fail with the last observation."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = check()
+            if last:
+                return last
+        except Exception as e:  # keep polling; report it if time runs out
+            last = e
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last observation: {last!r}")
+        time.sleep(interval)
+
+
+async def await_for(
+    check: Callable[[], Awaitable[T]], timeout: float = 30.0, what: str = "condition", interval: float = 0.05
+) -> T:
+    """Async :func:`wait_for`."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = await check()
+            if last:
+                return last
+        except Exception as e:
+            last = e
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last observation: {last!r}")
+        await asyncio.sleep(interval)

@@ -1,0 +1,87 @@
+"""`canopy serve` as a real subprocess, and the `canopy` CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port, wait_for
+
+BIN = Path(sys.executable).parent
+
+
+class Server:
+    """A `canopy serve` process; its output is collected in ``lines``."""
+
+    def __init__(self, data_dir: Path, *args: str, port: int | None = None) -> None:
+        self.port = port if port is not None else free_port()
+        self.url = f"ws://127.0.0.1:{self.port}"
+        self.data_dir = data_dir
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [str(BIN / "canopy"), "serve", "--port", str(self.port), "--data-dir", str(data_dir), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_ready(self, timeout: float = 120.0) -> Server:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"canopy serve exited with {self.proc.returncode}:\n{self.output}")
+            return any("canopy serving" in line for line in self.lines)
+
+        wait_for(ready, timeout, "canopy serve to report it is serving")
+        return self
+
+    def stop(self, timeout: float = 90.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._reader.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return self.proc.returncode
+
+
+def cli(*args: str, url: str | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ}
+    if url is not None:
+        env["CANOPY_URL"] = url
+    return subprocess.run([str(BIN / "canopy"), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One `canopy serve` for a test module, with small queues to make slow consumers visible."""
+    data = tmp_path_factory.mktemp("data")
+    srv = Server(data, "--partitions", "2", "--queue-limit", "40", "--backpressure-threshold", "8",
+                 "--max-frame-size", "4194304")
+    try:
+        yield srv.wait_ready()
+    finally:
+        code = srv.stop()
+        assert code == 0, f"canopy serve exited with {code}:\n{srv.output}"

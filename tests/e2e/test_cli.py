@@ -1,0 +1,100 @@
+"""The `canopy` command line against a running `canopy serve`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from tests.e2e.conftest import BIN, Server, cli
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_topic_commands(server: Server) -> None:
+    url = server.url
+    assert ok(cli("topic", "add", "cli/s", "--type", "STRING", url=url)).strip() == "CREATED"
+    assert ok(cli("topic", "add", "cli/s", "--type", "STRING", url=url)).strip() == "EXISTS"
+    ok(cli("topic", "add", "cli/j", "--type", "JSON", "--property", "CONFLATION=off", url=url))
+    ok(cli("topic", "set", "cli/s", "hello world", url=url))
+    ok(cli("topic", "set", "cli/j", '{"b": [1, 2], "a": null}', url=url))
+    ok(cli("topic", "set", "cli/d", "12.5", "--type", "DOUBLE", url=url))
+    ok(cli("topic", "set", "cli/bin", "AAH/", "--type", "BINARY", url=url))
+    lines = ok(cli("topic", "fetch", "?cli//", "--json", "--properties", url=url)).splitlines()
+    records = [json.loads(line) for line in lines]
+    assert records == [
+        {"path": "cli/bin", "type": "BINARY", "value": "AAH/", "properties": {}},
+        {"path": "cli/d", "type": "DOUBLE", "value": 12.5, "properties": {}},
+        {"path": "cli/j", "type": "JSON", "value": {"b": [1, 2], "a": None}, "properties": {"CONFLATION": "off"}},
+        {"path": "cli/s", "type": "STRING", "value": "hello world", "properties": {}},
+    ]
+    plain = ok(cli("topic", "fetch", ">cli/j", url=url))
+    assert plain.strip() == 'cli/j JSON {"b":[1,2],"a":null}'
+    assert ok(cli("topic", "remove", "?cli//", url=url)).strip() == "4"
+    assert ok(cli("topic", "fetch", "?cli//", url=url)) == ""
+
+
+def test_subscribe_prints_events_and_stops_after_count(server: Server) -> None:
+    url = server.url
+    ok(cli("topic", "set", "follow/a", "1", "--type", "INT64", url=url))
+    proc = subprocess.Popen(
+        [str(BIN / "canopy"), "topic", "subscribe", "?follow//", "--count", "3", "--json", "--url", url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        assert first == {"event": "subscribed", "path": "follow/a", "type": "INT64", "value": 1}
+        ok(cli("topic", "set", "follow/a", "2", url=url))
+        ok(cli("topic", "set", "follow/a", "3", url=url))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert [json.loads(line)["value"] for line in out.splitlines()] == [2, 3]
+
+
+def test_hub_commands(server: Server) -> None:
+    url = server.url
+    proc = subprocess.Popen(
+        [str(BIN / "canopy"), "hub", "subscribe", "org.example.**", "--count", "2", "--url", url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        # the subscription is live once the hub topics exist for it to see; publish until both arrive
+        ok(cli("hub", "publish", "org.example.a", '{"n": 1}', url=url))
+        ok(cli("hub", "publish", "org.example.b.c", "plain text", url=url))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert sorted(line.split(" ", 2)[1] for line in out.splitlines()) == ["org.example.a", "org.example.b.c"]
+    fetched = ok(cli("topic", "fetch", "?hub/org/example//", "--json", url=url)).splitlines()
+    assert [json.loads(line)["value"] for line in fetched] == [{"n": 1}, "plain text"]
+
+
+def test_errors_are_one_line_and_nonzero(server: Server) -> None:
+    url = server.url
+    cases = [
+        (("topic", "fetch", "?a//b"), "INVALID_SELECTOR"),
+        (("topic", "add", "x", "--type", "NOPE"), "INVALID_TYPE"),
+        (("topic", "set", "nowhere/at/all", "1"), "NO_SUCH_TOPIC"),
+        (("topic", "set", "e2e/n", "abc", "--type", "INT64"), "INVALID_VALUE"),
+        (("topic", "add", "x", "--type", "STRING", "--property", "CONFLATION"), "INVALID_SPECIFICATION"),
+        (("hub", "publish", "a.*", "1"), "INVALID_NAME"),
+    ]
+    for args, code in cases:
+        result = cli(*args, url=url)
+        assert result.returncode == 1, (args, result)
+        assert result.stderr.count("\n") == 1 and code in result.stderr, (args, result.stderr)
+    unreachable = cli("topic", "fetch", ">a", "--url", "ws://127.0.0.1:1")
+    assert unreachable.returncode == 1 and "CONNECT_FAILED" in unreachable.stderr
+
+
+def test_usage_errors_exit_2() -> None:
+    assert cli("topic").returncode == 2
+    assert cli("topic", "add", "x").returncode == 2

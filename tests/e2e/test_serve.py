@@ -1,0 +1,88 @@
+"""`canopy serve` starts whole or not at all, refuses clearly, and stops cleanly."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import canopy
+from tests.conftest import free_port, wait_for
+from tests.e2e.conftest import Server, cli
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT leftovers do not count
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_config_file_start_serve_refusals_and_clean_stop(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "canopy.toml"
+    config.write_text(f'port = {port}\npartitions = 3\nhub_root = "apps"\n')
+    data = tmp_path / "data"
+    first = Server(data, "--config", str(config), port=port)
+    try:
+        first.wait_ready()
+        info = json.loads((data / "server.json").read_text())
+        assert info["partitions"] == 3 and info["urls"] == [f"ws://127.0.0.1:{port}"]
+        with canopy.connect_sync(first.url) as session:
+            assert session.hub.root == "apps"
+            session.topics.add_and_set("serve/x", 1)
+            assert [t.value for t in session.topics.fetch(">serve/x")] == [1]
+
+        # the same data directory: refused at once
+        started = time.monotonic()
+        same_dir = Server(data, port=free_port())
+        same_dir.proc.wait(60)
+        assert same_dir.stop() == 1
+        assert "is in use by canopy serve pid" in same_dir.output
+
+        # the same port: refused before Ray starts
+        same_port = Server(tmp_path / "other", port=port)
+        same_port.proc.wait(60)
+        same_port.stop()
+        assert same_port.proc.returncode == 1
+        assert "already in use" in same_port.output
+        assert time.monotonic() - started < 60
+
+        # joining the same Ray cluster in the same namespace: refused, naming the running instance
+        joined = Server(tmp_path / "joined", "--address", info["ray_address"], port=free_port())
+        joined.proc.wait(120)
+        joined.stop()
+        assert joined.proc.returncode == 1, joined.output
+        assert "already running in namespace 'canopy'" in joined.output and first.url in joined.output
+
+        # ...and accepted in another namespace, sharing the Ray cluster
+        other = Server(tmp_path / "ns", "--address", info["ray_address"], "--namespace", "second", port=free_port())
+        try:
+            other.wait_ready()
+            with canopy.connect_sync(other.url) as session:
+                assert session.topics.fetch(">serve/x") == []  # a separate instance
+        finally:
+            assert other.stop() == 0, other.output
+        # the first instance is untouched by the second one's shutdown
+        with canopy.connect_sync(first.url) as session:
+            assert [t.value for t in session.topics.fetch(">serve/x")] == [1]
+    finally:
+        code = first.stop()
+    assert code == 0, first.output
+    assert "shutting down" in first.output
+    assert not (data / "server.json").exists()
+    wait_for(lambda: port_is_free(port), 30, f"port {port} to be released")
+
+
+def test_bad_configuration_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("port = 'eighty'\n")
+    result = cli("serve", "--config", str(config))
+    assert result.returncode == 1
+    assert "port must be an integer" in result.stderr and str(config) in result.stderr
+    result = cli("serve", "--partitions", "0", "--data-dir", str(tmp_path / "d"))
+    assert result.returncode == 1 and "partitions must be at least 1" in result.stderr

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import pytest
+
+from sessions.queue import OutboundQueue, Outcome
+from topics.properties import Conflation
+
+
+def drain(q: OutboundQueue) -> list[bytes]:
+    out: list[bytes] = []
+    while True:
+        batch = q.take(max_bytes=10)
+        if not batch:
+            return out
+        out.extend(batch)
+
+
+def test_fifo_with_control_messages() -> None:
+    q = OutboundQueue(limit=10, backpressure=5)
+    q.push_control(b"c1")
+    assert q.push_value("t", b"v1", Conflation.OFF) is Outcome.QUEUED
+    q.push_control(b"c2")
+    assert drain(q) == [b"c1", b"v1", b"c2"]
+    assert q.pending_values == 0 and len(q) == 0
+
+
+def test_off_overflows_at_limit() -> None:
+    q = OutboundQueue(limit=3, backpressure=1)
+    outcomes = [q.push_value("t", bytes([i]), Conflation.OFF) for i in range(4)]
+    assert outcomes == [Outcome.QUEUED] * 3 + [Outcome.OVERFLOW]
+    assert drain(q) == [b"\x00", b"\x01", b"\x02"]
+
+
+def test_conflate_only_under_backpressure() -> None:
+    q = OutboundQueue(limit=100, backpressure=2)
+    assert q.push_value("a", b"a1", Conflation.CONFLATE) is Outcome.QUEUED
+    assert q.push_value("a", b"a2", Conflation.CONFLATE) is Outcome.QUEUED  # 1 pending < 2
+    assert q.push_value("a", b"a3", Conflation.CONFLATE) is Outcome.CONFLATED
+    assert q.push_value("b", b"b1", Conflation.CONFLATE) is Outcome.QUEUED
+    assert drain(q) == [b"a1", b"a3", b"b1"]
+    assert q.conflated == 1
+
+
+def test_always_conflates_in_place_keeping_order() -> None:
+    q = OutboundQueue(limit=100, backpressure=50)
+    q.push_value("a", b"a1", Conflation.ALWAYS)
+    q.push_value("b", b"b1", Conflation.ALWAYS)
+    assert q.push_value("a", b"a2", Conflation.ALWAYS) is Outcome.CONFLATED
+    assert drain(q) == [b"a2", b"b1"]
+    # after the pending value left, the next one is queued afresh
+    assert q.push_value("a", b"a3", Conflation.ALWAYS) is Outcome.QUEUED
+
+
+def test_unsubscribe_under_backpressure() -> None:
+    q = OutboundQueue(limit=100, backpressure=2)
+    assert q.push_value("a", b"1", Conflation.UNSUBSCRIBE) is Outcome.QUEUED
+    assert q.push_value("a", b"2", Conflation.UNSUBSCRIBE) is Outcome.QUEUED
+    assert q.push_value("a", b"3", Conflation.UNSUBSCRIBE) is Outcome.UNSUBSCRIBE
+    assert q.drop_topic("a") == 2
+    assert q.pending_values == 0
+    q.push_control(b"unsub")
+    assert drain(q) == [b"unsub"]
+
+
+def test_control_messages_do_not_count_towards_the_limit() -> None:
+    q = OutboundQueue(limit=1, backpressure=1)
+    for _ in range(50):
+        q.push_control(b"c")
+    assert q.push_value("t", b"v", Conflation.OFF) is Outcome.QUEUED
+    assert not q.under_backpressure or q.pending_values == 1
+
+
+def test_take_respects_size_but_returns_at_least_one() -> None:
+    q = OutboundQueue()
+    q.push_control(b"x" * 100)
+    q.push_control(b"y")
+    assert q.take(max_bytes=10) == [b"x" * 100]
+    assert q.take(max_bytes=10) == [b"y"]
+    assert q.take() == []
+
+
+def test_invalid_limits() -> None:
+    with pytest.raises(ValueError):
+        OutboundQueue(limit=0)
