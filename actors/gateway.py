@@ -16,9 +16,11 @@ filled, so every partition's events are applied in the order it made them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,7 +80,9 @@ class GatewayActor:
         self.partitions = partitions
         self.registry = SessionRegistry(config["queue_limit"], config["backpressure_threshold"])
         self.channels = [
-            PartitionChannel(i, p, gateway_id, config["max_in_flight"], config["max_batch"])
+            PartitionChannel(
+                i, p, gateway_id, config["max_in_flight"], config["max_batch"], config["batch_window_ms"] / 1000
+            )
             for i, p in enumerate(partitions)
         ]
         self.connections: dict[str, _Connection] = {}
@@ -120,6 +124,7 @@ class GatewayActor:
     async def stats(self) -> dict[str, Any]:
         return {
             "gateway": self.gateway_id,
+            "pid": os.getpid(),
             "url": self.url,
             "sessions": len(self.registry.sessions),
             "selectors": len(list(self.registry.index.selectors())),
@@ -312,7 +317,24 @@ class GatewayActor:
         except TopicModelError as e:
             self._error(sid, request.cid, e.code, str(e))
             return
-        self._spawn(self._finish(sid, request.cid, work))
+        if isinstance(work, asyncio.Future):
+            # a single partition result: answer from a callback, no task needed
+            work.add_done_callback(functools.partial(self._finish_one, sid, request.cid))
+        else:
+            self._spawn(self._finish(sid, request.cid, work))
+
+    def _finish_one(self, sid: str, cid: int, future: asyncio.Future[list[Any]]) -> None:
+        error = future.exception()
+        if error is not None:
+            code = getattr(error, "code", "INTERNAL")
+            self._error(sid, cid, code if isinstance(code, str) else "INTERNAL", str(error))
+        else:
+            result = future.result()
+            if result[0] == FAILED:
+                self._error(sid, cid, result[1], result[2])
+            else:
+                self._respond(sid, cid, result[1])
+        self._wake()
 
     async def _finish(self, sid: str, cid: int, work: Any) -> None:
         try:
@@ -339,16 +361,13 @@ class GatewayActor:
             raise RequestError(result[1], result[2])
         return result[1]
 
-    async def _one(self, future: asyncio.Future[list[Any]]) -> Any:
-        return self._ok(await future)
-
     async def _all(self, futures: list[asyncio.Future[list[Any]]]) -> list[Any]:
         return [self._ok(r) for r in await asyncio.gather(*futures)]
 
     def _op_add(self, sid: str, path: Any, type_name: Any, properties: Any = None) -> Any:
         path = paths.normalise(path)
         spec = TopicSpecification.of(_expect(type_name, str, "type"), _expect(properties or {}, dict, "properties"))
-        return self._one(self._route(path, [OP_ADD, path, spec.type.value, spec.properties]))
+        return self._route(path, [OP_ADD, path, spec.type.value, spec.properties])
 
     def _op_set(
         self, sid: str, path: Any, data: Any, raw: Any, type_name: Any = None, add_if_missing: Any = False
@@ -361,7 +380,7 @@ class GatewayActor:
             type_name = TopicType.parse(_expect(type_name, str, "type")).value
         if len(data) > self.config["max_frame_size"]:
             raise InvalidValueError("value larger than the maximum frame size")
-        return self._one(self._route(path, [OP_SET, path, data, raw, type_name, add_if_missing]))
+        return self._route(path, [OP_SET, path, data, raw, type_name, add_if_missing])
 
     def _op_remove(self, sid: str, selector: Any) -> Any:
         sel = parse_selector(_expect(selector, str, "selector"))

@@ -10,6 +10,7 @@ order (an async actor may start calls out of order).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import msgpack
@@ -58,6 +59,7 @@ class PartitionActor:
     def stats(self) -> dict[str, Any]:
         return {
             "partition": self.index,
+            "pid": os.getpid(),
             "topics": len(self.store.tree),
             "registrations": len(self.store.index),
             "gateways": sorted(self._gateways),

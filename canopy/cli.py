@@ -169,7 +169,8 @@ def _serve(args: argparse.Namespace) -> int:
         key: getattr(args, key)
         for key in (
             "address", "namespace", "host", "port", "partitions", "data_dir", "queue_limit",
-            "backpressure_threshold", "max_frame_size", "hub_root",
+            "backpressure_threshold", "max_frame_size", "hub_root", "max_in_flight", "max_batch",
+            "batch_window_ms",
         )
     }
     try:
@@ -209,6 +210,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--backpressure-threshold", dest="backpressure_threshold", type=int)
     serve.add_argument("--max-frame-size", dest="max_frame_size", type=int)
     serve.add_argument("--hub-root", dest="hub_root")
+    serve.add_argument("--max-in-flight", dest="max_in_flight", type=int)
+    serve.add_argument("--max-batch", dest="max_batch", type=int)
+    serve.add_argument("--batch-window-ms", dest="batch_window_ms", type=int)
     serve.set_defaults(run=_serve)
 
     commands.add_parser("demo", help="walk through the pure topic model").set_defaults(run=_demo)

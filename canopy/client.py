@@ -31,9 +31,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
@@ -58,8 +59,7 @@ class AddResult(enum.Enum):
     EXISTS = "EXISTS"
 
 
-@dataclass(frozen=True)
-class TopicEvent:
+class TopicEvent(NamedTuple):
     """One notification for a subscription."""
 
     kind: str  # "subscribed" | "value" | "unsubscribed"
@@ -96,20 +96,27 @@ class Subscription:
     def __init__(self, session: Session, selector: Selector, hub_root: str | None = None) -> None:
         self.session = session
         self.selector = selector
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._events: deque[Any] = deque()
+        self._waiter: asyncio.Future[None] | None = None
         self._hub_root = hub_root
         self._error: errors.CanopyError | None = None
         self.ended = False
+
+    def _push(self, item: Any) -> None:
+        self._events.append(item)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _put(self, event: TopicEvent) -> None:
         if self._hub_root is not None:
             name = openajax.path_to_name(event.path, self._hub_root)
             if name is None:
                 return
-            event = TopicEvent(
-                event.kind, event.path, event.type, event.value, event.specification, event.reason, name
-            )
-        self._queue.put_nowait(event)
+            event = event._replace(name=name)
+        self._push(event)
 
     def _end(self, error: errors.CanopyError | None = None) -> None:
         """No more events: the selector was unsubscribed, or the session ended
@@ -117,18 +124,21 @@ class Subscription:
         if not self.ended:
             self.ended = True
             self._error = error
-            self._queue.put_nowait(_END)
+            self._push(_END)
 
     def __aiter__(self) -> AsyncIterator[TopicEvent]:
         return self
 
     async def __anext__(self) -> TopicEvent:
-        item = await self._queue.get()
-        if item is _END:
-            self._queue.put_nowait(_END)  # stay ended for later readers
+        while not self._events:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        item = self._events[0]
+        if item is _END:  # stays at the head: the subscription stays ended
             if self._error is not None:
                 raise self._error
             raise StopAsyncIteration
+        self._events.popleft()
         assert isinstance(item, TopicEvent)
         return item
 
@@ -215,6 +225,7 @@ class Topics:
         for sub in [s for s in self._s._subscriptions if s.selector == sel]:
             self._s._subscriptions.remove(sub)
             sub._end()
+        self._s._reroute()
 
 
 class Hub:
@@ -265,6 +276,7 @@ class Session:
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._subscriptions: list[Subscription] = []
         self._aliases: dict[int, _Topic] = {}
+        self._routes: dict[int, list[Subscription]] = {}  # alias -> subscriptions matching it
         self._flush_scheduled = False
         self._send_lock = asyncio.Lock()
         self._reader = asyncio.ensure_future(self._read())
@@ -308,7 +320,7 @@ class Session:
         try:
             async for data in self._ws:
                 if isinstance(data, bytes):
-                    self._dispatch(self._protocol.receive(data))
+                    self._receive(data)
         except ConnectionClosed:
             pass
         except wire.ProtocolError as e:
@@ -335,40 +347,63 @@ class Session:
             sub._end(None if ended_by_client else self.close_reason)
         self._subscriptions.clear()
 
-    def _dispatch(self, messages: list[Any]) -> None:
-        for m in messages:
-            if isinstance(m, wire.Value):
-                topic = self._aliases.get(m.alias)
+    def _receive(self, data: bytes) -> None:
+        for item in wire.unpack_frame(data):
+            # the fast path: a topic value, by far the most common message
+            if type(item) is list and len(item) == 3 and item[0] == wire.VALUE and type(item[2]) is bytes:
+                topic = self._aliases.get(item[1])
                 if topic is not None:
-                    topic.value = self._decode(topic.spec, m.value)
-                    self._fan_out(TopicEvent("value", topic.path, topic.spec.type, topic.value, topic.spec))
-            elif isinstance(m, wire.Response):
-                future = self._pending.pop(m.cid, None)
-                if future is not None and not future.done():
-                    future.set_result(m.result)
-            elif isinstance(m, wire.Subscribed):
-                spec = TopicSpecification.of(m.type, dict(m.properties))
-                value = self._decode(spec, m.value) if m.value is not None else None
-                self._aliases[m.alias] = _Topic(m.path, spec, value)
-                self._fan_out(TopicEvent("subscribed", m.path, spec.type, value, spec))
-            elif isinstance(m, wire.Unsubscribed):
-                gone = self._aliases.pop(m.alias, None)
-                if gone is not None:
-                    self._fan_out(
-                        TopicEvent("unsubscribed", gone.path, gone.spec.type, None, gone.spec, m.reason)
-                    )
-            elif isinstance(m, wire.Error):
-                error = errors.error_for(m.code, m.message)
-                future = self._pending.pop(m.cid, None) if m.cid else None
-                if future is not None and not future.done():
-                    future.set_exception(error)
-                else:
-                    log.warning("server error: %s", error)
-                    self.errors.append(error)
-            elif isinstance(m, wire.Close):
-                self.close_reason = errors.SessionClosedError(m.message, m.code)
-            elif isinstance(m, wire.Malformed):
-                log.warning("malformed message from server: %s", m.reason)
+                    topic.value = self._decode(topic.spec, item[2])
+                    routes = self._routes.get(item[1])
+                    if routes:
+                        event = TopicEvent("value", topic.path, topic.spec.type, topic.value, topic.spec)
+                        for sub in routes:
+                            sub._put(event)
+                continue
+            self._dispatch(wire.decode_item(item))
+
+    def _route(self, alias: int, path: str) -> None:
+        self._routes[alias] = [s for s in self._subscriptions if s.selector.matches(path)]
+
+    def _reroute(self) -> None:
+        for alias, topic in self._aliases.items():
+            self._route(alias, topic.path)
+
+    def _dispatch(self, m: Any) -> None:
+        if isinstance(m, wire.Value):
+            topic = self._aliases.get(m.alias)
+            if topic is not None:
+                topic.value = self._decode(topic.spec, m.value)
+                self._fan_out(TopicEvent("value", topic.path, topic.spec.type, topic.value, topic.spec))
+        elif isinstance(m, wire.Response):
+            future = self._pending.pop(m.cid, None)
+            if future is not None and not future.done():
+                future.set_result(m.result)
+        elif isinstance(m, wire.Subscribed):
+            spec = TopicSpecification.of(m.type, dict(m.properties))
+            value = self._decode(spec, m.value) if m.value is not None else None
+            self._aliases[m.alias] = _Topic(m.path, spec, value)
+            self._route(m.alias, m.path)
+            self._fan_out(TopicEvent("subscribed", m.path, spec.type, value, spec))
+        elif isinstance(m, wire.Unsubscribed):
+            gone = self._aliases.pop(m.alias, None)
+            self._routes.pop(m.alias, None)
+            if gone is not None:
+                self._fan_out(
+                    TopicEvent("unsubscribed", gone.path, gone.spec.type, None, gone.spec, m.reason)
+                )
+        elif isinstance(m, wire.Error):
+            error = errors.error_for(m.code, m.message)
+            future = self._pending.pop(m.cid, None) if m.cid else None
+            if future is not None and not future.done():
+                future.set_exception(error)
+            else:
+                log.warning("server error: %s", error)
+                self.errors.append(error)
+        elif isinstance(m, wire.Close):
+            self.close_reason = errors.SessionClosedError(m.message, m.code)
+        elif isinstance(m, wire.Malformed):
+            log.warning("malformed message from server: %s", m.reason)
 
     @staticmethod
     def _decode(spec: TopicSpecification, data: bytes) -> Any:
@@ -389,11 +424,13 @@ class Session:
             if selector.matches(topic.path):
                 sub._put(TopicEvent("subscribed", topic.path, topic.spec.type, topic.value, topic.spec))
         self._subscriptions.append(sub)
+        self._reroute()
         try:
             await self._call("subscribe", str(selector))
         except BaseException:
             if sub in self._subscriptions:
                 self._subscriptions.remove(sub)
+                self._reroute()
             raise
         return sub
 

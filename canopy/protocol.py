@@ -291,11 +291,11 @@ def _decode_one(item: Any) -> Message:
     return Close(_expect(item[1], str, "code"), _expect(item[2], str, "message"))
 
 
-def decode(data: bytes) -> list[Message | Malformed]:
-    """Decode a frame. A frame that is not a msgpack array raises
-    :class:`ProtocolError`; a bad message inside a good frame becomes a
-    :class:`Malformed` entry (with its correlation id when it has one) so
-    the messages around it still count."""
+def unpack_frame(data: bytes) -> list[Any]:
+    """The raw message arrays of a frame, unchecked; see :func:`decode_item`.
+
+    A frame that is not a msgpack array raises :class:`ProtocolError`.
+    """
     try:
         items = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
     except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as e:
@@ -304,22 +304,31 @@ def decode(data: bytes) -> list[Message | Malformed]:
         raise ProtocolError(f"frame is not msgpack: {type(e).__name__}: {e}") from None
     if not isinstance(items, list):
         raise ProtocolError(f"a frame must be an array of messages, got {type(items).__name__}")
-    out: list[Message | Malformed] = []
-    for item in items:
-        try:
-            out.append(_decode_one(item))
-        except ValueError as e:
-            cid = 0
-            if (
-                isinstance(item, list)
-                and len(item) > 1
-                and item[0] == REQUEST
-                and isinstance(item[1], int)
-                and not isinstance(item[1], bool)
-            ):
-                cid = item[1]
-            out.append(Malformed(cid, str(e)))
-    return out
+    return items
+
+
+def decode_item(item: Any) -> Message | Malformed:
+    """Check and convert one raw message array; a bad one becomes :class:`Malformed`
+    (with its correlation id when it has one)."""
+    try:
+        return _decode_one(item)
+    except ValueError as e:
+        cid = 0
+        if (
+            isinstance(item, list)
+            and len(item) > 1
+            and item[0] == REQUEST
+            and isinstance(item[1], int)
+            and not isinstance(item[1], bool)
+        ):
+            cid = item[1]
+        return Malformed(cid, str(e))
+
+
+def decode(data: bytes) -> list[Message | Malformed]:
+    """Decode a frame: a bad message inside a good frame becomes a
+    :class:`Malformed` entry so the messages around it still count."""
+    return [decode_item(item) for item in unpack_frame(data)]
 
 
 # -- the client side -----------------------------------------------------------

@@ -14,15 +14,17 @@ namespace                   ``canopy``               Ray namespace of this canop
 host                        ``127.0.0.1``            gateway listen address
 port                        ``8080``                 gateway port (gateway *k* of a multi-node
                                                      cluster listens on port + k)
-partitions                  one per core (1..8)      number of topic partitions
+partitions                  one per two cores (1..8) number of topic partitions
 data_dir                    ``data``                 data directory (created if missing)
 queue_limit                 ``10000``                values queued per session before the
                                                      topic's CONFLATION policy decides
 backpressure_threshold      ``1000``                 queued values that count as back pressure
 max_frame_size              ``1048576``              largest WebSocket frame accepted (bytes)
 hub_root                    ``hub``                  topic branch of the OpenAjax hub names
-max_in_flight               ``4``                    gateway→partition calls in flight per partition
+max_in_flight               ``2``                    gateway→partition calls in flight per partition
 max_batch                   ``2000``                 operations per gateway→partition call
+batch_window_ms             ``0``                    least time between two calls to one partition
+                                                     (a wider window: fewer, larger calls)
 ==========================  =======================  ===========================================
 """
 
@@ -55,8 +57,9 @@ class ServerConfig:
     backpressure_threshold: int = 1_000
     max_frame_size: int = 1_048_576
     hub_root: str = "hub"
-    max_in_flight: int = 4
+    max_in_flight: int = 2
     max_batch: int = 2_000
+    batch_window_ms: int = 0
 
     def __post_init__(self) -> None:
         self.validate("configuration")
@@ -73,6 +76,8 @@ class ServerConfig:
         positive("backpressure_threshold")
         positive("max_in_flight", 64)
         positive("max_batch")
+        if not 0 <= self.batch_window_ms <= 1000:
+            raise ConfigError(f"{source}: batch_window_ms must be 0..1000, got {self.batch_window_ms}")
         if not 1024 <= self.max_frame_size <= 256 * 1024 * 1024:
             raise ConfigError(f"{source}: max_frame_size must be between 1 KiB and 256 MiB")
         if not 0 <= self.port <= 65535:

@@ -25,5 +25,5 @@ def partitions_for(selector: Selector, count: int) -> list[int]:
 
 
 def default_partition_count(cpus: int | None) -> int:
-    """One partition per core, at least one and at most eight."""
-    return max(1, min(cpus or 1, 8))
+    """One partition per two cores (the gateways and Ray need the others), 1..8."""
+    return max(1, min((cpus or 1) // 2, 8))

@@ -62,4 +62,4 @@ def test_partitioning_is_stable_and_spread() -> None:
     assert partitions_for(parse_selector(">a/b"), 4) == [partition_of("a/b", 4)]
     assert partitions_for(parse_selector("?a/b"), 4) == [partition_of("a/b", 4)]
     assert partitions_for(parse_selector("?a/.*"), 4) == [0, 1, 2, 3]
-    assert default_partition_count(2) == 2 and default_partition_count(64) == 8 and default_partition_count(None) == 1
+    assert default_partition_count(2) == 1 and default_partition_count(8) == 4 and default_partition_count(64) == 8 and default_partition_count(None) == 1

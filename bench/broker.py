@@ -1,0 +1,160 @@
+"""Fan-out benchmark: canopy against Mosquitto and NATS, in the same run.
+
+Workload (see ``bench/peers.py`` for the exact measurement rules, shared by
+every broker): one publisher, 100 topics in round robin with ~50-byte
+payloads, 10 subscriber sessions each subscribed to all topics; first as
+fast as the publisher can (delivered updates/s summed over subscribers),
+then at a fixed 5,000 updates/s (publish→receive latency p50/p99).
+
+canopy runs as a real ``canopy serve`` subprocess (embedded Ray, default
+partitions) on a free port; its clients are the asyncio ``canopy`` client,
+all in this process on one event loop, as the peers' clients are. The topics
+are BINARY with CONFLATION off, so the payload bytes travel untouched and no
+update is conflated away (the peers drop nothing either). A canopy ``set``
+completes when the partition has applied it, so the publisher keeps up to
+``WINDOW`` sets outstanding instead of awaiting each one (MQTT QoS 0 and
+NATS publishes are fire-and-forget).
+
+    .venv/bin/python bench/broker.py [--duration 5] [--skip-peers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import peers  # noqa: E402
+
+import canopy  # noqa: E402
+
+WINDOW = 2000  # outstanding sets
+# Every delivery counts, as with QoS 0: the topics have CONFLATION off, and the
+# session queues may hold a few seconds of backlog before a session is cut.
+QUEUE_LIMIT = 500_000
+
+
+def start_server(data_dir: str, port: int, extra: list[str] | None = None) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "canopy"), "serve", "--port", str(port), "--data-dir", data_dir,
+            "--queue-limit", str(QUEUE_LIMIT), *(extra or []),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")},
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:
+        if "canopy serving" in line:
+            return proc
+        if time.monotonic() > deadline:
+            break
+    proc.kill()
+    raise RuntimeError("canopy serve did not start")
+
+
+def stop_server(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+async def bench_canopy(url: str, duration: float, subscribers: int, topics: int, rate: int) -> peers.Result:
+    phase = peers.Phase()
+    tallies = [peers.Tally(phase) for _ in range(subscribers)]
+    paths = [f"bench/t{i}" for i in range(topics)]
+    sessions: list[Any] = []
+    readers: list[asyncio.Task[None]] = []
+    try:
+        publisher = await canopy.connect(url)
+        sessions.append(publisher)
+        for path in paths:
+            await publisher.topics.add(path, "BINARY", {"CONFLATION": "off"})
+        for tally in tallies:
+            session = await canopy.connect(url)
+            sessions.append(session)
+            sub = await session.topics.subscribe("?bench/")
+
+            async def read(sub: Any = sub, tally: peers.Tally = tally) -> None:
+                async for event in sub:
+                    if event.kind == "value":
+                        tally.on_message(event.value)
+
+            readers.append(asyncio.ensure_future(read()))
+        outstanding: deque[asyncio.Future[None]] = deque()
+
+        async def publish(topic: int, payload: bytes) -> None:
+            outstanding.append(asyncio.ensure_future(publisher.topics.set(paths[topic], payload)))
+            if len(outstanding) >= WINDOW:
+                await outstanding.popleft()
+
+        async def flush() -> None:
+            while outstanding:
+                await outstanding.popleft()
+
+        measurement = await peers.run_async_workload(
+            publish, flush, phase, tallies, duration=duration, topics=topics, rate=rate
+        )
+    finally:
+        for task in readers:
+            task.cancel()
+        for session in sessions:
+            await session.close()
+    return measurement.result(f"canopy {canopy.__version__} (1 gateway, embedded Ray, asyncio client)", rate)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--subscribers", type=int, default=10)
+    parser.add_argument("--topics", type=int, default=100)
+    parser.add_argument("--rate", type=int, default=5000)
+    parser.add_argument("--skip-peers", action="store_true", help="measure canopy only")
+    parser.add_argument("--serve-args", default="", help="extra `canopy serve` options, e.g. '--partitions 1'")
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="canopy-bench-") as data:
+        port = peers.free_port()
+        print("[bench] starting canopy serve ...", file=sys.stderr, flush=True)
+        proc = start_server(data, port, args.serve_args.split())
+        try:
+            results.append(
+                asyncio.run(
+                    bench_canopy(f"ws://127.0.0.1:{port}", args.duration, args.subscribers, args.topics, args.rate)
+                )
+            )
+        finally:
+            stop_server(proc)
+    if not args.skip_peers:
+        for runner in (peers.run_mosquitto, peers.run_nats):
+            results.append(runner(args.duration, args.subscribers, args.topics, args.rate))
+    print(
+        f"\nworkload: 1 publisher -> {args.topics} topics (round robin, ~50-byte payloads), "
+        f"{args.subscribers} subscribers x all topics; windows of {args.duration:g}s; latency at {args.rate:,} updates/s\n"
+    )
+    peers.print_table(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
