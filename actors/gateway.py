@@ -151,8 +151,13 @@ class GatewayActor:
         self._wake()
 
     def _apply_events(self, blob: bytes) -> None:
-        events = msgpack.unpackb(blob, raw=False, use_list=True)
-        for token in self.registry.on_events(events):
+        try:
+            events = msgpack.unpackb(blob, raw=False, use_list=True)
+            live = self.registry.on_events(events)
+        except Exception:  # a bad batch must not stall the stream behind it
+            log.exception("could not apply a batch of partition events")
+            return
+        for token in live:
             waiter = self._waiters.pop(token, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
