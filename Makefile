@@ -33,6 +33,7 @@ soak: $(TEST_STAMP)
 bench: $(TEST_STAMP)
 	$(BIN)/python bench/selector_match.py
 	$(BIN)/python bench/topic_memory.py
+	$(BIN)/python bench/timeseries.py
 
 typecheck: $(TEST_STAMP)
 	$(BIN)/python -m mypy

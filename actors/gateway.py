@@ -38,7 +38,18 @@ from topics import paths
 from topics.errors import InvalidValueError, TopicModelError
 from topics.selectors import parse_selector
 from topics.specification import TopicSpecification
-from topics.store import FAILED, OP_ADD, OP_FETCH, OP_REGISTER, OP_REMOVE, OP_SET, OP_UNREGISTER
+from topics.store import (
+    FAILED,
+    OP_ADD,
+    OP_APPEND,
+    OP_EDIT,
+    OP_FETCH,
+    OP_QUERY,
+    OP_REGISTER,
+    OP_REMOVE,
+    OP_SET,
+    OP_UNREGISTER,
+)
 from topics.types import TopicType
 
 log = logging.getLogger("canopy.gateway")
@@ -386,6 +397,37 @@ class GatewayActor:
         if len(data) > self.config["max_frame_size"]:
             raise InvalidValueError("value larger than the maximum frame size")
         return self._route(path, [OP_SET, path, data, raw, type_name, add_if_missing])
+
+    def _op_append(self, sid: str, path: Any, data: Any, raw: Any, timestamp: Any = None) -> Any:
+        path = paths.normalise(path)
+        _expect(data, bytes, "value")
+        _expect(raw, bool, "raw")
+        if timestamp is not None:
+            _expect(timestamp, int, "timestamp")
+        author = self.registry.sessions[sid].principal
+        return self._route(path, [OP_APPEND, path, data, raw, timestamp, author])
+
+    def _op_edit(self, sid: str, path: Any, original: Any, data: Any, raw: Any) -> Any:
+        path = paths.normalise(path)
+        _expect(original, int, "original sequence")
+        _expect(data, bytes, "value")
+        _expect(raw, bool, "raw")
+        author = self.registry.sessions[sid].principal
+        return self._route(path, [OP_EDIT, path, original, data, raw, author])
+
+    def _op_range_query(
+        self, sid: str, path: Any, anchor: Any, anchor_value: Any, span: Any, span_value: Any,
+        view: Any, limit: Any = None,
+    ) -> Any:
+        path = paths.normalise(path)
+        _expect(anchor, str, "anchor")
+        _expect(anchor_value, int, "anchor value")
+        _expect(span, str, "span")
+        _expect(span_value, int, "span value")
+        _expect(view, str, "view")
+        if limit is not None:
+            _expect(limit, int, "limit")
+        return self._route(path, [OP_QUERY, path, anchor, anchor_value, span, span_value, view, limit])
 
     def _op_remove(self, sid: str, selector: Any) -> Any:
         sel = parse_selector(_expect(selector, str, "selector"))

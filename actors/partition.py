@@ -11,6 +11,7 @@ order (an async actor may start calls out of order).
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import msgpack
@@ -23,7 +24,7 @@ class PartitionActor:
     def __init__(self, index: int, count: int) -> None:
         self.index = index
         self.count = count
-        self.store = TopicStore()
+        self.store = TopicStore(clock=lambda: time.time_ns() // 1_000_000)
         self._gateways: dict[str, Any] = {}
         self._sequence: dict[str, int] = {}
         self._batches = 0

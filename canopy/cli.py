@@ -8,6 +8,12 @@
     canopy topic remove SELECTOR
     canopy topic fetch SELECTOR [--json] [--properties] [--type T]... [--limit N]
     canopy topic subscribe SELECTOR [--count N] [--json]
+    canopy ts append PATH VALUE [--timestamp MS] [--json]
+    canopy ts edit PATH SEQUENCE VALUE [--json]
+    canopy ts query PATH [--from-sequence N | --from-time MS | --from-last N | --from-last-ms MS]
+                         [--to-sequence N | --to-time MS | --next N | --next-ms MS | --previous N |
+                          --previous-ms MS | --until-last N | --until-last-ms MS | --to-start]
+                         [--edits latest|all] [--limit N] [--json]
     canopy hub publish NAME VALUE
     canopy hub subscribe PATTERN [--count N] [--json]
     canopy demo
@@ -16,7 +22,8 @@ Client commands talk to ``--url`` (default ``$CANOPY_URL`` or
 ws://127.0.0.1:8080). ``topic set`` parses VALUE by the topic's type (taken
 from ``--type``, else from the existing topic): text for STRING, a number
 for INT64 and DOUBLE, JSON text for JSON, base64 for BINARY; with ``--type``
-a missing topic is created. ``hub publish`` takes JSON text, or plain text
+a missing topic is created; ``ts append`` and ``ts edit`` parse VALUE by the
+series' event value type the same way. ``hub publish`` takes JSON text, or plain text
 when VALUE is not JSON. ``--json`` prints one JSON object per line
 (``{"path", "type", "value"}``, plus ``"properties"`` when asked and
 ``"event"`` for subscriptions; BINARY values in base64). Errors print one
@@ -147,6 +154,57 @@ def _topic(args: argparse.Namespace) -> int:
     return 0
 
 
+def _event_type(session: Any, path: str) -> str:
+    found = session.topics.fetch(f">{path}", with_values=False, with_properties=True)
+    if not found:
+        raise CanopyError(f"no topic at {path!r}", "NO_SUCH_TOPIC")
+    event_type = (found[0].properties or {}).get("TIME_SERIES_EVENT_VALUE_TYPE")
+    if event_type is None:
+        raise CanopyError(f"topic {path!r} is a {found[0].type.value} topic, not a TIME_SERIES topic", "INVALID_VALUE")
+    return str(event_type)
+
+
+def _print_meta(meta: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"sequence": meta.sequence, "timestamp": meta.timestamp, "author": meta.author}))
+    else:
+        print(f"{meta.sequence} {meta.timestamp} {meta.author}")
+
+
+_QUERY_OPTIONS = (
+    "from_sequence", "from_time", "from_last", "from_last_ms", "to_sequence", "to_time", "next", "next_ms",
+    "previous", "previous_ms", "until_last", "until_last_ms",
+)
+
+
+def _ts(args: argparse.Namespace) -> int:
+    with _session(args) as session:
+        ts = session.time_series
+        if args.action == "append":
+            value = _parse_value(args.value, _event_type(session, args.path))
+            _print_meta(ts.append(args.path, value, args.timestamp), args.json)
+        elif args.action == "edit":
+            value = _parse_value(args.value, _event_type(session, args.path))
+            _print_meta(ts.edit(args.path, args.sequence, value), args.json)
+        else:
+            query = {k: getattr(args, k) for k in _QUERY_OPTIONS if getattr(args, k) is not None}
+            result = ts.range_query(args.path, to_start=args.to_start, edits=args.edits, limit=args.limit, **query)
+            for e in result.events:
+                if args.json:
+                    record: dict[str, Any] = {
+                        "sequence": e.sequence, "timestamp": e.timestamp, "author": e.author, "value": _render(e.value),
+                    }
+                    if e.original is not None:
+                        record["original_sequence"] = e.original.sequence
+                    print(json.dumps(record, ensure_ascii=False))
+                else:
+                    edit = f" (edit of {e.original.sequence})" if e.original is not None else ""
+                    print(f"{e.sequence} {e.timestamp} {e.author or '-'} {_text(e.value)}{edit}")
+            if not result.complete:
+                print(f"canopy: {len(result.events)} of {result.selected_count} events shown (--limit)", file=sys.stderr)
+    return 0
+
+
 def _hub(args: argparse.Namespace) -> int:
     with _session(args) as session:
         if args.action == "publish":
@@ -241,6 +299,32 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--json", action="store_true")
     for p in (add, set_, remove, fetch, sub):
         p.set_defaults(run=_topic)
+
+    ts = commands.add_parser("ts", help="time series").add_subparsers(dest="action", required=True)
+    append = ts.add_parser("append", parents=[client], help="append an event")
+    append.add_argument("path")
+    append.add_argument("value")
+    append.add_argument("--timestamp", type=int, help="milliseconds since the epoch (default: the server's clock)")
+    append.add_argument("--json", action="store_true")
+    edit = ts.add_parser("edit", parents=[client], help="edit an event")
+    edit.add_argument("path")
+    edit.add_argument("sequence", type=int, help="sequence number of the original event")
+    edit.add_argument("value")
+    edit.add_argument("--json", action="store_true")
+    query = ts.add_parser("query", parents=[client], help="query a range of events")
+    query.add_argument("path")
+    anchor = query.add_mutually_exclusive_group()
+    for option in ("from_sequence", "from_time", "from_last", "from_last_ms"):
+        anchor.add_argument("--" + option.replace("_", "-"), dest=option, type=int)
+    span = query.add_mutually_exclusive_group()
+    for option in ("to_sequence", "to_time", "next", "next_ms", "previous", "previous_ms", "until_last", "until_last_ms"):
+        span.add_argument("--" + option.replace("_", "-"), dest=option, type=int)
+    span.add_argument("--to-start", dest="to_start", action="store_true")
+    query.add_argument("--edits", choices=["latest", "all"], help="the edit view instead of the value view")
+    query.add_argument("--limit", type=int)
+    query.add_argument("--json", action="store_true")
+    for p in (append, edit, query):
+        p.set_defaults(run=_ts)
 
     hub = commands.add_parser("hub", help="OpenAjax-style names").add_subparsers(dest="action", required=True)
     publish = hub.add_parser("publish", parents=[client], help="publish a value to a dotted name")

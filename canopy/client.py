@@ -29,6 +29,7 @@ the same selector share it, and unsubscribing the selector ends both.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import enum
 import logging
 from collections import deque
@@ -59,8 +60,44 @@ class AddResult(enum.Enum):
     EXISTS = "EXISTS"
 
 
+class EventMetadata(NamedTuple):
+    """Where a time series event sits: its sequence number, time (ms) and author."""
+
+    sequence: int
+    timestamp: int
+    author: str
+
+
+class TimeSeriesEvent(NamedTuple):
+    """A time series event; ``original`` is set when it is an edit."""
+
+    sequence: int
+    timestamp: int
+    author: str
+    value: Any
+    original: EventMetadata | None = None
+
+    @property
+    def is_edit(self) -> bool:
+        return self.original is not None
+
+
+class RangeResult(NamedTuple):
+    events: list[TimeSeriesEvent]
+    selected_count: int
+
+    @property
+    def complete(self) -> bool:
+        """False when ``limit`` cut the result short."""
+        return len(self.events) == self.selected_count
+
+
 class TopicEvent(NamedTuple):
-    """One notification for a subscription."""
+    """One notification for a subscription.
+
+    For a TIME_SERIES topic every event and edit arrives as a ``value``
+    notification whose ``event`` holds the event (``value`` is its value).
+    """
 
     kind: str  # "subscribed" | "value" | "unsubscribed"
     path: str
@@ -69,6 +106,7 @@ class TopicEvent(NamedTuple):
     specification: TopicSpecification | None = None
     reason: str | None = None
     name: str | None = None  # the OpenAjax name, for hub subscriptions
+    event: TimeSeriesEvent | None = None
 
 
 @dataclass(frozen=True)
@@ -208,11 +246,11 @@ class Topics:
             "fetch", str(self._s._selector(selector)), with_values, with_properties, wanted, limit
         )
         out = []
-        for path, type_name, props, data in rows:
+        for path, type_name, props, data, event_type in rows:
             topic_type = TopicType(type_name)
             value = None
-            if data is not None and topic_type is not TopicType.TIME_SERIES:
-                value = values.decode(topic_type, data)
+            if data is not None:
+                value = values.decode(TopicType(event_type) if event_type else topic_type, data)
             out.append(FetchedTopic(path, topic_type, value, dict(props) if props is not None else None))
         return out
 
@@ -226,6 +264,129 @@ class Topics:
             self._s._subscriptions.remove(sub)
             sub._end()
         self._s._reroute()
+
+
+_ANCHORS = ("from_sequence", "from_time", "from_last", "from_last_ms")
+_SPANS = ("to_sequence", "to_time", "next", "next_ms", "previous", "previous_ms", "until_last", "until_last_ms")
+_ANCHOR_WIRE = {"from_sequence": "sequence", "from_time": "time", "from_last": "last", "from_last_ms": "last_millis"}
+_SPAN_WIRE = {
+    "to_sequence": "to_sequence",
+    "to_time": "to_time",
+    "next": "next",
+    "next_ms": "next_millis",
+    "previous": "previous",
+    "previous_ms": "previous_millis",
+    "until_last": "until_last",
+    "until_last_ms": "until_last_millis",
+}
+_VIEWS = {None: "values", "latest": "latest_edits", "all": "all_edits"}
+
+
+def _millis(value: Any, what: str) -> int:
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            raise errors.InvalidQueryError(f"{what} must be timezone-aware (or milliseconds since the epoch)")
+        return int(value.timestamp() * 1000)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise errors.InvalidQueryError(f"{what} must be milliseconds since the epoch or a datetime, got {value!r}")
+
+
+def _event_of(fields: list[Any], event_type: TopicType) -> TimeSeriesEvent:
+    sequence, timestamp, author, data, o_seq, o_time, o_author = fields
+    original = EventMetadata(o_seq, o_time, o_author) if o_seq is not None else None
+    return TimeSeriesEvent(sequence, timestamp, author, values.decode(event_type, data), original)
+
+
+class TimeSeries:
+    """Time series operations (``session.time_series``).
+
+    Values are checked by the server against the topic's event value type.
+    Timestamps are milliseconds since the epoch (a timezone-aware
+    ``datetime`` is accepted too); without one, the server's clock stamps
+    the event.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def append(self, path: str, value: Any, timestamp: int | datetime.datetime | None = None) -> EventMetadata:
+        data, raw = self._encode(value)
+        stamp = _millis(timestamp, "timestamp") if timestamp is not None else None
+        sequence, ts, author = await self._s._call("append", path, data, raw, stamp)
+        return EventMetadata(sequence, ts, author)
+
+    async def edit(self, path: str, original_sequence: int, value: Any) -> EventMetadata:
+        """Edit a retained event; returns the edit event's own metadata."""
+        data, raw = self._encode(value)
+        sequence, ts, author, *_ = await self._s._call("edit", path, original_sequence, data, raw)
+        return EventMetadata(sequence, ts, author)
+
+    async def range_query(
+        self,
+        path: str,
+        *,
+        from_sequence: int | None = None,
+        from_time: int | datetime.datetime | None = None,
+        from_last: int | None = None,
+        from_last_ms: int | None = None,
+        to_sequence: int | None = None,
+        to_time: int | datetime.datetime | None = None,
+        next: int | None = None,
+        next_ms: int | None = None,
+        previous: int | None = None,
+        previous_ms: int | None = None,
+        until_last: int | None = None,
+        until_last_ms: int | None = None,
+        to_start: bool = False,
+        edits: str | None = None,
+        limit: int | None = None,
+    ) -> RangeResult:
+        """Events of a series within its retained range.
+
+        One anchor (``from_*``, default the start) and one span (``to_*``,
+        ``next*``, ``previous*``, ``until_last*``, ``to_start``; default to
+        the end). ``edits=None`` gives the *value view* (each original event
+        as its latest edit reads); ``"latest"`` or ``"all"`` give the *edit
+        view*: originals followed by their latest or all edits.
+        """
+        given = locals()
+        anchors = [a for a in _ANCHORS if given[a] is not None]
+        spans = [p for p in _SPANS if given[p] is not None] + (["to_start"] if to_start else [])
+        if len(anchors) > 1 or len(spans) > 1:
+            raise errors.InvalidQueryError(
+                f"give at most one anchor and one span, got {', '.join(anchors + spans)}"
+            )
+        if edits not in _VIEWS:
+            raise errors.InvalidQueryError(f"edits must be None, 'latest' or 'all', got {edits!r}")
+        anchor, anchor_value = "start", 0
+        if anchors:
+            raw = given[anchors[0]]
+            anchor = _ANCHOR_WIRE[anchors[0]]
+            anchor_value = _millis(raw, anchors[0]) if anchors[0] == "from_time" else raw
+        span, span_value = "end", 0
+        if spans:
+            if spans[0] == "to_start":
+                span = "to_start"
+            else:
+                raw = given[spans[0]]
+                span = _SPAN_WIRE[spans[0]]
+                span_value = _millis(raw, spans[0]) if spans[0] == "to_time" else raw
+        for what, value in (("anchor", anchor_value), ("span", span_value), ("limit", limit)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise errors.InvalidQueryError(f"{what} must be an integer, got {value!r}")
+        selected, rows, type_name = await self._s._call(
+            "range_query", path, anchor, anchor_value, span, span_value, _VIEWS[edits], limit
+        )
+        event_type = TopicType(type_name)
+        return RangeResult([_event_of(row, event_type) for row in rows], selected)
+
+    @staticmethod
+    def _encode(value: Any) -> tuple[bytes, bool]:
+        try:
+            return values.encode_any(value)
+        except TopicModelError as e:
+            raise _local(e) from None
 
 
 class Hub:
@@ -269,6 +430,7 @@ class Session:
         self.max_frame_size = welcome.max_frame_size
         self.hub_root = hub_root or welcome.hub_root
         self.topics = Topics(self)
+        self.time_series = TimeSeries(self)
         self.hub = Hub(self)
         self.closed = False
         self._closing = False
@@ -400,6 +562,22 @@ class Session:
             else:
                 log.warning("server error: %s", error)
                 self.errors.append(error)
+        elif isinstance(m, wire.Event):
+            topic = self._aliases.get(m.alias)
+            if topic is not None and topic.spec.event_type is not None:
+                original = (
+                    EventMetadata(m.original_sequence, m.original_timestamp or 0, m.original_author or "")
+                    if m.original_sequence is not None
+                    else None
+                )
+                value = values.decode(topic.spec.event_type, m.value)
+                event = TimeSeriesEvent(m.sequence, m.timestamp, m.author, value, original)
+                topic.value = value
+                routes = self._routes.get(m.alias)
+                if routes:
+                    notice = TopicEvent("value", topic.path, topic.spec.type, value, topic.spec, event=event)
+                    for sub in routes:
+                        sub._put(notice)
         elif isinstance(m, wire.Close):
             self.close_reason = errors.SessionClosedError(m.message, m.code)
         elif isinstance(m, wire.Malformed):

@@ -14,7 +14,11 @@ handle::
     │   ├── InvalidSpecificationError    INVALID_SPECIFICATION
     │   ├── InvalidPropertiesError       INVALID_PROPERTIES (session properties)
     │   ├── InvalidRequestError          INVALID_REQUEST (wrong arguments)
+    │   ├── InvalidQueryError            INVALID_QUERY (time series range query)
     │   └── FrameTooLargeError           FRAME_TOO_LARGE
+    ├── TimeSeriesError              TIME_SERIES_ERROR
+    │   ├── TimestampOrderError          TIMESTAMP_ORDER
+    │   └── UnknownSequenceError         UNKNOWN_SEQUENCE
     ├── TopicExistsMismatchError     TOPIC_EXISTS_MISMATCH
     ├── NoSuchTopicError             NO_SUCH_TOPIC
     ├── UnknownOperationError        UNKNOWN_OPERATION
@@ -82,6 +86,26 @@ class FrameTooLargeError(InvalidInputError):
     code = "FRAME_TOO_LARGE"
 
 
+class InvalidQueryError(InvalidInputError):
+    code = "INVALID_QUERY"
+
+
+class TimeSeriesError(CanopyError):
+    code = "TIME_SERIES_ERROR"
+
+
+class TimestampOrderError(TimeSeriesError):
+    """An event's timestamp is earlier than the newest event's."""
+
+    code = "TIMESTAMP_ORDER"
+
+
+class UnknownSequenceError(TimeSeriesError):
+    """An edit names no retained original event."""
+
+    code = "UNKNOWN_SEQUENCE"
+
+
 class TopicExistsMismatchError(CanopyError):
     code = "TOPIC_EXISTS_MISMATCH"
 
@@ -125,6 +149,10 @@ _BY_CODE: dict[str, type[CanopyError]] = {
         InvalidPropertiesError,
         InvalidRequestError,
         FrameTooLargeError,
+        InvalidQueryError,
+        TimeSeriesError,
+        TimestampOrderError,
+        UnknownSequenceError,
         TopicExistsMismatchError,
         NoSuchTopicError,
         UnknownOperationError,

@@ -22,6 +22,9 @@ code   message         fields after the code
 6      VALUE           topic alias, value (bin)                      s → c
 7      UNSUBSCRIBED    topic alias, reason (str)                     s → c
 8      CLOSE           code (str), message (str)                     s → c
+9      EVENT           topic alias, sequence, timestamp (ms), author,
+                       value (bin), original sequence|nil, original
+                       timestamp|nil, original author|nil            s → c
 =====  ==============  ======================================================
 
 The first frame from the client must hold exactly one HELLO; the server
@@ -47,10 +50,32 @@ add             path, type, properties (map|nil)                 "CREATED"|"EXIS
 set             path, data, raw, type (str|nil), add_if_missing  "CREATED"|nil
 remove          selector                                         topics removed
 fetch           selector, with_values, with_properties,          [[path, type,
-                types (array|nil), limit (int|nil)               props|nil, value|nil]]
+                types (array|nil), limit (int|nil)               props|nil, value|nil,
+                                                                 event type|nil]]
 subscribe       selector                                         nil
 unsubscribe     selector                                         nil
+append          path, data, raw, timestamp (int|nil)             [sequence, timestamp,
+                                                                 author]
+edit            path, original sequence, data, raw               [sequence, timestamp,
+                                                                 author, original
+                                                                 sequence, timestamp,
+                                                                 author]
+range_query     path, anchor, anchor value, span, span value,    [selected count,
+                view, limit (int|nil)                            [event...], event
+                                                                 type]
 ==============  ===============================================  ==================
+
+Time series (TIME_SERIES topics): a subscription delivers, after SUBSCRIBED
+(whose value is nil), the events the topic's TIME_SERIES_SUBSCRIPTION_RANGE
+selects (default the newest one), then every new event and edit as EVENT
+messages in sequence order. A range query's anchor is one of ``start``,
+``sequence``, ``time``, ``last``, ``last_millis``; its span one of ``end``,
+``to_sequence``, ``to_time``, ``next``, ``next_millis``, ``until_last``,
+``until_last_millis``, ``previous``, ``previous_millis``, ``to_start``;
+its view ``values``, ``latest_edits`` or ``all_edits`` (semantics in
+:mod:`topics.timeseries`). An event in a result is ``[sequence, timestamp,
+author, value, original sequence|nil, original timestamp|nil, original
+author|nil]``.
 
 Error codes are strings (``INVALID_PATH``, ``INVALID_SELECTOR``,
 ``INVALID_VALUE``, ``NO_SUCH_TOPIC``, ``UNKNOWN_OPERATION``,
@@ -73,8 +98,10 @@ import msgpack
 
 PROTOCOL_VERSION = 1
 FRAME_OVERHEAD = 5  # the largest msgpack array header
-HELLO, WELCOME, REQUEST, RESPONSE, ERROR, SUBSCRIBED, VALUE, UNSUBSCRIBED, CLOSE = range(9)
-OPERATIONS = frozenset({"add", "set", "remove", "fetch", "subscribe", "unsubscribe"})
+HELLO, WELCOME, REQUEST, RESPONSE, ERROR, SUBSCRIBED, VALUE, UNSUBSCRIBED, CLOSE, EVENT = range(10)
+OPERATIONS = frozenset(
+    {"add", "set", "remove", "fetch", "subscribe", "unsubscribe", "append", "edit", "range_query"}
+)
 
 
 class ProtocolError(Exception):
@@ -152,6 +179,20 @@ class Close:
 
 
 @dataclass(frozen=True)
+class Event:
+    """A time series event (an edit when ``original_sequence`` is set)."""
+
+    alias: int
+    sequence: int
+    timestamp: int
+    author: str
+    value: bytes
+    original_sequence: int | None = None
+    original_timestamp: int | None = None
+    original_author: str | None = None
+
+
+@dataclass(frozen=True)
 class Malformed:
     """A message inside a valid frame that could not be understood."""
 
@@ -159,7 +200,7 @@ class Malformed:
     reason: str
 
 
-Message = Hello | Welcome | Request | Response | Error | Subscribed | Value | Unsubscribed | Close
+Message = Hello | Welcome | Request | Response | Error | Subscribed | Value | Unsubscribed | Close | Event
 
 # -- encoding ----------------------------------------------------------------
 
@@ -198,6 +239,9 @@ def encode(message: Message) -> bytes:
         return pack([WELCOME, m.version, m.session_id, m.properties, m.max_frame_size, m.hub_root])
     if isinstance(m, Close):
         return pack([CLOSE, m.code, m.message])
+    if isinstance(m, Event):
+        return pack([EVENT, m.alias, m.sequence, m.timestamp, m.author, m.value,
+                     m.original_sequence, m.original_timestamp, m.original_author])
     raise TypeError(f"not a protocol message: {message!r}")
 
 
@@ -236,6 +280,7 @@ _ARITY = {
     VALUE: 3,
     UNSUBSCRIBED: 3,
     CLOSE: 3,
+    EVENT: 9,
 }
 
 
@@ -287,6 +332,17 @@ def _decode_one(item: Any) -> Message:
             _str_map(item[3], "properties"),
             _expect(item[4], int, "max frame size"),
             _expect(item[5], str, "root"),
+        )
+    if code == EVENT:
+        return Event(
+            _expect(item[1], int, "alias"),
+            _expect(item[2], int, "sequence"),
+            _expect(item[3], int, "timestamp"),
+            _expect(item[4], str, "author"),
+            _expect(item[5], bytes, "value"),
+            _expect(item[6], (int, type(None)), "original sequence"),
+            _expect(item[7], (int, type(None)), "original timestamp"),
+            _expect(item[8], (str, type(None)), "original author"),
         )
     return Close(_expect(item[1], str, "code"), _expect(item[2], str, "message"))
 

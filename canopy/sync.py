@@ -24,7 +24,9 @@ from typing import Any, TypeVar
 from canopy.client import (
     DEFAULT_URL,
     AddResult,
+    EventMetadata,
     FetchedTopic,
+    RangeResult,
     Session,
     Subscription,
     TopicEvent,
@@ -118,6 +120,21 @@ class SyncTopics:
         self._r.run(self._s.topics.unsubscribe(selector), self._t)
 
 
+class SyncTimeSeries:
+    def __init__(self, runner: _Loop, session: Session, timeout: float | None) -> None:
+        self._r, self._s, self._t = runner, session, timeout
+
+    def append(self, path: str, value: Any, timestamp: Any = None) -> EventMetadata:
+        return self._r.run(self._s.time_series.append(path, value, timestamp), self._t)
+
+    def edit(self, path: str, original_sequence: int, value: Any) -> EventMetadata:
+        return self._r.run(self._s.time_series.edit(path, original_sequence, value), self._t)
+
+    def range_query(self, path: str, **query: Any) -> RangeResult:
+        """See :meth:`canopy.client.TimeSeries.range_query` for the keywords."""
+        return self._r.run(self._s.time_series.range_query(path, **query), self._t)
+
+
 class SyncHub:
     def __init__(self, runner: _Loop, session: Session, timeout: float | None) -> None:
         self._r, self._s, self._t = runner, session, timeout
@@ -140,6 +157,7 @@ class SyncSession:
         self.session_id = session.session_id
         self.properties = session.properties
         self.topics = SyncTopics(runner, session, timeout)
+        self.time_series = SyncTimeSeries(runner, session, timeout)
         self.hub = SyncHub(runner, session, timeout)
 
     @property

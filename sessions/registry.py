@@ -42,7 +42,8 @@ from sessions.queue import Outcome, OutboundQueue
 from topics.properties import Conflation
 from topics.selectors import Selector
 from topics.specification import TopicSpecification
-from topics.store import EV_ADD, EV_END, EV_REMOVE, EV_SNAPSHOT, EV_VALUE
+from topics.store import EV_ADD, EV_END, EV_EVENT, EV_REMOVE, EV_SNAPSHOT, EV_VALUE
+from topics.timeseries import DEFAULT_SUBSCRIPTION_RANGE, Event, EventWindow
 from topics.sublist import SubscriptionIndex
 from topics.tree import TopicTree
 
@@ -67,8 +68,10 @@ class _TopicState:
     alias: int
     spec: TopicSpecification
     policy: Conflation
-    subscribed: bytes  # SUBSCRIBED message minus value, see _subscribed_message
+    subscribed: bytes  # SUBSCRIBED message minus value, see _subscribed_prefix
     sessions: set[str] = field(default_factory=set)
+    #: a TIME_SERIES topic's newest events, what a new subscriber gets first
+    window: EventWindow | None = None
 
 
 @dataclass(eq=False)
@@ -207,6 +210,8 @@ class SessionRegistry:
                 self._appeared(event[2], event[3], event[4], event[5], snapshot=True)
             elif code == EV_ADD:
                 self._appeared(event[1], event[2], event[3], event[4], snapshot=False)
+            elif code == EV_EVENT:
+                self._event(event[1], event[2:])
             elif code == EV_REMOVE:
                 self._removed(event[1])
             elif code == EV_END:
@@ -240,6 +245,8 @@ class SessionRegistry:
             state = self._topics[path] = _TopicState(
                 alias, spec, spec.conflation, _subscribed_prefix(alias, path, type_name, props)
             )
+            if spec.event_type is not None:
+                state.window = EventWindow(spec.subscription_range or DEFAULT_SUBSCRIPTION_RANGE)
             if value is not None and not spec.dont_retain_value:
                 self.cache.set_value(path, value, check=False)
         elif value is not None:
@@ -261,6 +268,9 @@ class SessionRegistry:
         session.topics[path] = state.alias
         state.sessions.add(session.id)
         session.queue.push_control(state.subscribed + wire.pack(value if value is not None else fresh))
+        if state.window is not None:
+            for event in state.window.events():
+                session.queue.push_control(_event_message(state.alias, event))
         self._dirty.add(session.id)
 
     def _unsubscribe_session(self, session: Session, path: str, reason: str) -> None:
@@ -285,20 +295,35 @@ class SessionRegistry:
         message = wire.pack([wire.VALUE, state.alias, value])
         for session_id in list(state.sessions):
             session = self.sessions.get(session_id)
-            if session is None:
-                continue
-            outcome = session.queue.push_value(state.alias, message, state.policy)
-            if outcome is Outcome.QUEUED or outcome is Outcome.CONFLATED:
-                self._dirty.add(session_id)
-            elif outcome is Outcome.UNSUBSCRIBE:
-                session.suppressed.add(path)
-                self._unsubscribe_session(session, path, BACK_PRESSURE)
-            elif session_id not in self._closing:
-                self._closing[session_id] = (
-                    "QUEUE_LIMIT",
-                    f"more than {session.queue.limit} values queued for a session that is not "
-                    f"reading them (topic {path!r} has CONFLATION {state.policy.value})",
-                )
+            if session is not None:
+                self._queue_value(session, state, path, message)
+
+    def _queue_value(self, session: Session, state: _TopicState, path: str, message: bytes) -> None:
+        outcome = session.queue.push_value(state.alias, message, state.policy)
+        if outcome is Outcome.QUEUED or outcome is Outcome.CONFLATED:
+            self._dirty.add(session.id)
+        elif outcome is Outcome.UNSUBSCRIBE:
+            session.suppressed.add(path)
+            self._unsubscribe_session(session, path, BACK_PRESSURE)
+        elif session.id not in self._closing:
+            self._closing[session.id] = (
+                "QUEUE_LIMIT",
+                f"more than {session.queue.limit} values queued for a session that is not "
+                f"reading them (topic {path!r} has CONFLATION {state.policy.value})",
+            )
+
+    def _event(self, path: str, fields: list[Any]) -> None:
+        state = self._topics.get(path)
+        if state is None or state.window is None:
+            return
+        event = Event(*fields)
+        if not state.window.add(event):
+            return  # seen already, through another registration
+        message = _event_message(state.alias, event)
+        for session_id in list(state.sessions):
+            session = self.sessions.get(session_id)
+            if session is not None:
+                self._queue_value(session, state, path, message)
 
     def _removed(self, path: str) -> None:
         state = self._topics.pop(path, None)
@@ -319,3 +344,19 @@ def _subscribed_prefix(alias: int, path: str, type_name: str, props: list[list[s
     # the array header says 6 elements; drop the trailing nil (0xc0)
     assert full[-1:] == b"\xc0"
     return full[:-1]
+
+
+def _event_message(alias: int, event: Event) -> bytes:
+    return wire.pack(
+        [
+            wire.EVENT,
+            alias,
+            event.sequence,
+            event.timestamp,
+            event.author,
+            event.value,
+            event.original_sequence,
+            event.original_timestamp,
+            event.original_author,
+        ]
+    )

@@ -92,8 +92,12 @@ class TopicSpecification:
 
     @property
     def conflation(self) -> Conflation:
+        """The CONFLATION policy: ``conflate`` when unset, but ``off`` for a
+        TIME_SERIES topic, whose events may not be merged."""
         value = self.get(P.CONFLATION)
-        return Conflation(value) if value else Conflation.CONFLATE
+        if value:
+            return Conflation(value)
+        return Conflation.OFF if self.type is TopicType.TIME_SERIES else Conflation.CONFLATE
 
     @property
     def dont_retain_value(self) -> bool:

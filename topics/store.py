@@ -20,11 +20,21 @@ Operations (``[code, ...]``)::
     [OP_FETCH, selector, with_values, with_properties, types | None, limit | None]
     [OP_REGISTER, selector, token]
     [OP_UNREGISTER, selector]
+    [OP_APPEND, path, data, raw, timestamp | None, author]        time series
+    [OP_EDIT, path, original_sequence, data, raw, author]
+    [OP_QUERY, path, anchor, anchor_value, span, span_value, view, limit | None]
 
 Results are ``[OK, payload]`` or ``[FAILED, code, message]``; ``add`` answers
 ``"CREATED"`` or ``"EXISTS"``, ``set`` ``"CREATED"`` or ``None``, ``remove``
 the number of topics removed and ``fetch`` a list of
-``[path, type, properties | None, value | None]`` sorted by path.
+``[path, type, properties | None, value | None, event_type | None]`` sorted
+by path (the value of a TIME_SERIES topic is its newest event as it now
+reads, encoded with its event type). ``append`` answers ``[sequence,
+timestamp, author]``, ``edit`` the same plus the original's three, and
+``query`` ``[selected_count, [event, ...], event_type]`` (see :class:`~topics.timeseries.RangeQuery`).
+An event travels as ``[sequence, timestamp, author, value, original_sequence,
+original_timestamp, original_author]`` (the last three ``None`` unless it is
+an edit).
 
 Events (``[code, ...]``), in the order the changes happened::
 
@@ -33,6 +43,13 @@ Events (``[code, ...]``), in the order the changes happened::
     [EV_ADD, path, type, properties, value | None]               a topic matching a registration appeared
     [EV_VALUE, path, value]                                       its value changed
     [EV_REMOVE, path]                                             it was removed
+    [EV_EVENT, path, *event]                                       a time series event (or edit)
+
+A registration's snapshot of a TIME_SERIES topic is followed by the events
+its TIME_SERIES_SUBSCRIPTION_RANGE selects (default: the newest event).
+
+Appends and edits without a timestamp take the injected clock's time, or
+the newest event's if the clock is behind it, so they never go backwards.
 
 ``properties`` is a list of ``[name, value]`` pairs. Values are the stored
 bytes. A topic with DONT_RETAIN_VALUE keeps no value: updates are delivered
@@ -41,19 +58,29 @@ but snapshots and fetches carry none.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from topics import types as values
-from topics.errors import InvalidValueError, NoSuchTopicError, TopicModelError
+from topics.errors import InvalidValueError, NoSuchTopicError, RangeQueryError, TopicModelError
 from topics.selectors import Selector, parse_selector
 from topics.specification import TopicSpecification
 from topics.sublist import SubscriptionIndex
+from topics.timeseries import (
+    DEFAULT_SUBSCRIPTION_RANGE,
+    Anchor,
+    Event,
+    EventLog,
+    RangeQuery,
+    Span,
+    ViewKind,
+)
 from topics.tree import Topic, TopicTree
 from topics.types import TopicType
 
 OP_ADD, OP_SET, OP_REMOVE, OP_FETCH, OP_REGISTER, OP_UNREGISTER = 1, 2, 3, 4, 5, 6
-EV_SNAPSHOT, EV_END, EV_ADD, EV_VALUE, EV_REMOVE = 1, 2, 3, 4, 5
+OP_APPEND, OP_EDIT, OP_QUERY = 7, 8, 9
+EV_SNAPSHOT, EV_END, EV_ADD, EV_VALUE, EV_REMOVE, EV_EVENT = 1, 2, 3, 4, 5, 6
 OK, FAILED = 0, 1
 CREATED, EXISTS = "CREATED", "EXISTS"
 
@@ -68,10 +95,31 @@ def _spec_wire(spec: TopicSpecification) -> list[list[str]]:
     return [list(item) for item in spec.items]
 
 
-class TopicStore:
-    """Topics of one partition plus the gateway registrations over them."""
+def event_wire(event: Event) -> list[Any]:
+    return [
+        event.sequence,
+        event.timestamp,
+        event.author,
+        event.value,
+        event.original_sequence,
+        event.original_timestamp,
+        event.original_author,
+    ]
 
-    def __init__(self) -> None:
+
+def _no_clock() -> int:
+    raise InvalidValueError("this store has no clock: give every event a timestamp")
+
+
+class TopicStore:
+    """Topics of one partition plus the gateway registrations over them.
+
+    ``clock`` returns the current time in milliseconds since the epoch; it
+    stamps time series events that come without a timestamp.
+    """
+
+    def __init__(self, clock: Callable[[], int] = _no_clock) -> None:
+        self.clock = clock
         self.tree = TopicTree()
         self.index: SubscriptionIndex[str] = SubscriptionIndex()
         self._registrations: dict[str, set[Selector]] = {}
@@ -108,6 +156,12 @@ class TopicStore:
             return self.register(gateway, *args)
         if code == OP_UNREGISTER:
             return self.unregister(gateway, *args)
+        if code == OP_APPEND:
+            return self.append(*args)
+        if code == OP_EDIT:
+            return self.edit(*args)
+        if code == OP_QUERY:
+            return self.query(*args)
         raise OperationError(f"unknown operation code {code!r}")
 
     def drain_events(self) -> dict[str, list[list[Any]]]:
@@ -206,10 +260,72 @@ class TopicStore:
                 t.path,
                 t.type.value,
                 _spec_wire(t.specification) if with_properties else None,
-                t.value if with_values else None,
+                self._value_of(t) if with_values else None,
+                t.specification.event_type.value if t.specification.event_type else None,
             ]
             for t in chosen
         ]
+
+    @staticmethod
+    def _value_of(topic: Topic) -> bytes | None:
+        if topic.log is None:
+            return topic.value
+        current = topic.log.current()
+        return current.value if current is not None else None
+
+    # -- time series -------------------------------------------------------
+
+    def _series(self, path: str) -> tuple[Topic, EventLog, TopicType]:
+        topic = self.tree.get(path)
+        if topic is None:
+            raise NoSuchTopicError(f"no topic at {path!r}")
+        if topic.log is None or topic.specification.event_type is None:
+            raise InvalidValueError(f"topic {path!r} is a {topic.type.value} topic, not a TIME_SERIES topic")
+        return topic, topic.log, topic.specification.event_type
+
+    def _now(self, log: EventLog) -> int:
+        now = self.clock()
+        latest = log.latest
+        return max(now, latest.timestamp) if latest is not None else now
+
+    def append(
+        self, path: str, data: bytes, raw: bool, timestamp: int | None = None, author: str = ""
+    ) -> list[Any]:
+        topic, log, event_type = self._series(path)
+        stored = values.accept(event_type, data, raw=raw)
+        if timestamp is None:
+            timestamp = self._now(log)
+        event = log.append(stored, timestamp, author)
+        self._emit(topic.path, [EV_EVENT, topic.path, *event_wire(event)])
+        return [event.sequence, event.timestamp, event.author]
+
+    def edit(self, path: str, original_sequence: int, data: bytes, raw: bool, author: str = "") -> list[Any]:
+        topic, log, event_type = self._series(path)
+        if not isinstance(original_sequence, int) or isinstance(original_sequence, bool):
+            raise OperationError(f"an original sequence is an integer, got {original_sequence!r}")
+        stored = values.accept(event_type, data, raw=raw)
+        event = log.edit(original_sequence, stored, self._now(log), author)
+        self._emit(topic.path, [EV_EVENT, topic.path, *event_wire(event)])
+        return [event.sequence, event.timestamp, event.author, event.original_sequence,
+                event.original_timestamp, event.original_author]
+
+    def query(
+        self,
+        path: str,
+        anchor: str = Anchor.START.value,
+        anchor_value: int = 0,
+        span: str = Span.END.value,
+        span_value: int = 0,
+        view: str = ViewKind.VALUES.value,
+        limit: int | None = None,
+    ) -> list[Any]:
+        _, log, event_type = self._series(path)
+        try:
+            q = RangeQuery(Anchor(anchor), anchor_value, Span(span), span_value, ViewKind(view), limit)
+        except ValueError as e:
+            raise RangeQueryError(f"invalid range query: {e}") from None
+        result = log.query(q)
+        return [result.selected_count, [event_wire(e) for e in result.events], event_type.value]
 
     # -- registrations -----------------------------------------------------
 
@@ -223,6 +339,10 @@ class TopicStore:
             out.append(
                 [EV_SNAPSHOT, token, topic.path, spec.type.value, _spec_wire(spec), topic.value]
             )
+            if topic.log is not None:
+                window = spec.subscription_range or DEFAULT_SUBSCRIPTION_RANGE
+                for event in topic.log.tail(window):
+                    out.append([EV_EVENT, topic.path, *event_wire(event)])
         out.append([EV_END, token])
 
     def unregister(self, gateway: str, selector: str) -> None:

@@ -266,6 +266,14 @@ class EventLog:
         edits = self._edits.get(original.sequence)
         return edits[-1] if edits else original
 
+    def current(self) -> Event | None:
+        """The newest original event as it now reads (its latest edit), if any."""
+        return self.latest_value(self._originals[-1]) if self._originals else None
+
+    def tail(self, window: TimeSeriesRange) -> tuple[Event, ...]:
+        """The newest events (originals and edits) that ``window`` selects, oldest first."""
+        return tuple(select_tail(list(self._events), window))
+
     # -- reading -----------------------------------------------------------
 
     def query(self, q: RangeQuery = RangeQuery()) -> QueryResult:
@@ -344,3 +352,45 @@ class EventLog:
         if span is Span.PREVIOUS_MILLIS:
             return min(b, first_time_after(anchor_time - sv)), b
         return 0, b  # TO_START
+
+
+def select_tail(events: list[Event], window: TimeSeriesRange) -> list[Event]:
+    """The newest of ``events`` (in sequence order) that ``window`` selects:
+    at most ``limit`` of them, none older than ``last_ms`` before the newest."""
+    chosen = events
+    if window.limit is not None:
+        chosen = chosen[len(chosen) - window.limit :] if window.limit else []
+    if window.last_ms is not None and chosen:
+        oldest = events[-1].timestamp - window.last_ms
+        chosen = [e for e in chosen if e.timestamp >= oldest]
+    return chosen
+
+
+#: what a new subscriber receives first when TIME_SERIES_SUBSCRIPTION_RANGE is not set
+DEFAULT_SUBSCRIPTION_RANGE = TimeSeriesRange(limit=1)
+
+
+class EventWindow:
+    """The newest events of a series as seen by a subscriber (a gateway's cache).
+
+    Events arrive already numbered; ones not newer than the last seen are
+    ignored (the same event can come twice, through two registrations).
+    """
+
+    __slots__ = ("window", "_events")
+
+    def __init__(self, window: TimeSeriesRange) -> None:
+        self.window = window
+        self._events: list[Event] = []
+
+    def add(self, event: Event) -> bool:
+        """Keep ``event`` if it is newer than every event held; True if kept."""
+        if self._events and event.sequence <= self._events[-1].sequence:
+            return False
+        self._events.append(event)
+        if len(self._events) > 2 * (self.window.limit or 64):
+            self._events = select_tail(self._events, self.window)
+        return True
+
+    def events(self) -> list[Event]:
+        return select_tail(self._events, self.window)

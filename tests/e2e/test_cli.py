@@ -98,3 +98,26 @@ def test_errors_are_one_line_and_nonzero(server: Server) -> None:
 def test_usage_errors_exit_2() -> None:
     assert cli("topic").returncode == 2
     assert cli("topic", "add", "x").returncode == 2
+
+
+def test_time_series_commands(server: Server) -> None:
+    url = server.url
+    ok(cli("topic", "add", "cli/ts", "--type", "TIME_SERIES", "--property", "TIME_SERIES_EVENT_VALUE_TYPE=DOUBLE",
+           url=url))
+    meta = json.loads(ok(cli("ts", "append", "cli/ts", "1.5", "--timestamp", "1000", "--json", url=url)))
+    assert meta == {"sequence": 0, "timestamp": 1000, "author": ""}
+    ok(cli("ts", "append", "cli/ts", "2.5", "--timestamp", "2000", url=url))
+    assert ok(cli("ts", "edit", "cli/ts", "0", "1.75", url=url)).split()[0] == "2"
+    lines = ok(cli("ts", "query", "cli/ts", "--json", url=url)).splitlines()
+    assert [json.loads(line)["value"] for line in lines] == [1.75, 2.5]
+    plain = ok(cli("ts", "query", "cli/ts", "--edits", "all", url=url)).splitlines()
+    assert plain[0] == "0 1000 - 1.5" and plain[2] == "1 2000 - 2.5"
+    sequence, stamped, author, *rest = plain[1].split()
+    assert (sequence, author, rest) == ("2", "-", ["1.75", "(edit", "of", "0)"]) and int(stamped) > 2000
+    assert ok(cli("ts", "query", "cli/ts", "--from-last", "1", url=url)).split()[0] == "1"
+    late = cli("ts", "append", "cli/ts", "3", "--timestamp", "10", url=url)
+    assert late.returncode == 1 and "TIMESTAMP_ORDER" in late.stderr
+    wrong = cli("ts", "append", "cli/ts", "abc", url=url)
+    assert wrong.returncode == 1 and "INVALID_VALUE" in wrong.stderr
+    both = cli("ts", "query", "cli/ts", "--next", "1", "--previous", "2", url=url)
+    assert both.returncode == 2
