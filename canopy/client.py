@@ -7,9 +7,8 @@
     async with canopy.connect("ws://127.0.0.1:8080") as session:
         await session.topics.add("prices/cod", "DOUBLE")
         await session.topics.set("prices/cod", 12.5)
-        async with await session.topics.subscribe("?prices//") as events:
-            async for event in events:
-                print(event.kind, event.path, event.value)
+        async for event in session.topics.subscribe("?prices//"):
+            print(event.kind, event.path, event.value)
 
 Requests issued in the same event-loop turn travel in one frame, and any
 number may be outstanding, so ``asyncio.gather`` over many ``set`` calls
@@ -33,7 +32,7 @@ import datetime
 import enum
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -195,6 +194,43 @@ class Subscription:
             await self.unsubscribe()
 
 
+class SubscribeRequest:
+    """What ``subscribe`` returns. ``await`` it for the :class:`Subscription`, or
+    iterate it directly (``async for event in session.topics.subscribe(...)``),
+    or use it with ``async with`` to unsubscribe on exit."""
+
+    def __init__(self, pending: Coroutine[Any, Any, Subscription]) -> None:
+        self._pending: Coroutine[Any, Any, Subscription] | None = pending
+        self._subscription: Subscription | None = None
+
+    async def _get(self) -> Subscription:
+        if self._subscription is None:
+            assert self._pending is not None
+            pending, self._pending = self._pending, None
+            self._subscription = await pending
+        return self._subscription
+
+    def __await__(self) -> Generator[Any, None, Subscription]:
+        return self._get().__await__()
+
+    def __aiter__(self) -> AsyncIterator[TopicEvent]:
+        return self
+
+    async def __anext__(self) -> TopicEvent:
+        return await (await self._get()).__anext__()
+
+    async def __aenter__(self) -> Subscription:
+        return await self._get()
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._subscription is not None:
+            await self._subscription.__aexit__(*exc)
+
+    def __del__(self) -> None:
+        if self._pending is not None:
+            self._pending.close()  # never awaited: nothing was sent
+
+
 class Topics:
     """Topic operations of a session (``session.topics``)."""
 
@@ -254,8 +290,9 @@ class Topics:
             out.append(FetchedTopic(path, topic_type, value, dict(props) if props is not None else None))
         return out
 
-    async def subscribe(self, selector: str | Selector) -> Subscription:
-        return await self._s._subscribe(self._s._selector(selector))
+    def subscribe(self, selector: str | Selector) -> SubscribeRequest:
+        """Subscribe; use ``await``, ``async with`` or ``async for`` on the result."""
+        return SubscribeRequest(self._s._subscribe(self._s._selector(selector)))
 
     async def unsubscribe(self, selector: str | Selector) -> None:
         sel = self._s._selector(selector)
@@ -411,12 +448,13 @@ class Hub:
             raise _local(e) from None
         await self._s.topics.set(path, value, TopicType.JSON, add_if_missing=True)
 
-    async def subscribe(self, pattern: str) -> Subscription:
+    def subscribe(self, pattern: str) -> SubscribeRequest:
+        """Subscribe to a dotted pattern; ``await``, ``async with`` or ``async for`` the result."""
         try:
             selector = openajax.parse_pattern(pattern).to_selector(self.root)
         except TopicModelError as e:
             raise _local(e) from None
-        return await self._s._subscribe(selector, hub_root=self.root)
+        return SubscribeRequest(self._s._subscribe(selector, hub_root=self.root))
 
 
 class Session:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Awaitable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from canopy.client import (
@@ -36,6 +36,10 @@ from topics.selectors import Selector
 from topics.types import TopicType
 
 T = TypeVar("T")
+
+
+async def _awaited(request: Awaitable[T]) -> T:
+    return await request
 
 
 class _Loop:
@@ -114,7 +118,8 @@ class SyncTopics:
         return self._r.run(self._s.topics.fetch(selector, with_values, with_properties, types, limit), self._t)
 
     def subscribe(self, selector: str | Selector) -> SyncSubscription:
-        return SyncSubscription(self._r, self._r.run(self._s.topics.subscribe(selector), self._t), self._t)
+        request = self._s.topics.subscribe(selector)
+        return SyncSubscription(self._r, self._r.run(_awaited(request), self._t), self._t)
 
     def unsubscribe(self, selector: str | Selector) -> None:
         self._r.run(self._s.topics.unsubscribe(selector), self._t)
@@ -147,7 +152,8 @@ class SyncHub:
         self._r.run(self._s.hub.publish(name, value), self._t)
 
     def subscribe(self, pattern: str) -> SyncSubscription:
-        return SyncSubscription(self._r, self._r.run(self._s.hub.subscribe(pattern), self._t), self._t)
+        request = self._s.hub.subscribe(pattern)
+        return SyncSubscription(self._r, self._r.run(_awaited(request), self._t), self._t)
 
 
 class SyncSession:

@@ -171,3 +171,18 @@ async def test_many_sessions_and_a_late_joiner(broker: str, prefix: str) -> None
         finally:
             for s in sessions:
                 await s.close()
+
+
+async def test_subscribe_can_be_iterated_directly(broker: str, prefix: str) -> None:
+    async with canopy.connect(broker) as s:
+        await s.topics.add_and_set(f"{prefix}/a", "x")
+        seen = []
+        async for event in s.topics.subscribe(f"?{prefix}//"):
+            seen.append((event.kind, event.value))
+            if len(seen) == 1:
+                await s.topics.set(f"{prefix}/a", "y")
+            else:
+                break
+        assert seen == [("subscribed", "x"), ("value", "y")]
+        async with s.topics.subscribe(f">{prefix}/a") as sub:
+            assert (await sub.next(10)).value == "y"
