@@ -9,6 +9,7 @@ created so far is killed and the error is raised to the caller.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import time
 import uuid
@@ -17,8 +18,10 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors import gateway, partition
+from actors import gateway, partition, session_trees
 from cluster import names
+from cluster.configuration import SECURITY_FILE, ConfigurationFile
+from sessions.security import ADMINISTRATOR, SecurityStore, default_store
 
 START_TIMEOUT = 120.0
 STOP_TIMEOUT = 15.0
@@ -29,13 +32,42 @@ class StartupError(RuntimeError):
 
 
 class ControllerActor:
+    """Also the owner of the security store (``security.json`` in the data
+    directory): it applies changes, persists them and pushes every new
+    version to the gateways before answering."""
+
     def __init__(self, config: dict[str, Any], home_node: str | None = None) -> None:
         self.config = config
         self.home_node = home_node
         self.partitions: list[Any] = []
         self.gateways: list[Any] = []
+        self.session_trees: Any = None
         self.gateway_info: list[dict[str, Any]] = []
         self.started_at: float | None = None
+        self.generated_admin_password: str | None = None
+        self._security_file = ConfigurationFile(config["data_dir"], SECURITY_FILE)
+        self.security = self._load_security()
+
+    def _load_security(self) -> SecurityStore:
+        stored = self._security_file.load()
+        configured = self.config.get("admin_password")
+        if stored is None:
+            password = configured or secrets.token_urlsafe(12)
+            if not configured:
+                self.generated_admin_password = password
+            store = default_store(password)
+        else:
+            store = SecurityStore.from_dict(stored)
+            if configured:
+                if "admin" in store.principals:
+                    store = store.apply([["set_password", "admin", configured]])
+                else:
+                    store = store.apply([["add_principal", "admin", configured, [ADMINISTRATOR]]])
+        allow = self.config.get("allow_anonymous")
+        if allow is not None and allow != store.anonymous_allowed:
+            store = store.apply([["set_anonymous", bool(allow), sorted(store.anonymous_roles)]])
+        self._security_file.save(store.to_dict())
+        return store
 
     def _nodes(self) -> list[dict[str, Any]]:
         alive = [n for n in ray.nodes() if n.get("Alive")]
@@ -51,21 +83,47 @@ class ControllerActor:
                 partition_cls.options(name=names.partition(i)).remote(i, count) for i in range(count)
             ]
             port = self.config["port"]
-            for k, node in enumerate(self._nodes()):
+            nodes = self._nodes()
+            home = NodeAffinitySchedulingStrategy(nodes[0]["NodeID"], soft=False)
+            self.session_trees = session_trees.remote_class().options(
+                name=names.SESSION_TREES, scheduling_strategy=home
+            ).remote(self.config["data_dir"])
+            trees = ray.get(self.session_trees.snapshot.remote(), timeout=START_TIMEOUT)
+            security = self.security.to_dict()
+            for k, node in enumerate(nodes):
                 gateway_id = f"gw{k}-{uuid.uuid4().hex[:8]}"
                 strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
                 self.gateways.append(
                     gateway_cls.options(name=names.gateway(k), scheduling_strategy=strategy).remote(
-                        gateway_id, self.partitions, self.config, self.config["host"], port + k if port else 0
+                        gateway_id, self.partitions, self.config, self.config["host"], port + k if port else 0,
+                        security, trees, self.session_trees,
                     )
                 )
             self.gateway_info = ray.get([g.start.remote() for g in self.gateways], timeout=START_TIMEOUT)
+            ray.get(
+                [g.set_peers.remote(self.gateways) for g in self.gateways]
+                + [self.session_trees.set_gateways.remote(self.gateways)],
+                timeout=START_TIMEOUT,
+            )
         except Exception as e:
             self._kill_all()
             cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) and e.cause else e
             raise StartupError(_explain(cause, self.config)) from None
         self.started_at = time.time()
         return self.describe()
+
+    def update_security(self, commands: list[Any]) -> int:
+        """Apply security commands, persist, push to every gateway; return the new version."""
+        store = self.security.apply(commands)
+        self._security_file.save(store.to_dict())
+        self.security = store
+        ray.get([g.set_security.remote(store.to_dict()) for g in self.gateways], timeout=60)
+        return store.version
+
+    def take_generated_password(self) -> str | None:
+        """The admin password generated at first start, handed out once."""
+        password, self.generated_admin_password = self.generated_admin_password, None
+        return password
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -93,12 +151,12 @@ class ControllerActor:
         self._kill_all()
 
     def _kill_all(self) -> None:
-        for handle in [*self.gateways, *self.partitions]:
+        for handle in [*self.gateways, *self.partitions, *([self.session_trees] if self.session_trees else [])]:
             try:
                 ray.kill(handle, no_restart=True)
             except Exception:
                 pass
-        self.gateways, self.partitions, self.gateway_info = [], [], []
+        self.gateways, self.partitions, self.gateway_info, self.session_trees = [], [], [], None
 
 
 def _explain(error: BaseException, config: dict[str, Any]) -> str:

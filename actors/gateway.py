@@ -1,23 +1,28 @@
 """GatewayActor: client sessions over WebSocket, one gateway per node.
 
 The gateway is an async Ray actor whose event loop also runs a
-``websockets`` server. Per connection it reads frames, decodes them with
-:mod:`canopy.protocol`, and turns each request into operations on the
-partitions through one :class:`~actors.channel.PartitionChannel` each. The
-bookkeeping (sessions, selectors, topic cache, outbound queues) lives in
+``websockets`` server. Per connection it authenticates the HELLO against its
+copy of the security store, reads frames, decodes them with
+:mod:`canopy.protocol` and hands each request to its handler
+(:mod:`actors.operations`), which turns it into operations on the partitions
+through one :class:`~actors.channel.PartitionChannel` each. The bookkeeping
+(sessions, groups, interest, topic cache, views, outbound queues) lives in
 :class:`~sessions.registry.SessionRegistry`; each session's writer task
 drains its queue into frames as fast as the client reads.
 
 Partitions push events with :meth:`GatewayActor.deliver`, numbered per
 partition; calls that arrive early are held until the gap before them is
 filled, so every partition's events are applied in the order it made them.
+The controller pushes new security stores (:meth:`set_security`) and the
+session tree actor new branch mapping tables (:meth:`set_session_trees`);
+both re-evaluate every session at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import heapq
+import ipaddress
 import itertools
 import logging
 import os
@@ -31,38 +36,31 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from actors.channel import PartitionChannel, PartitionUnavailable
+from actors.operations import Operations, RequestError
 from canopy import protocol as wire
-from cluster.partitioning import partition_of, partitions_for
+from cluster.partitioning import partitions_for
+from sessions.filters import FilterSyntaxError
 from sessions.registry import SessionRegistry
-from topics import paths
-from topics.errors import InvalidValueError, TopicModelError
-from topics.selectors import parse_selector
-from topics.specification import TopicSpecification
-from topics.store import (
-    FAILED,
-    OP_ADD,
-    OP_APPEND,
-    OP_EDIT,
-    OP_FETCH,
-    OP_QUERY,
-    OP_REGISTER,
-    OP_REMOVE,
-    OP_SET,
-    OP_UNREGISTER,
-)
-from topics.types import TopicType
+from sessions.security import AuthenticationFailed, PermissionDenied, SecurityCommandError, SecurityStore
+from sessions.trees import SessionTrees, TreeError
+from topics.errors import TopicModelError
+from topics.store import FAILED
 
 log = logging.getLogger("canopy.gateway")
 HELLO_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 5.0
 CLOSE_QUEUE_LIMIT = 4001
 CLOSE_SHUTDOWN = 1001
-
-
-class RequestError(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+#: errors a request can end with that are the request's fault, each with a ``code``
+REQUEST_ERRORS = (
+    RequestError,
+    TopicModelError,
+    PermissionDenied,
+    SecurityCommandError,
+    TreeError,
+    FilterSyntaxError,
+    PartitionUnavailable,
+)
 
 
 @dataclass(eq=False)
@@ -74,31 +72,44 @@ class _Connection:
     closing: bool = False
 
 
-def _expect(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-        raise RequestError("INVALID_REQUEST", f"{what} has the wrong type ({type(value).__name__})")
-    return value
-
-
-class GatewayActor:
+class GatewayActor(Operations):
     def __init__(
-        self, gateway_id: str, partitions: list[Any], config: dict[str, Any], host: str, port: int
+        self,
+        gateway_id: str,
+        partitions: list[Any],
+        config: dict[str, Any],
+        host: str,
+        port: int,
+        security: dict[str, Any],
+        session_trees: list[Any],
+        session_tree_actor: Any,
     ) -> None:
         self.gateway_id = gateway_id
         self.config = config
         self.host = host
         self.port = port
         self.partitions = partitions
-        self.registry = SessionRegistry(config["queue_limit"], config["backpressure_threshold"])
+        count = len(partitions)
+        self.registry = SessionRegistry(
+            config["queue_limit"],
+            config["backpressure_threshold"],
+            security=SecurityStore.from_dict(security),
+            trees=SessionTrees.from_wire(session_trees),
+            partitions_for=lambda selector: len(partitions_for(selector, count)),
+        )
         self.channels = [
             PartitionChannel(
                 i, p, gateway_id, config["max_in_flight"], config["max_batch"], config["batch_window_ms"] / 1000
             )
             for i, p in enumerate(partitions)
         ]
+        self.session_trees = session_tree_actor
+        self.controller = None
+        self.peers: list[Any] = []
+        self.countries = [(ipaddress.ip_network(n, strict=False), c) for n, c in (config.get("countries") or {}).items()]
         self.connections: dict[str, _Connection] = {}
         self._server: Server | None = None
-        self._next_sequence = [1] * len(partitions)
+        self._next_sequence = [1] * count
         self._held: dict[tuple[int, int], bytes] = {}
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._session_ids = itertools.count(1)
@@ -108,6 +119,9 @@ class GatewayActor:
     # -- lifecycle -----------------------------------------------------------
 
     async def start(self) -> dict[str, Any]:
+        from cluster import names
+
+        self.controller = ray.get_actor(names.CONTROLLER)
         me = ray.get_runtime_context().current_actor
         await asyncio.gather(*(p.attach_gateway.remote(self.gateway_id, me) for p in self.partitions))
         self._server = await serve(
@@ -120,6 +134,10 @@ class GatewayActor:
         port = self._server.sockets[0].getsockname()[1]
         self.url = f"ws://{self.host}:{port}"
         return {"gateway": self.gateway_id, "url": self.url, "host": self.host, "port": port}
+
+    async def set_peers(self, peers: list[Any]) -> None:
+        """Every gateway of the instance (this one included), for session-wide operations."""
+        self.peers = peers
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -138,11 +156,36 @@ class GatewayActor:
             "pid": os.getpid(),
             "url": self.url,
             "sessions": len(self.registry.sessions),
-            "selectors": len(list(self.registry.index.selectors())),
+            "groups": len(self.registry.groups),
+            "interest": len(self.registry.interest),
             "cached_topics": len(self.registry.cache),
             "calls": sum(c.calls for c in self.channels),
             "operations": sum(c.operations for c in self.channels),
         }
+
+    # -- configuration pushed to the gateway ---------------------------------------
+
+    async def set_security(self, store: dict[str, Any]) -> None:
+        self._apply_changes(self.registry.set_security(SecurityStore.from_dict(store)))
+        self._wake()
+
+    async def set_session_trees(self, trees: list[Any]) -> float:
+        """Apply new tables; return how long re-evaluating the sessions took (s)."""
+        started = time.perf_counter()
+        self._apply_changes(self.registry.set_trees(SessionTrees.from_wire(trees)))
+        elapsed = time.perf_counter() - started
+        self._wake()
+        return elapsed
+
+    async def session_properties(self, kind: str, value: str) -> dict[str, dict[str, str]]:
+        return {sid: dict(self.registry.sessions[sid].properties) for sid in self.select_sessions(kind, value)}
+
+    async def change_session_properties(self, kind: str, value: str, changes: dict[str, str | None]) -> int:
+        chosen = self.select_sessions(kind, value)
+        for sid in chosen:
+            self._apply_changes(self.registry.set_properties(sid, changes))
+        self._wake()
+        return len(chosen)
 
     # -- events from partitions ----------------------------------------------
 
@@ -197,24 +240,32 @@ class GatewayActor:
             return
         try:
             hello = self._hello(first)
-        except RequestError as e:
+            # scrypt takes tens of milliseconds: keep it off the event loop
+            roles = await asyncio.to_thread(self.registry.security.authenticate, hello.principal, hello.password)
+        except (RequestError, AuthenticationFailed) as e:
             await ws.send(wire.frame([wire.encode(wire.Error(0, e.code, str(e)))]))
             await ws.close(1002 if e.code == "PROTOCOL_ERROR" else 1008, e.code)
             return
         session_id = f"{self.gateway_id}-{next(self._session_ids):x}"
+        client_ip = str(ws.remote_address[0]) if ws.remote_address else ""
         properties = {
+            **hello.properties,
             "$SessionId": session_id,
             "$Principal": hello.principal or "",
-            "$ClientIP": str(ws.remote_address[0]) if ws.remote_address else "",
+            "$ClientIP": client_ip,
+            "$Country": self._country(client_ip),
             "$Transport": "WEBSOCKET",
             "$StartTime": str(int(time.time() * 1000)),
-            **hello.properties,
         }
-        self.registry.open(session_id, hello.principal or "", properties)
+        session = self.registry.open(session_id, hello.principal or "", properties, roles)
         conn = _Connection(ws, session_id)
         self.connections[session_id] = conn
         welcome = wire.Welcome(
-            wire.PROTOCOL_VERSION, session_id, properties, self.config["max_frame_size"], self.config["hub_root"]
+            wire.PROTOCOL_VERSION,
+            session_id,
+            dict(session.properties),
+            self.config["max_frame_size"],
+            self.config["hub_root"],
         )
         writer = conn.writer = asyncio.ensure_future(self._writer(conn))
         try:
@@ -227,6 +278,18 @@ class GatewayActor:
         finally:
             writer.cancel()
             self._forget(conn)
+
+    def _country(self, client_ip: str) -> str:
+        if not self.countries or not client_ip:
+            return ""
+        try:
+            address = ipaddress.ip_address(client_ip)
+        except ValueError:
+            return ""
+        for network, code in self.countries:
+            if address in network:
+                return code
+        return ""
 
     def _hello(self, data: Any) -> wire.Hello:
         if not isinstance(data, bytes):
@@ -285,9 +348,7 @@ class GatewayActor:
     def _forget(self, conn: _Connection) -> None:
         if self.connections.pop(conn.session_id, None) is None:
             return
-        for selector in self.registry.close(conn.session_id):
-            for i in partitions_for(selector, len(self.channels)):
-                _detached(self.channels[i].submit([OP_UNREGISTER, str(selector)]))
+        self._unregister(self.registry.close(conn.session_id))
 
     # -- requests --------------------------------------------------------------
 
@@ -327,10 +388,7 @@ class GatewayActor:
         except TypeError as e:
             self._error(sid, request.cid, "INVALID_REQUEST", f"{request.op}: wrong arguments ({e})")
             return
-        except RequestError as e:
-            self._error(sid, request.cid, e.code, f"{request.op}: {e}")
-            return
-        except TopicModelError as e:
+        except REQUEST_ERRORS as e:
             self._error(sid, request.cid, e.code, str(e))
             return
         if isinstance(work, asyncio.Future):
@@ -355,160 +413,18 @@ class GatewayActor:
     async def _finish(self, sid: str, cid: int, work: Any) -> None:
         try:
             result = await work
-        except RequestError as e:
+        except REQUEST_ERRORS as e:
             self._error(sid, cid, e.code, str(e))
-        except PartitionUnavailable as e:
-            self._error(sid, cid, e.code, str(e))
-        except TopicModelError as e:
-            self._error(sid, cid, e.code, str(e))
+        except ray.exceptions.RayTaskError as e:
+            cause = e.cause if e.cause is not None else e
+            code = getattr(cause, "code", "INTERNAL")
+            self._error(sid, cid, code if isinstance(code, str) else "INTERNAL", str(cause))
         except Exception as e:  # never let a bug kill the session silently
             log.exception("request %s failed", cid)
             self._error(sid, cid, "INTERNAL", f"{type(e).__name__}: {e}")
         else:
             self._respond(sid, cid, result)
         self._wake()
-
-    def _route(self, path: str, operation: list[Any]) -> asyncio.Future[list[Any]]:
-        return self.channels[partition_of(path, len(self.channels))].submit(operation)
-
-    @staticmethod
-    def _ok(result: list[Any]) -> Any:
-        if result[0] == FAILED:
-            raise RequestError(result[1], result[2])
-        return result[1]
-
-    async def _all(self, futures: list[asyncio.Future[list[Any]]]) -> list[Any]:
-        return [self._ok(r) for r in await asyncio.gather(*futures)]
-
-    def _op_add(self, sid: str, path: Any, type_name: Any, properties: Any = None) -> Any:
-        path = paths.normalise(path)
-        spec = TopicSpecification.of(_expect(type_name, str, "type"), _expect(properties or {}, dict, "properties"))
-        return self._route(path, [OP_ADD, path, spec.type.value, spec.properties])
-
-    def _op_set(
-        self, sid: str, path: Any, data: Any, raw: Any, type_name: Any = None, add_if_missing: Any = False
-    ) -> Any:
-        path = paths.normalise(path)
-        _expect(data, bytes, "value")
-        _expect(raw, bool, "raw")
-        _expect(add_if_missing, bool, "add_if_missing")
-        if type_name is not None:
-            type_name = TopicType.parse(_expect(type_name, str, "type")).value
-        if len(data) > self.config["max_frame_size"]:
-            raise InvalidValueError("value larger than the maximum frame size")
-        return self._route(path, [OP_SET, path, data, raw, type_name, add_if_missing])
-
-    def _op_append(self, sid: str, path: Any, data: Any, raw: Any, timestamp: Any = None) -> Any:
-        path = paths.normalise(path)
-        _expect(data, bytes, "value")
-        _expect(raw, bool, "raw")
-        if timestamp is not None:
-            _expect(timestamp, int, "timestamp")
-        author = self.registry.sessions[sid].principal
-        return self._route(path, [OP_APPEND, path, data, raw, timestamp, author])
-
-    def _op_edit(self, sid: str, path: Any, original: Any, data: Any, raw: Any) -> Any:
-        path = paths.normalise(path)
-        _expect(original, int, "original sequence")
-        _expect(data, bytes, "value")
-        _expect(raw, bool, "raw")
-        author = self.registry.sessions[sid].principal
-        return self._route(path, [OP_EDIT, path, original, data, raw, author])
-
-    def _op_range_query(
-        self, sid: str, path: Any, anchor: Any, anchor_value: Any, span: Any, span_value: Any,
-        view: Any, limit: Any = None,
-    ) -> Any:
-        path = paths.normalise(path)
-        _expect(anchor, str, "anchor")
-        _expect(anchor_value, int, "anchor value")
-        _expect(span, str, "span")
-        _expect(span_value, int, "span value")
-        _expect(view, str, "view")
-        if limit is not None:
-            _expect(limit, int, "limit")
-        return self._route(path, [OP_QUERY, path, anchor, anchor_value, span, span_value, view, limit])
-
-    def _op_remove(self, sid: str, selector: Any) -> Any:
-        sel = parse_selector(_expect(selector, str, "selector"))
-        futures = [self.channels[i].submit([OP_REMOVE, str(sel)]) for i in partitions_for(sel, len(self.channels))]
-
-        async def total() -> int:
-            return sum(await self._all(futures))
-
-        return total()
-
-    def _op_fetch(
-        self, sid: str, selector: Any, with_values: Any = True, with_properties: Any = False,
-        types: Any = None, limit: Any = None,
-    ) -> Any:
-        sel = parse_selector(_expect(selector, str, "selector"))
-        _expect(with_values, bool, "with_values")
-        _expect(with_properties, bool, "with_properties")
-        if types is not None:
-            types = [TopicType.parse(_expect(t, str, "type")).value for t in _expect(types, list, "types")]
-        if limit is not None and (_expect(limit, int, "limit") < 0):
-            raise RequestError("INVALID_REQUEST", "limit must not be negative")
-        op = [OP_FETCH, str(sel), with_values, with_properties, types, limit]
-        futures = [self.channels[i].submit(op) for i in partitions_for(sel, len(self.channels))]
-
-        async def merged() -> list[Any]:
-            parts = await self._all(futures)
-            rows = list(heapq.merge(*parts, key=lambda row: row[0]))
-            return rows[:limit] if limit is not None else rows
-
-        return merged()
-
-    def _op_subscribe(self, sid: str, selector: Any) -> Any:
-        sel = parse_selector(_expect(selector, str, "selector"))
-        targets = partitions_for(sel, len(self.channels))
-        register, wait = self.registry.subscribe(sid, sel, len(targets))
-        futures = []
-        if register is not None:
-            futures = [self.channels[i].submit([OP_REGISTER, str(sel), register]) for i in targets]
-            self._waiters.setdefault(register, asyncio.get_running_loop().create_future())
-        elif wait is not None:
-            self._waiters.setdefault(wait, asyncio.get_running_loop().create_future())
-
-        async def subscribed() -> None:
-            try:
-                await self._all(futures)
-            except (RequestError, PartitionUnavailable) as e:
-                self._unsubscribe(sid, sel)
-                waiter = self._waiters.pop(register, None) if register is not None else None
-                if waiter is not None and not waiter.done():
-                    waiter.set_exception(e)
-                    waiter.exception()  # retrieved: other sessions waiting on it see it too
-                raise
-            if wait is not None and not self.registry.is_live(wait):
-                await self._waiters[wait]
-
-        return subscribed()
-
-    def _op_unsubscribe(self, sid: str, selector: Any) -> Any:
-        sel = parse_selector(_expect(selector, str, "selector"))
-        self._unsubscribe(sid, sel)
-
-        async def done() -> None:
-            return None
-
-        return done()
-
-    def _unsubscribe(self, sid: str, sel: Any) -> None:
-        gone = self.registry.unsubscribe(sid, sel)
-        if gone is not None:
-            for i in partitions_for(gone, len(self.channels)):
-                _detached(self.channels[i].submit([OP_UNREGISTER, str(gone)]))
-
-
-def _detached(future: asyncio.Future[Any]) -> None:
-    """Nobody waits for this result: log a failure instead of warning about it."""
-
-    def done(f: asyncio.Future[Any]) -> None:
-        if not f.cancelled() and f.exception() is not None:
-            log.warning("background partition operation failed: %s", f.exception())
-
-    future.add_done_callback(done)
 
 
 def remote_class() -> Any:

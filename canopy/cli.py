@@ -16,7 +16,21 @@
                          [--edits latest|all] [--limit N] [--json]
     canopy hub publish NAME VALUE
     canopy hub subscribe PATTERN [--count N] [--json]
+    canopy security show [--json]
+    canopy security role ROLE [--global P,..] [--default P,..] [--path PATH=P,..]... [--remove-path PATH]...
+                              [--includes R,..]
+    canopy security principal add NAME --new-password PW [--roles R,..]
+    canopy security principal (remove NAME | password NAME --new-password PW | roles NAME --roles R,..)
+    canopy security anonymous (--allow | --deny) [--roles R,..]
+    canopy tree put BRANCH [--map FILTER TOPIC_BRANCH]...
+    canopy tree (get BRANCH | list | remove BRANCH) [--json]
+    canopy session get (--id ID | --filter FILTER) [--json]
+    canopy session set (--id ID | --filter FILTER) [KEY=VALUE]... [--unset KEY]...
     canopy demo
+
+Client commands authenticate with ``--principal``/``--password`` (or
+``$CANOPY_PRINCIPAL``/``$CANOPY_PASSWORD``); without them the session is
+anonymous.
 
 Client commands talk to ``--url`` (default ``$CANOPY_URL`` or
 ws://127.0.0.1:8080). ``topic set`` parses VALUE by the topic's type (taken
@@ -205,6 +219,101 @@ def _ts(args: argparse.Namespace) -> int:
     return 0
 
 
+def _split(text: str | None) -> list[str]:
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def _security(args: argparse.Namespace) -> int:
+    with _session(args) as session:
+        sec = session.security
+        if args.action == "show":
+            store = sec.get()
+            if args.json:
+                print(json.dumps(store, indent=2))
+            else:
+                anonymous = store["anonymous"]
+                print(f"version {store['version']}; anonymous sessions "
+                      f"{'allowed' if anonymous['allowed'] else 'refused'} with roles {anonymous['roles']}")
+                for name, role in store["roles"].items():
+                    print(f"role {name}: global {role['global']} default {role['default']} "
+                          f"paths {role['paths']} includes {role['includes']}")
+                for name, principal in store["principals"].items():
+                    print(f"principal {name}: roles {principal['roles']}")
+            return 0
+        commands: list[list[Any]] = []
+        if args.action == "role":
+            if args.global_ is not None:
+                commands.append(["set_global_permissions", args.role, _split(args.global_)])
+            if args.default is not None:
+                commands.append(["set_default_path_permissions", args.role, _split(args.default)])
+            for assignment in args.path:
+                path, sep, perms = assignment.partition("=")
+                if not sep:
+                    raise CanopyError(f"--path expects PATH=P1,P2, got {assignment!r}", "INVALID_SECURITY_COMMAND")
+                commands.append(["set_path_permissions", args.role, path, _split(perms)])
+            for path in args.remove_path:
+                commands.append(["remove_path_permissions", args.role, path])
+            if args.includes is not None:
+                commands.append(["set_role_includes", args.role, _split(args.includes)])
+        elif args.action == "principal":
+            if args.what == "add":
+                commands.append(["add_principal", args.name, args.new_password, _split(args.roles)])
+            elif args.what == "remove":
+                commands.append(["remove_principal", args.name])
+            elif args.what == "password":
+                commands.append(["set_password", args.name, args.new_password])
+            else:
+                commands.append(["set_principal_roles", args.name, _split(args.roles)])
+        else:
+            commands.append(["set_anonymous", args.allow, _split(args.roles)])
+        if not commands:
+            raise CanopyError("nothing to change: give at least one option", "INVALID_SECURITY_COMMAND")
+        print(sec.update(*commands))
+    return 0
+
+
+def _tree(args: argparse.Namespace) -> int:
+    with _session(args) as session:
+        trees = session.session_trees
+        if args.action == "put":
+            print(trees.put_table(args.branch, [tuple(m) for m in args.map]))
+        elif args.action == "remove":
+            print(trees.remove_table(args.branch))
+        else:
+            tables = trees.list_tables() if args.action == "list" else {}
+            if args.action == "get":
+                table = trees.get_table(args.branch)
+                if table is None:
+                    raise CanopyError(f"no branch mapping table at {args.branch!r}", "NO_SUCH_TABLE")
+                tables = {args.branch: table}
+            for branch, mappings in tables.items():
+                if args.json:
+                    print(json.dumps({"branch": branch, "mappings": [list(m) for m in mappings]}))
+                else:
+                    print(branch)
+                    for session_filter, target in mappings:
+                        print(f"  {session_filter}  ->  {target}")
+    return 0
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    with _session(args) as session:
+        target = {"session_id": args.id} if args.id else {"filter": args.filter}
+        if args.action == "get":
+            found = session.sessions.get_properties(**target)
+            for sid, props in sorted(found.items()):
+                print(json.dumps({"session": sid, "properties": props}) if args.json else f"{sid} {props}")
+        else:
+            changes: dict[str, str | None] = {key: None for key in args.unset}
+            for assignment in args.assignments:
+                key, sep, value = assignment.partition("=")
+                if not sep:
+                    raise CanopyError(f"expected KEY=VALUE, got {assignment!r}", "INVALID_PROPERTIES")
+                changes[key] = value
+            print(session.sessions.set_properties(changes, **target))
+    return 0
+
+
 def _hub(args: argparse.Namespace) -> int:
     with _session(args) as session:
         if args.action == "publish":
@@ -231,6 +340,8 @@ def _serve(args: argparse.Namespace) -> int:
             "batch_window_ms",
         )
     }
+    if os.environ.get("CANOPY_ADMIN_PASSWORD"):
+        overrides["admin_password"] = os.environ["CANOPY_ADMIN_PASSWORD"]
     try:
         config = config_module.load(args.config, overrides)
         return serve(config)
@@ -325,6 +436,68 @@ def _parser() -> argparse.ArgumentParser:
     query.add_argument("--json", action="store_true")
     for p in (append, edit, query):
         p.set_defaults(run=_ts)
+
+    security = commands.add_parser("security", help="the security store").add_subparsers(dest="action", required=True)
+    show = security.add_parser("show", parents=[client], help="roles, principals, anonymous settings")
+    show.add_argument("--json", action="store_true")
+    role = security.add_parser("role", parents=[client], help="change a role")
+    role.add_argument("role")
+    role.add_argument("--global", dest="global_", metavar="P1,P2", help="global permissions")
+    role.add_argument("--default", metavar="P1,P2", help="default path permissions")
+    role.add_argument("--path", action="append", default=[], metavar="PATH=P1,P2", help="assign at a path")
+    role.add_argument("--remove-path", dest="remove_path", action="append", default=[], metavar="PATH")
+    role.add_argument("--includes", metavar="R1,R2", help="roles this role includes")
+    principal = security.add_parser("principal", help="principals").add_subparsers(dest="what", required=True)
+    p_add = principal.add_parser("add", parents=[client])
+    p_add.add_argument("name")
+    p_add.add_argument("--new-password", dest="new_password", required=True)
+    p_add.add_argument("--roles", default="")
+    p_remove = principal.add_parser("remove", parents=[client])
+    p_remove.add_argument("name")
+    p_password = principal.add_parser("password", parents=[client])
+    p_password.add_argument("name")
+    p_password.add_argument("--new-password", dest="new_password", required=True)
+    p_roles = principal.add_parser("roles", parents=[client])
+    p_roles.add_argument("name")
+    p_roles.add_argument("--roles", required=True)
+    anonymous = security.add_parser("anonymous", parents=[client], help="allow or refuse anonymous sessions")
+    choice = anonymous.add_mutually_exclusive_group(required=True)
+    choice.add_argument("--allow", dest="allow", action="store_true")
+    choice.add_argument("--deny", dest="allow", action="store_false")
+    anonymous.add_argument("--roles", default="ANONYMOUS")
+    for p in (show, role, p_add, p_remove, p_password, p_roles, anonymous):
+        p.set_defaults(run=_security)
+
+    tree = commands.add_parser("tree", help="session trees (branch mapping tables)").add_subparsers(
+        dest="action", required=True
+    )
+    t_put = tree.add_parser("put", parents=[client], help="replace a branch mapping table")
+    t_put.add_argument("branch", help="the session tree branch")
+    t_put.add_argument("--map", nargs=2, action="append", default=[], metavar=("FILTER", "TOPIC_BRANCH"),
+                       help="one mapping, in order; no --map removes the table")
+    t_get = tree.add_parser("get", parents=[client])
+    t_get.add_argument("branch")
+    t_get.add_argument("--json", action="store_true")
+    t_list = tree.add_parser("list", parents=[client])
+    t_list.add_argument("--json", action="store_true")
+    t_remove = tree.add_parser("remove", parents=[client])
+    t_remove.add_argument("branch")
+    for p in (t_put, t_get, t_list, t_remove):
+        p.set_defaults(run=_tree)
+
+    sess = commands.add_parser("session", help="other sessions' properties").add_subparsers(
+        dest="action", required=True
+    )
+    s_get = sess.add_parser("get", parents=[client])
+    s_set = sess.add_parser("set", parents=[client])
+    for p in (s_get, s_set):
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("--id", help="a session id")
+        which.add_argument("--filter", help="a session filter")
+        p.set_defaults(run=_sessions)
+    s_get.add_argument("--json", action="store_true")
+    s_set.add_argument("assignments", nargs="*", metavar="KEY=VALUE")
+    s_set.add_argument("--unset", action="append", default=[], metavar="KEY")
 
     hub = commands.add_parser("hub", help="OpenAjax-style names").add_subparsers(dest="action", required=True)
     publish = hub.add_parser("publish", parents=[client], help="publish a value to a dotted name")

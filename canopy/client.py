@@ -426,6 +426,108 @@ class TimeSeries:
             raise _local(e) from None
 
 
+class Security:
+    """The security store (``session.security``): needs VIEW_SECURITY to read
+    and MODIFY_SECURITY to change. Commands are described in
+    :mod:`sessions.security`; the helpers below build them."""
+
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def get(self) -> dict[str, Any]:
+        """Roles, principals (without password hashes) and the anonymous settings."""
+        result: dict[str, Any] = await self._s._call("security_get")
+        return result
+
+    async def update(self, *commands: list[Any]) -> int:
+        """Apply commands all or nothing; return the store's new version."""
+        version: int = await self._s._call("security_update", [list(c) for c in commands])
+        return version
+
+    async def set_global_permissions(self, role: str, permissions: list[str]) -> int:
+        return await self.update(["set_global_permissions", role, list(permissions)])
+
+    async def set_default_path_permissions(self, role: str, permissions: list[str]) -> int:
+        return await self.update(["set_default_path_permissions", role, list(permissions)])
+
+    async def set_path_permissions(self, role: str, path: str, permissions: list[str]) -> int:
+        return await self.update(["set_path_permissions", role, path, list(permissions)])
+
+    async def remove_path_permissions(self, role: str, path: str) -> int:
+        return await self.update(["remove_path_permissions", role, path])
+
+    async def set_role_includes(self, role: str, roles: list[str]) -> int:
+        return await self.update(["set_role_includes", role, list(roles)])
+
+    async def add_principal(self, name: str, password: str, roles: list[str]) -> int:
+        return await self.update(["add_principal", name, password, list(roles)])
+
+    async def set_password(self, name: str, password: str) -> int:
+        return await self.update(["set_password", name, password])
+
+    async def set_principal_roles(self, name: str, roles: list[str]) -> int:
+        return await self.update(["set_principal_roles", name, list(roles)])
+
+    async def remove_principal(self, name: str) -> int:
+        return await self.update(["remove_principal", name])
+
+    async def set_anonymous(self, allowed: bool, roles: list[str]) -> int:
+        return await self.update(["set_anonymous", allowed, list(roles)])
+
+
+class SessionTrees:
+    """Branch mapping tables (``session.session_trees``), seed 002."""
+
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def put_table(self, session_tree_branch: str, mappings: list[tuple[str, str]]) -> int:
+        """Replace the table of a branch with ``[(session filter, topic tree branch), ...]``;
+        an empty list removes it. Returns the tables' new version."""
+        version: int = await self._s._call(
+            "tree_put", session_tree_branch, [[f, b] for f, b in mappings]
+        )
+        return version
+
+    async def get_table(self, session_tree_branch: str) -> list[tuple[str, str]] | None:
+        table = await self._s._call("tree_get", session_tree_branch)
+        return [(f, b) for f, b in table[1]] if table is not None else None
+
+    async def list_tables(self) -> dict[str, list[tuple[str, str]]]:
+        return {branch: [(f, b) for f, b in mappings] for branch, mappings in await self._s._call("tree_list")}
+
+    async def remove_table(self, session_tree_branch: str) -> int:
+        version: int = await self._s._call("tree_remove", session_tree_branch)
+        return version
+
+
+def _target(session_id: str | None, session_filter: str | None) -> list[str]:
+    if (session_id is None) == (session_filter is None):
+        raise errors.InvalidRequestError("name exactly one of session_id and filter")
+    return ["id", session_id] if session_id is not None else ["filter", session_filter]  # type: ignore[list-item]
+
+
+class Sessions:
+    """Other sessions' properties (``session.sessions``): VIEW_SESSION to read,
+    MODIFY_SESSION to change. A target is one session id or a session filter."""
+
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def get_properties(
+        self, session_id: str | None = None, *, filter: str | None = None
+    ) -> dict[str, dict[str, str]]:
+        found: dict[str, dict[str, str]] = await self._s._call("session_get", _target(session_id, filter))
+        return found
+
+    async def set_properties(
+        self, properties: dict[str, str | None], session_id: str | None = None, *, filter: str | None = None
+    ) -> int:
+        """Change user properties (``None`` removes one); return how many sessions changed."""
+        changed: int = await self._s._call("session_set", _target(session_id, filter), dict(properties))
+        return changed
+
+
 class Hub:
     """OpenAjax-style publish/subscribe with dotted names (``session.hub``).
 
@@ -470,6 +572,9 @@ class Session:
         self.topics = Topics(self)
         self.time_series = TimeSeries(self)
         self.hub = Hub(self)
+        self.security = Security(self)
+        self.session_trees = SessionTrees(self)
+        self.sessions = Sessions(self)
         self.closed = False
         self._closing = False
         self.close_reason: errors.CanopyError | None = None

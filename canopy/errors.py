@@ -15,10 +15,15 @@ handle::
     │   ├── InvalidPropertiesError       INVALID_PROPERTIES (session properties)
     │   ├── InvalidRequestError          INVALID_REQUEST (wrong arguments)
     │   ├── InvalidQueryError            INVALID_QUERY (time series range query)
+    │   ├── InvalidFilterError           INVALID_FILTER (session filter)
+    │   ├── InvalidBranchMappingError    INVALID_BRANCH_MAPPING
+    │   ├── InvalidSecurityCommandError  INVALID_SECURITY_COMMAND
     │   └── FrameTooLargeError           FRAME_TOO_LARGE
     ├── TimeSeriesError              TIME_SERIES_ERROR
     │   ├── TimestampOrderError          TIMESTAMP_ORDER
     │   └── UnknownSequenceError         UNKNOWN_SEQUENCE
+    ├── PermissionDeniedError        PERMISSION_DENIED
+    ├── AuthenticationError          AUTHENTICATION_FAILED
     ├── TopicExistsMismatchError     TOPIC_EXISTS_MISMATCH
     ├── NoSuchTopicError             NO_SUCH_TOPIC
     ├── UnknownOperationError        UNKNOWN_OPERATION
@@ -106,6 +111,30 @@ class UnknownSequenceError(TimeSeriesError):
     code = "UNKNOWN_SEQUENCE"
 
 
+class InvalidFilterError(InvalidInputError):
+    """A session filter does not parse; the message shows where."""
+
+    code = "INVALID_FILTER"
+
+
+class InvalidBranchMappingError(InvalidInputError):
+    code = "INVALID_BRANCH_MAPPING"
+
+
+class InvalidSecurityCommandError(InvalidInputError):
+    code = "INVALID_SECURITY_COMMAND"
+
+
+class PermissionDeniedError(CanopyError):
+    """The session lacks a permission; the message names it and the path."""
+
+    code = "PERMISSION_DENIED"
+
+
+class AuthenticationError(CanopyError):
+    code = "AUTHENTICATION_FAILED"
+
+
 class TopicExistsMismatchError(CanopyError):
     code = "TOPIC_EXISTS_MISMATCH"
 
@@ -150,6 +179,11 @@ _BY_CODE: dict[str, type[CanopyError]] = {
         InvalidRequestError,
         FrameTooLargeError,
         InvalidQueryError,
+        InvalidFilterError,
+        InvalidBranchMappingError,
+        InvalidSecurityCommandError,
+        PermissionDeniedError,
+        AuthenticationError,
         TimeSeriesError,
         TimestampOrderError,
         UnknownSequenceError,

@@ -65,6 +65,26 @@ range_query     path, anchor, anchor value, span, span value,    [selected count
                                                                  type]
 ==============  ===============================================  ==================
 
+Security, session trees and sessions:
+
+==============  ===============================================  ==================
+security_get                                                     the store (no
+                                                                 password hashes)
+security_update commands (see :mod:`sessions.security`)          new version
+tree_put        session tree branch, [[filter, topic branch]...]  new version
+tree_get        session tree branch                              table|nil
+tree_list                                                        [table...]
+tree_remove     session tree branch                              new version
+session_get     target                                           {session id: props}
+session_set     target, {key: value|nil}                         sessions changed
+==============  ===============================================  ==================
+
+A target is ``["id", session id]`` or ``["filter", session filter]``. A
+HELLO with a principal is authenticated (ERROR ``AUTHENTICATION_FAILED``
+otherwise); without one the session is anonymous if the server allows it.
+A request the session lacks a permission for gets ``PERMISSION_DENIED``
+naming the permission and the path.
+
 Time series (TIME_SERIES topics): a subscription delivers, after SUBSCRIBED
 (whose value is nil), the events the topic's TIME_SERIES_SUBSCRIPTION_RANGE
 selects (default the newest one), then every new event and edit as EVENT
@@ -100,7 +120,13 @@ PROTOCOL_VERSION = 1
 FRAME_OVERHEAD = 5  # the largest msgpack array header
 HELLO, WELCOME, REQUEST, RESPONSE, ERROR, SUBSCRIBED, VALUE, UNSUBSCRIBED, CLOSE, EVENT = range(10)
 OPERATIONS = frozenset(
-    {"add", "set", "remove", "fetch", "subscribe", "unsubscribe", "append", "edit", "range_query"}
+    {
+        "add", "set", "remove", "fetch", "subscribe", "unsubscribe",
+        "append", "edit", "range_query",
+        "security_get", "security_update",
+        "tree_put", "tree_get", "tree_list", "tree_remove",
+        "session_get", "session_set",
+    }
 )
 
 

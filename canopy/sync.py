@@ -156,6 +156,24 @@ class SyncHub:
         return SyncSubscription(self._r, self._r.run(_awaited(request), self._t), self._t)
 
 
+class _Blocking:
+    """Blocking versions of every coroutine method of an async API object."""
+
+    def __init__(self, runner: _Loop, target: Any, timeout: float | None) -> None:
+        self._r, self._target, self._t = runner, target, timeout
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._target, name)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._r.run(method(*args, **kwargs), self._t)
+
+        call.__doc__ = method.__doc__
+        return call
+
+
 class SyncSession:
     def __init__(self, runner: _Loop, session: Session, timeout: float | None) -> None:
         self._runner = runner
@@ -165,6 +183,10 @@ class SyncSession:
         self.topics = SyncTopics(runner, session, timeout)
         self.time_series = SyncTimeSeries(runner, session, timeout)
         self.hub = SyncHub(runner, session, timeout)
+        #: blocking forms of :class:`canopy.client.Security`, ``SessionTrees`` and ``Sessions``
+        self.security = _Blocking(runner, session.security, timeout)
+        self.session_trees = _Blocking(runner, session.session_trees, timeout)
+        self.sessions = _Blocking(runner, session.sessions, timeout)
 
     @property
     def closed(self) -> bool:

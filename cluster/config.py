@@ -25,11 +25,18 @@ max_in_flight               ``2``                    gateway→partition calls i
 max_batch                   ``2000``                 operations per gateway→partition call
 batch_window_ms             ``0``                    least time between two calls to one partition
                                                      (a wider window: fewer, larger calls)
+admin_password              (generated)              password of the ``admin`` principal; set at
+                                                     every start when given, else generated and
+                                                     printed once at the first start
+allow_anonymous             (as stored; true)        whether sessions without a principal connect
+countries                   (none)                   ``$Country`` by client address: a table of
+                                                     ``"CIDR" = "CODE"`` (first match wins)
 ==========================  =======================  ===========================================
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from dataclasses import asdict, dataclass, fields, replace
@@ -60,6 +67,9 @@ class ServerConfig:
     max_in_flight: int = 2
     max_batch: int = 2_000
     batch_window_ms: int = 0
+    admin_password: str | None = None
+    allow_anonymous: bool | None = None
+    countries: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         self.validate("configuration")
@@ -88,6 +98,15 @@ class ServerConfig:
             paths.normalise(self.hub_root)
         except PathError as e:
             raise ConfigError(f"{source}: hub_root: {e}") from None
+        if self.admin_password is not None and len(self.admin_password) < 8:
+            raise ConfigError(f"{source}: admin_password must have at least 8 characters")
+        for network, code in (self.countries or {}).items():
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError as e:
+                raise ConfigError(f"{source}: countries: {e}") from None
+            if not isinstance(code, str):
+                raise ConfigError(f"{source}: countries: the code for {network!r} must be a string")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,13 +128,16 @@ def _check_types(values: dict[str, Any], source: str) -> None:
         if key not in _TYPES:
             known = ", ".join(sorted(_TYPES))
             raise ConfigError(f"{source}: unknown setting {key!r}; known settings: {known}")
-        wanted = _TYPES[key]
-        if "int" in str(wanted):
-            ok = isinstance(value, int) and not isinstance(value, bool)
+        wanted = str(_TYPES[key])
+        if wanted.startswith("int"):
+            ok, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        elif wanted.startswith("bool"):
+            ok, kind = isinstance(value, bool), "true or false"
+        elif wanted.startswith("dict"):
+            ok, kind = isinstance(value, dict), "a table"
         else:
-            ok = isinstance(value, str)
+            ok, kind = isinstance(value, str), "a string"
         if not ok:
-            kind = "an integer" if "int" in str(wanted) else "a string"
             raise ConfigError(f"{source}: {key} must be {kind}, got {value!r}")
 
 

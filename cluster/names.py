@@ -4,6 +4,7 @@ from __future__ import annotations
 
 DEFAULT_NAMESPACE = "canopy"
 CONTROLLER = "controller"
+SESSION_TREES = "session-trees"
 
 
 def partition(index: int) -> str:

@@ -104,6 +104,7 @@ def serve(config: ServerConfig, out: Callable[[str], None] = print) -> int:
 
 def _run(config: ServerConfig, data_dir: Path, out: Callable[[str], None]) -> int:
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from actors import controller as controller_module
 
@@ -115,7 +116,11 @@ def _run(config: ServerConfig, data_dir: Path, out: Callable[[str], None]) -> in
         cls = controller_module.remote_class()
         home = ray.get_runtime_context().get_node_id()
         try:
-            controller = cls.options(name=names.CONTROLLER, lifetime="detached").remote(config.as_dict(), home)
+            controller = cls.options(
+                name=names.CONTROLLER,
+                lifetime="detached",
+                scheduling_strategy=NodeAffinitySchedulingStrategy(home, soft=False),
+            ).remote({**config.as_dict(), "data_dir": str(data_dir)}, home)
         except ValueError:
             raise ServeError(_already_running(config)) from None
         try:
@@ -127,6 +132,12 @@ def _run(config: ServerConfig, data_dir: Path, out: Callable[[str], None]) -> in
             json.dumps({"pid": os.getpid(), "data_dir": str(data_dir), "ray_address": ray_address, **info}, indent=2)
             + "\n"
         )
+        password = ray.get(controller.take_generated_password.remote())
+        if password is not None:
+            out(
+                f"canopy: first start: created the security store with principal 'admin', password {password!r} "
+                "(shown this once; set admin_password in the configuration to choose your own)"
+            )
         where = "embedded Ray" if config.address is None else f"Ray at {config.address}"
         out(
             f"canopy serving {', '.join(info['urls'])} ({info['partitions']} partitions, "

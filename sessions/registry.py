@@ -1,53 +1,71 @@
 """The sessions of one gateway and the fan-out of topic events to them.
 
-A gateway hosts many client sessions but registers each distinct selector
-with the partitions only once. :class:`SessionRegistry` is the bookkeeping
-behind that, free of any I/O so that it can be tested on its own:
+A gateway hosts many client sessions; :class:`SessionRegistry` is the
+bookkeeping behind them, free of I/O so that it can be tested on its own.
 
-* ``index`` maps session selectors to session ids (a
-  :class:`~topics.sublist.SubscriptionIndex`); a selector's first session
-  makes the gateway register it with the partitions, its last session
-  unregisters it;
-* ``cache`` holds every topic some local selector matches, with its
-  specification and current value, fed by the partitions' ordered event
-  streams. A session that subscribes to a selector the gateway already
-  watches is served from the cache without asking any partition;
-* each session has an :class:`~sessions.queue.OutboundQueue`; an update is
-  encoded once and the same bytes are queued for every subscribed session,
-  under the topic's CONFLATION policy.
+**Groups.** Sessions that agree on their roles and on every property the
+branch mapping tables' filters read form a *group*: they share one
+:class:`~sessions.trees.Resolution` (session path ↔ topic path), one
+permission cache and one index of their selectors (session paths). 10,000
+sessions in 10 groups cost 10 resolutions, not 10,000.
 
-The driver (the gateway actor) calls the methods below and then drains
-:meth:`SessionRegistry.take_dirty` to wake the writers of sessions with new
-messages and :meth:`SessionRegistry.take_closing` to end sessions that
-overflowed their queue.
+**Interest.** For each selector a group uses, the resolution names the
+*topic-space* selectors that cover what it can show (the selector itself
+when nothing is mapped). The gateway registers each distinct topic-space
+selector with the partitions once (:attr:`SessionRegistry.interest`) and
+unregisters it when no group needs it; the partitions' snapshots and updates
+fill a cache of topics (:attr:`cache`).
 
-A session is *subscribed* to a topic when one of its selectors matches it;
-it is told so by a SUBSCRIBED message (alias, path, specification, value),
-then gets VALUE messages, and an UNSUBSCRIBED message with a reason:
-``REQUESTED`` (it unsubscribed), ``REMOVED`` (the topic went away) or
-``BACK_PRESSURE`` (CONFLATION unsubscribe under back pressure; it stays
-unsubscribed from that topic until it subscribes again to a selector
-matching it).
+**Views.** A topic is shown to a session at a *session path*; a topic may
+show at several (two tables mapping to one branch). Each (topic, session
+path) pair is a *view* with its own alias, and each update is encoded once
+per view and queued, as the same bytes, for every session subscribed to it
+(:class:`~sessions.queue.OutboundQueue`, CONFLATION policies).
+
+A session is subscribed to a view when one of its selectors matches the
+session path and it may READ_TOPIC there (permissions are checked on session
+paths only; SELECT_TOPIC on a selector's path prefix is checked when it is
+subscribed). Changes to the tables, to a session's properties, or to the
+security store re-evaluate the affected sessions: views they no longer have
+are unsubscribed (reason ``BRANCH_MAPPINGS`` or ``AUTHORIZATION``) and new
+ones subscribed, without the client doing anything. Other reasons:
+``REQUESTED``, ``REMOVED``, ``BACK_PRESSURE`` (see the queue).
+
+The driver (the gateway actor) sends the registrations these methods return
+to the partitions, feeds partition events to :meth:`on_events`, and drains
+:meth:`take_dirty` and :meth:`take_closing` to wake writers and end sessions.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from canopy import protocol as wire
+from sessions.filters import ROLES_KEY
 from sessions.queue import Outcome, OutboundQueue
+from sessions.security import PathPermission, PermissionDenied, SecurityStore
+from sessions.trees import Resolution, SessionTrees, group_key
 from topics.properties import Conflation
 from topics.selectors import Selector
 from topics.specification import TopicSpecification
 from topics.store import EV_ADD, EV_END, EV_EVENT, EV_REMOVE, EV_SNAPSHOT, EV_VALUE
-from topics.timeseries import DEFAULT_SUBSCRIPTION_RANGE, Event, EventWindow
 from topics.sublist import SubscriptionIndex
+from topics.timeseries import DEFAULT_SUBSCRIPTION_RANGE, Event, EventWindow
 from topics.tree import TopicTree
 
 REQUESTED, REMOVED, BACK_PRESSURE = "REQUESTED", "REMOVED", "BACK_PRESSURE"
+AUTHORIZATION, BRANCH_MAPPINGS = "AUTHORIZATION", "BRANCH_MAPPINGS"
+
+#: a registration the driver must send: (topic-space selector, token)
+Registration = tuple[Selector, int]
+
+
+def roles_text(roles: Iterable[str]) -> str:
+    """``$Roles`` as the reference system writes it: ``"A","B"``."""
+    return ",".join(f'"{r}"' for r in sorted(roles))
 
 
 @dataclass(eq=False)
@@ -55,74 +73,223 @@ class Session:
     id: str
     principal: str
     properties: dict[str, str]
+    roles: frozenset[str]
     queue: OutboundQueue
+    group: Group | None = None
     selectors: set[Selector] = field(default_factory=set)
-    #: path -> alias of every topic the session is subscribed to
-    topics: dict[str, int] = field(default_factory=dict)
-    #: topics it was unsubscribed from by back pressure
+    #: session path -> (alias, topic path) of every view the session is subscribed to
+    views: dict[str, tuple[int, str]] = field(default_factory=dict)
+    #: session paths it was unsubscribed from by back pressure
     suppressed: set[str] = field(default_factory=set)
+
+
+_group_serials = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Group:
+    key: Any
+    roles: frozenset[str]
+    resolution: Resolution
+    serial: int = field(default_factory=lambda: next(_group_serials))
+    sessions: set[str] = field(default_factory=set)
+    #: session selectors -> sessions of this group using them
+    index: SubscriptionIndex[str] = field(default_factory=SubscriptionIndex)
+    #: session selector -> the topic-space selectors it needs
+    owned: dict[Selector, list[Selector]] = field(default_factory=dict)
+    _paths: dict[str, list[str]] = field(default_factory=dict)
+    _read: dict[str, bool] = field(default_factory=dict)
+
+    def session_paths(self, topic_path: str) -> list[str]:
+        found = self._paths.get(topic_path)
+        if found is None:
+            if len(self._paths) > 200_000:
+                self._paths.clear()
+            found = self._paths[topic_path] = self.resolution.session_paths(topic_path)
+        return found
+
+
+@dataclass(eq=False)
+class _View:
+    alias: int
+    session_path: str
+    subscribed: bytes  # the SUBSCRIBED message without its value, see _subscribed_prefix
+    sessions: set[str] = field(default_factory=set)
 
 
 @dataclass(eq=False)
 class _TopicState:
-    alias: int
+    path: str
     spec: TopicSpecification
     policy: Conflation
-    subscribed: bytes  # SUBSCRIBED message minus value, see _subscribed_prefix
-    sessions: set[str] = field(default_factory=set)
+    views: dict[str, _View] = field(default_factory=dict)
     #: a TIME_SERIES topic's newest events, what a new subscriber gets first
     window: EventWindow | None = None
 
 
 @dataclass(eq=False)
-class _Registration:
+class _Interest:
     token: int
     outstanding: int  # END markers still expected from partitions
+    owners: set[tuple[int, Selector]] = field(default_factory=set)
+
+
+def _open_store() -> SecurityStore:
+    """Every permission for everyone: the registry on its own, in tests."""
+    from sessions.security import GlobalPermission
+
+    return SecurityStore().apply(
+        [
+            ["set_global_permissions", "ALL", [p.value for p in GlobalPermission]],
+            ["set_default_path_permissions", "ALL", [p.value for p in PathPermission]],
+            ["set_anonymous", True, ["ALL"]],
+        ]
+    )
 
 
 class SessionRegistry:
-    """Sessions, their selectors and subscriptions, and the topic cache of one gateway."""
+    """Sessions, groups, interest, the topic cache and the views of one gateway.
 
-    def __init__(self, queue_limit: int = 10_000, backpressure: int = 1_000) -> None:
+    ``partitions_for(selector)`` says how many partitions a registration of
+    that selector goes to (how many END markers complete it).
+    """
+
+    def __init__(
+        self,
+        queue_limit: int = 10_000,
+        backpressure: int = 1_000,
+        *,
+        security: SecurityStore | None = None,
+        trees: SessionTrees | None = None,
+        partitions_for: Callable[[Selector], int] = lambda _: 1,
+    ) -> None:
         self.queue_limit = queue_limit
         self.backpressure = backpressure
+        self.security = security or _open_store()
+        self.permissions = self.security.evaluator()
+        self.trees = trees or SessionTrees()
+        self._relevant = self.trees.relevant_keys()
+        self._partitions_for = partitions_for
         self.sessions: dict[str, Session] = {}
-        self.index: SubscriptionIndex[str] = SubscriptionIndex()
+        self.groups: dict[Any, Group] = {}
         self.cache = TopicTree()
         self._topics: dict[str, _TopicState] = {}
-        self._registrations: dict[Selector, _Registration] = {}
-        self._pending_tokens: dict[int, Selector] = {}
+        self.interest: dict[Selector, _Interest] = {}
+        self._interest_index: SubscriptionIndex[Selector] = SubscriptionIndex()
+        self._pending: dict[int, Selector] = {}
         self._tokens = itertools.count(1)
         self._aliases = itertools.count(1)
         self._specs: dict[tuple[str, tuple[tuple[str, str], ...]], TopicSpecification] = {}
         self._dirty: set[str] = set()
         self._closing: dict[str, tuple[str, str]] = {}
 
-    # -- sessions ----------------------------------------------------------
+    # -- groups -------------------------------------------------------------------
 
-    def open(self, session_id: str, principal: str, properties: dict[str, str]) -> Session:
-        session = Session(
-            session_id, principal, dict(properties), OutboundQueue(self.queue_limit, self.backpressure)
-        )
+    def _group_of(self, session: Session, pool: dict[Any, Group] | None = None) -> Group:
+        pool = self.groups if pool is None else pool
+        props = {**session.properties, ROLES_KEY: roles_text(session.roles)}
+        key = group_key(self._relevant, props, session.roles)
+        group = pool.get(key)
+        if group is None:
+            group = pool[key] = Group(key, session.roles, self.trees.resolution_for(props, session.roles))
+        return group
+
+    def can_read(self, group: Group, session_path: str) -> bool:
+        found = group._read.get(session_path)
+        if found is None:
+            if len(group._read) > 200_000:
+                group._read.clear()
+            found = group._read[session_path] = self.permissions.has(
+                group.roles, PathPermission.READ_TOPIC, session_path
+            )
+        return found
+
+    def _own(self, group: Group, selector: Selector) -> list[Registration]:
+        """Record that ``group`` needs ``selector``'s interest; return new registrations."""
+        owner = (group.serial, selector)
+        wanted = group.owned.get(selector)
+        if wanted is None:
+            wanted = group.owned[selector] = group.resolution.interest(selector)
+        out = []
+        for topic_selector in wanted:
+            interest = self.interest.get(topic_selector)
+            if interest is None:
+                token = next(self._tokens)
+                interest = self.interest[topic_selector] = _Interest(token, self._partitions_for(topic_selector))
+                self._pending[token] = topic_selector
+                self._interest_index.add(topic_selector, topic_selector)
+                out.append((topic_selector, token))
+            interest.owners.add(owner)
+        return out
+
+    def _disown(self, group: Group, selector: Selector) -> list[Selector]:
+        """``group`` no longer needs ``selector``; return topic selectors to unregister."""
+        owner = (group.serial, selector)
+        out = []
+        for topic_selector in group.owned.pop(selector, ()):
+            interest = self.interest.get(topic_selector)
+            if interest is None:
+                continue
+            interest.owners.discard(owner)
+            if not interest.owners:
+                del self.interest[topic_selector]
+                self._pending.pop(interest.token, None)
+                self._interest_index.remove(topic_selector, topic_selector)
+                out.append(topic_selector)
+                for topic in list(self.cache.select(topic_selector)):
+                    if not self._interest_index.match(topic.path):
+                        self._drop_topic(topic.path)
+        return out
+
+    def pending_tokens(self, session_id: str, selector: Selector) -> list[int]:
+        """The registrations a session's selector still waits for."""
+        session = self.sessions.get(session_id)
+        if session is None or session.group is None:
+            return []
+        tokens = []
+        for topic_selector in session.group.owned.get(selector, ()):
+            interest = self.interest.get(topic_selector)
+            if interest is not None and interest.outstanding > 0:
+                tokens.append(interest.token)
+        return tokens
+
+    def is_live(self, token: int) -> bool:
+        return token not in self._pending
+
+    # -- sessions -----------------------------------------------------------------
+
+    def open(
+        self, session_id: str, principal: str, properties: dict[str, str], roles: frozenset[str] | None = None
+    ) -> Session:
+        """Register a session; without ``roles`` it gets the store's anonymous roles."""
+        if roles is None:
+            roles = self.security.anonymous_roles
+        props = dict(properties)
+        props["$Roles"] = roles_text(roles)
+        session = Session(session_id, principal, props, roles, OutboundQueue(self.queue_limit, self.backpressure))
+        group = self._group_of(session)
+        group.sessions.add(session_id)
+        session.group = group
         self.sessions[session_id] = session
         return session
 
     def close(self, session_id: str) -> list[Selector]:
-        """Forget a session; return the selectors the gateway must now unregister."""
+        """Forget a session; return the topic selectors to unregister."""
         session = self.sessions.pop(session_id, None)
         self._dirty.discard(session_id)
         self._closing.pop(session_id, None)
-        if session is None:
+        if session is None or session.group is None:
             return []
-        for path in session.topics:
-            state = self._topics.get(path)
-            if state is not None:
-                state.sessions.discard(session_id)
+        for session_path in list(session.views):
+            self._drop_view(session, session_path)
+        group = session.group
         unregister = []
         for selector in session.selectors:
-            if self.index.remove(selector, session_id):
-                unregister.append(selector)
-                self._forget_registration(selector)
+            if group.index.remove(selector, session_id):
+                unregister += self._disown(group, selector)
+        group.sessions.discard(session_id)
+        if not group.sessions and self.groups.get(group.key) is group:
+            del self.groups[group.key]
         return unregister
 
     def send(self, session_id: str, message: bytes) -> None:
@@ -140,63 +307,218 @@ class SessionRegistry:
         closing, self._closing = self._closing, {}
         return closing
 
-    # -- subscriptions -----------------------------------------------------
+    # -- subscriptions ------------------------------------------------------------------
 
-    def subscribe(self, session_id: str, selector: Selector, partitions: int) -> tuple[int | None, int | None]:
+    def subscribe(self, session_id: str, selector: Selector) -> tuple[list[Registration], list[int]]:
         """Add a selector to a session.
 
-        Returns ``(register, wait)``: ``register`` is a new token when the
-        gateway must register the selector with ``partitions`` partitions;
-        ``wait`` is the token whose END markers the subscription must wait
-        for (``None`` when the selector is already live at this gateway).
-        Topics already cached are subscribed at once.
+        Returns the registrations the driver must send and the tokens the
+        subscription must wait for. Raises :class:`PermissionDenied` without
+        SELECT_TOPIC on the selector's path prefix.
         """
         session = self.sessions[session_id]
+        group = session.group
+        assert group is not None
+        self.permissions.check(group.roles, PathPermission.SELECT_TOPIC, selector.path_prefix)
         session.selectors.add(selector)
         if session.suppressed:
             session.suppressed = {p for p in session.suppressed if not selector.matches(p)}
-        self.index.add(selector, session_id)
-        register = None
-        registration = self._registrations.get(selector)
-        if registration is None:
-            token = next(self._tokens)
-            registration = _Registration(token, partitions)
-            self._registrations[selector] = registration
-            self._pending_tokens[token] = selector
-            register = token
-        for topic in list(self.cache.select(selector)):
-            self._subscribe_session(session, topic.path)
-        wait = registration.token if registration.outstanding > 0 else None
-        return register, wait
+        group.index.add(selector, session_id)
+        registrations = self._own(group, selector)
+        for session_path, topic_path in self._desired(group, selector).items():
+            self._subscribe_view(session, session_path, topic_path)
+        return registrations, self.pending_tokens(session_id, selector)
 
-    def unsubscribe(self, session_id: str, selector: Selector) -> Selector | None:
-        """Remove a selector from a session; return it if the gateway must unregister it."""
+    def unsubscribe(self, session_id: str, selector: Selector) -> list[Selector]:
+        """Remove a selector from a session; return topic selectors to unregister."""
         session = self.sessions.get(session_id)
-        if session is None or selector not in session.selectors:
-            return None
+        if session is None or session.group is None or selector not in session.selectors:
+            return []
+        group = session.group
         session.selectors.discard(selector)
-        last = self.index.remove(selector, session_id)
-        for path in [p for p in session.topics if selector.matches(p)]:
-            if not any(s.matches(path) for s in session.selectors):
-                self._unsubscribe_session(session, path, REQUESTED)
-        if last:
-            self._forget_registration(selector)
-            return selector
-        return None
+        for session_path in [p for p in session.views if selector.matches(p)]:
+            if not any(s.matches(session_path) for s in session.selectors):
+                self._unsubscribe_view(session, session_path, REQUESTED)
+        if group.index.remove(selector, session_id):
+            return self._disown(group, selector)
+        return []
 
-    def _forget_registration(self, selector: Selector) -> None:
-        registration = self._registrations.pop(selector, None)
-        if registration is not None:
-            self._pending_tokens.pop(registration.token, None)
-        for topic in list(self.cache.select(selector)):
-            if not self.index.match(topic.path):
-                self.cache.remove(topic.path)
-                self._topics.pop(topic.path, None)
+    def _desired(self, group: Group, selector: Selector) -> dict[str, str]:
+        """Session path -> topic path of every cached topic ``selector`` shows the group."""
+        out: dict[str, str] = {}
+        for topic_selector in group.owned.get(selector, ()):
+            for topic in self.cache.select(topic_selector):
+                for session_path in group.session_paths(topic.path):
+                    if selector.matches(session_path) and self.can_read(group, session_path):
+                        out[session_path] = topic.path
+        return out
 
-    def is_live(self, token: int) -> bool:
-        return token not in self._pending_tokens
+    def resolve(self, session_id: str, session_path: str) -> str:
+        """The topic path a session sees at ``session_path``."""
+        group = self.sessions[session_id].group
+        assert group is not None
+        return group.resolution.resolve(session_path)
 
-    # -- partition events ----------------------------------------------------
+    def visible(self, session_id: str, selector: Selector, topic_path: str) -> list[str]:
+        """The session paths at which ``selector`` shows this session the topic (fetch)."""
+        group = self.sessions[session_id].group
+        assert group is not None
+        return [
+            p for p in group.session_paths(topic_path) if selector.matches(p) and self.can_read(group, p)
+        ]
+
+    def fetch_plan(self, session_id: str, selector: Selector) -> list[Selector]:
+        """The topic selectors a fetch over ``selector`` must read (SELECT_TOPIC checked)."""
+        group = self.sessions[session_id].group
+        assert group is not None
+        self.permissions.check(group.roles, PathPermission.SELECT_TOPIC, selector.path_prefix)
+        return group.resolution.interest(selector)
+
+    def check(self, session_id: str, permission: Any, path: str | None = None) -> None:
+        """Raise :class:`PermissionDenied` unless the session has the permission."""
+        session = self.sessions[session_id]
+        self.permissions.check(session.roles, permission, path)
+
+    def has(self, session_id: str, permission: Any, path: str | None = None) -> bool:
+        return self.permissions.has(self.sessions[session_id].roles, permission, path)
+
+    # -- re-evaluation ------------------------------------------------------------------
+
+    def set_trees(self, trees: SessionTrees) -> tuple[list[Registration], list[Selector]]:
+        """New branch mapping tables: regroup and re-evaluate every session."""
+        if trees.version <= self.trees.version and self.trees.tables:
+            return [], []
+        self.trees = trees
+        self._relevant = trees.relevant_keys()
+        return self._regroup(list(self.sessions.values()), BRANCH_MAPPINGS)
+
+    def set_security(self, store: SecurityStore) -> tuple[list[Registration], list[Selector]]:
+        """A new security store: permissions change for every session."""
+        if store.version <= self.security.version:
+            return [], []
+        self.security = store
+        self.permissions = store.evaluator()
+        return self._regroup(list(self.sessions.values()), AUTHORIZATION)
+
+    def set_properties(
+        self, session_id: str, changes: Mapping[str, str | None]
+    ) -> tuple[list[Registration], list[Selector]]:
+        """Change a session's user properties (``None`` removes one) and re-evaluate it."""
+        session = self.sessions[session_id]
+        for key, value in changes.items():
+            if value is None:
+                session.properties.pop(key, None)
+            else:
+                session.properties[key] = value
+        return self._regroup([session], BRANCH_MAPPINGS, rebuild=False)
+
+    def _regroup(
+        self, sessions: list[Session], reason: str, *, rebuild: bool = True
+    ) -> tuple[list[Registration], list[Selector]]:
+        """Move sessions to the groups their properties now call for and
+        re-evaluate their views. With ``rebuild`` every group is made afresh
+        (the tables or the permissions changed); without it existing groups
+        are reused (one session's properties changed)."""
+        pool: dict[Any, Group] = {} if rebuild else self.groups
+        moves = []
+        for session in sessions:
+            new = self._group_of(session, pool)
+            if new is not session.group:
+                moves.append((session, session.group, new))
+        # own the new interests before dropping any old one, so shared ones stay
+        registrations: list[Registration] = []
+        for session, _old, new in moves:
+            new.sessions.add(session.id)
+            for selector in session.selectors:
+                registrations += self._own(new, selector)
+                new.index.add(selector, session.id)
+        desired_cache: dict[tuple[int, Selector], dict[str, str]] = {}
+        for session, _old, new in moves:
+            session.group = new
+            desired: dict[str, str] = {}
+            for selector in session.selectors:
+                key = (new.serial, selector)
+                if key not in desired_cache:
+                    desired_cache[key] = self._desired(new, selector)
+                desired.update(desired_cache[key])
+            self._sync(session, desired, reason)
+        unregister: list[Selector] = []
+        for session, old, _new in moves:
+            if old is None:
+                continue
+            old.sessions.discard(session.id)
+            for selector in session.selectors:
+                if old.index.remove(selector, session.id):
+                    unregister += self._disown(old, selector)
+        if rebuild:
+            self.groups = pool
+        else:
+            for key in [k for k, g in self.groups.items() if not g.sessions]:
+                del self.groups[key]
+        return registrations, unregister
+
+    def _sync(self, session: Session, desired: dict[str, str], reason: str) -> None:
+        for session_path, (_alias, topic_path) in list(session.views.items()):
+            if desired.get(session_path) != topic_path:
+                self._unsubscribe_view(session, session_path, reason)
+        for session_path, topic_path in desired.items():
+            self._subscribe_view(session, session_path, topic_path)
+
+    # -- views ------------------------------------------------------------------------------
+
+    def _view(self, state: _TopicState, session_path: str) -> _View:
+        view = state.views.get(session_path)
+        if view is None:
+            alias = next(self._aliases)
+            spec = state.spec
+            items = [list(i) for i in spec.items]
+            view = state.views[session_path] = _View(
+                alias, session_path, _subscribed_prefix(alias, session_path, spec.type.value, items)
+            )
+        return view
+
+    def _subscribe_view(
+        self, session: Session, session_path: str, topic_path: str, fresh: bytes | None = None
+    ) -> None:
+        if session_path in session.views or session_path in session.suppressed:
+            return
+        state = self._topics.get(topic_path)
+        if state is None:
+            return
+        view = self._view(state, session_path)
+        topic = self.cache.get(topic_path)
+        value = topic.value if topic is not None and topic.value is not None else fresh
+        session.views[session_path] = (view.alias, topic_path)
+        view.sessions.add(session.id)
+        session.queue.push_control(view.subscribed + wire.pack(value))
+        if state.window is not None:
+            for event in state.window.events():
+                session.queue.push_control(_event_message(view.alias, event))
+        self._dirty.add(session.id)
+
+    def _drop_view(self, session: Session, session_path: str) -> int | None:
+        entry = session.views.pop(session_path, None)
+        if entry is None:
+            return None
+        alias, topic_path = entry
+        state = self._topics.get(topic_path)
+        if state is not None:
+            view = state.views.get(session_path)
+            if view is not None and view.alias == alias:
+                view.sessions.discard(session.id)
+                if not view.sessions:
+                    del state.views[session_path]
+        return alias
+
+    def _unsubscribe_view(self, session: Session, session_path: str, reason: str) -> None:
+        alias = self._drop_view(session, session_path)
+        if alias is None:
+            return
+        session.queue.drop_topic(alias)
+        session.queue.push_control(wire.pack([wire.UNSUBSCRIBED, alias, reason]))
+        self._dirty.add(session.id)
+
+    # -- partition events ----------------------------------------------------------------
 
     def on_events(self, events: Iterable[list[Any]]) -> list[int]:
         """Apply one ordered batch from a partition; return the registration
@@ -215,12 +537,12 @@ class SessionRegistry:
             elif code == EV_REMOVE:
                 self._removed(event[1])
             elif code == EV_END:
-                selector = self._pending_tokens.get(event[1])
+                selector = self._pending.get(event[1])
                 if selector is not None:
-                    registration = self._registrations[selector]
-                    registration.outstanding -= 1
-                    if registration.outstanding <= 0:
-                        del self._pending_tokens[event[1]]
+                    interest = self.interest[selector]
+                    interest.outstanding -= 1
+                    if interest.outstanding <= 0:
+                        del self._pending[event[1]]
                         live.append(event[1])
         return live
 
@@ -234,17 +556,13 @@ class SessionRegistry:
     def _appeared(
         self, path: str, type_name: str, props: list[list[str]], value: bytes | None, *, snapshot: bool
     ) -> None:
-        sessions = self.index.match(path)
-        if not sessions:
+        if not self._interest_index.match(path):
             return
         state = self._topics.get(path)
         if state is None:
             spec = self._spec(type_name, props)
             self.cache.add(path, spec)
-            alias = next(self._aliases)
-            state = self._topics[path] = _TopicState(
-                alias, spec, spec.conflation, _subscribed_prefix(alias, path, type_name, props)
-            )
+            state = self._topics[path] = _TopicState(path, spec, spec.conflation)
             if spec.event_type is not None:
                 state.window = EventWindow(spec.subscription_range or DEFAULT_SUBSCRIPTION_RANGE)
             if value is not None and not spec.dont_retain_value:
@@ -254,35 +572,15 @@ class SessionRegistry:
                 self._value(path, value)
             elif not state.spec.dont_retain_value:
                 self.cache.set_value(path, value, check=False)
-        for session_id in sessions:
-            session = self.sessions.get(session_id)
-            if session is not None:
-                self._subscribe_session(session, path, value if state.spec.dont_retain_value else None)
-
-    def _subscribe_session(self, session: Session, path: str, fresh: bytes | None = None) -> None:
-        if path in session.topics or path in session.suppressed:
-            return
-        state = self._topics[path]
-        topic = self.cache.get(path)
-        value = topic.value if topic is not None else None
-        session.topics[path] = state.alias
-        state.sessions.add(session.id)
-        session.queue.push_control(state.subscribed + wire.pack(value if value is not None else fresh))
-        if state.window is not None:
-            for event in state.window.events():
-                session.queue.push_control(_event_message(state.alias, event))
-        self._dirty.add(session.id)
-
-    def _unsubscribe_session(self, session: Session, path: str, reason: str) -> None:
-        alias = session.topics.pop(path, None)
-        if alias is None:
-            return
-        state = self._topics.get(path)
-        if state is not None:
-            state.sessions.discard(session.id)
-        session.queue.drop_topic(alias)
-        session.queue.push_control(wire.pack([wire.UNSUBSCRIBED, alias, reason]))
-        self._dirty.add(session.id)
+        fresh = value if state.spec.dont_retain_value else None
+        for group in self.groups.values():
+            for session_path in group.session_paths(path):
+                if not self.can_read(group, session_path):
+                    continue
+                for session_id in group.index.match(session_path):
+                    session = self.sessions.get(session_id)
+                    if session is not None:
+                        self._subscribe_view(session, session_path, path, fresh)
 
     def _value(self, path: str, value: bytes) -> None:
         state = self._topics.get(path)
@@ -290,27 +588,12 @@ class SessionRegistry:
             return
         if not state.spec.dont_retain_value:
             self.cache.set_value(path, value, check=False)
-        if not state.sessions:
-            return
-        message = wire.pack([wire.VALUE, state.alias, value])
-        for session_id in list(state.sessions):
-            session = self.sessions.get(session_id)
-            if session is not None:
-                self._queue_value(session, state, path, message)
-
-    def _queue_value(self, session: Session, state: _TopicState, path: str, message: bytes) -> None:
-        outcome = session.queue.push_value(state.alias, message, state.policy)
-        if outcome is Outcome.QUEUED or outcome is Outcome.CONFLATED:
-            self._dirty.add(session.id)
-        elif outcome is Outcome.UNSUBSCRIBE:
-            session.suppressed.add(path)
-            self._unsubscribe_session(session, path, BACK_PRESSURE)
-        elif session.id not in self._closing:
-            self._closing[session.id] = (
-                "QUEUE_LIMIT",
-                f"more than {session.queue.limit} values queued for a session that is not "
-                f"reading them (topic {path!r} has CONFLATION {state.policy.value})",
-            )
+        for view in list(state.views.values()):
+            message = wire.pack([wire.VALUE, view.alias, value])
+            for session_id in list(view.sessions):
+                session = self.sessions.get(session_id)
+                if session is not None:
+                    self._queue_value(session, state, view, message)
 
     def _event(self, path: str, fields: list[Any]) -> None:
         state = self._topics.get(path)
@@ -319,23 +602,40 @@ class SessionRegistry:
         event = Event(*fields)
         if not state.window.add(event):
             return  # seen already, through another registration
-        message = _event_message(state.alias, event)
-        for session_id in list(state.sessions):
-            session = self.sessions.get(session_id)
-            if session is not None:
-                self._queue_value(session, state, path, message)
+        for view in list(state.views.values()):
+            message = _event_message(view.alias, event)
+            for session_id in list(view.sessions):
+                session = self.sessions.get(session_id)
+                if session is not None:
+                    self._queue_value(session, state, view, message)
+
+    def _queue_value(self, session: Session, state: _TopicState, view: _View, message: bytes) -> None:
+        outcome = session.queue.push_value(view.alias, message, state.policy)
+        if outcome is Outcome.QUEUED or outcome is Outcome.CONFLATED:
+            self._dirty.add(session.id)
+        elif outcome is Outcome.UNSUBSCRIBE:
+            session.suppressed.add(view.session_path)
+            self._unsubscribe_view(session, view.session_path, BACK_PRESSURE)
+        elif session.id not in self._closing:
+            self._closing[session.id] = (
+                "QUEUE_LIMIT",
+                f"more than {session.queue.limit} values queued for a session that is not "
+                f"reading them (topic {view.session_path!r} has CONFLATION {state.policy.value})",
+            )
 
     def _removed(self, path: str) -> None:
-        state = self._topics.pop(path, None)
+        self._drop_topic(path)
+
+    def _drop_topic(self, path: str) -> None:
+        state = self._topics.get(path)
+        if state is not None:
+            for view in list(state.views.values()):
+                for session_id in list(view.sessions):
+                    session = self.sessions.get(session_id)
+                    if session is not None:
+                        self._unsubscribe_view(session, view.session_path, REMOVED)
+        self._topics.pop(path, None)
         self.cache.remove(path)
-        if state is None:
-            return
-        for session_id in list(state.sessions):
-            session = self.sessions.get(session_id)
-            if session is not None:
-                self._unsubscribe_session(session, path, REMOVED)
-        for session in self.sessions.values():
-            session.suppressed.discard(path)
 
 
 def _subscribed_prefix(alias: int, path: str, type_name: str, props: list[list[str]]) -> bytes:
@@ -360,3 +660,6 @@ def _event_message(alias: int, event: Event) -> bytes:
             event.original_author,
         ]
     )
+
+
+__all__ = ["PermissionDenied", "Session", "SessionRegistry", "roles_text"]

@@ -17,6 +17,7 @@ that only care about "the input was bad" can catch one type::
     └── TimeSeriesError
         ├── TimestampOrderError   an event timestamp goes backwards
         ├── UnknownSequenceError  an edit refers to no retained original event
+        ├── NotEventAuthorError   an "own events only" edit of another author's event
         └── RangeQueryError       a range query is malformed
 
 Errors carry the structured facts (the offending text, its position, the
@@ -151,3 +152,9 @@ class NoSuchTopicError(TopicModelError):
     """An operation names a path that no topic is bound to."""
 
     code = "NO_SUCH_TOPIC"
+
+
+class NotEventAuthorError(TimeSeriesError):
+    """An edit allowed only for one's own events names someone else's event."""
+
+    code = "PERMISSION_DENIED"

@@ -21,7 +21,7 @@ Operations (``[code, ...]``)::
     [OP_REGISTER, selector, token]
     [OP_UNREGISTER, selector]
     [OP_APPEND, path, data, raw, timestamp | None, author]        time series
-    [OP_EDIT, path, original_sequence, data, raw, author]
+    [OP_EDIT, path, original_sequence, data, raw, author, own_only]
     [OP_QUERY, path, anchor, anchor_value, span, span_value, view, limit | None]
 
 Results are ``[OK, payload]`` or ``[FAILED, code, message]``; ``add`` answers
@@ -62,7 +62,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from topics import types as values
-from topics.errors import InvalidValueError, NoSuchTopicError, RangeQueryError, TopicModelError
+from topics.errors import (
+    InvalidValueError,
+    NoSuchTopicError,
+    NotEventAuthorError,
+    RangeQueryError,
+    TopicModelError,
+)
 from topics.selectors import Selector, parse_selector
 from topics.specification import TopicSpecification
 from topics.sublist import SubscriptionIndex
@@ -299,10 +305,24 @@ class TopicStore:
         self._emit(topic.path, [EV_EVENT, topic.path, *event_wire(event)])
         return [event.sequence, event.timestamp, event.author]
 
-    def edit(self, path: str, original_sequence: int, data: bytes, raw: bool, author: str = "") -> list[Any]:
+    def edit(
+        self,
+        path: str,
+        original_sequence: int,
+        data: bytes,
+        raw: bool,
+        author: str = "",
+        own_only: bool = False,
+    ) -> list[Any]:
+        """Edit an event; with ``own_only`` only an event ``author`` wrote."""
         topic, log, event_type = self._series(path)
         if not isinstance(original_sequence, int) or isinstance(original_sequence, bool):
             raise OperationError(f"an original sequence is an integer, got {original_sequence!r}")
+        if own_only and log.original(original_sequence).author != author:
+            raise NotEventAuthorError(
+                f"permission EDIT_TIME_SERIES_EVENTS is needed on {path!r}: event {original_sequence} "
+                "was written by another principal"
+            )
         stored = values.accept(event_type, data, raw=raw)
         event = log.edit(original_sequence, stored, self._now(log), author)
         self._emit(topic.path, [EV_EVENT, topic.path, *event_wire(event)])

@@ -12,6 +12,9 @@ from cluster import names
 from cluster.config import ServerConfig
 
 BROKER_SETTINGS = {"port": 0, "partitions": 2, "queue_limit": 5000, "backpressure_threshold": 500, "max_frame_size": 262_144}
+ADMIN_PASSWORD = "test-admin-password"
+#: connect(...) arguments of the administrator
+ADMIN = ("admin", ADMIN_PASSWORD)
 
 
 @pytest.fixture(scope="session")
@@ -32,12 +35,16 @@ def ray_node() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def broker(ray_node: Any) -> Iterator[str]:
-    """The URL of a canopy gateway backed by two partitions."""
+def broker(ray_node: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a canopy gateway backed by two partitions; ``ADMIN`` may do everything."""
     from actors import controller as controller_module
 
     ray = ray_node
-    config = ServerConfig(**BROKER_SETTINGS)  # type: ignore[arg-type]
+    config = ServerConfig(
+        **BROKER_SETTINGS,  # type: ignore[arg-type]
+        data_dir=str(tmp_path_factory.mktemp("broker-data")),
+        admin_password=ADMIN_PASSWORD,
+    )
     controller = controller_module.remote_class().options(name=names.CONTROLLER).remote(
         config.as_dict(), ray.get_runtime_context().get_node_id()
     )

@@ -14,6 +14,8 @@ import canopy
 from canopy import errors
 from canopy import protocol as wire
 
+from tests.actors.conftest import ADMIN
+
 pytestmark = pytest.mark.asyncio
 
 
@@ -43,7 +45,7 @@ class Raw:
 
 
 async def test_invalid_arguments_are_typed_errors(broker: str, prefix: str) -> None:
-    async with canopy.connect(broker) as s:
+    async with canopy.connect(broker, *ADMIN) as s:
         await s.topics.add_and_set(f"{prefix}/s", "good")
         cases = [
             (s.topics.add("", "STRING"), errors.InvalidPathError, "at least one non-empty segment"),
@@ -96,7 +98,7 @@ async def test_protocol_level_garbage_keeps_the_session(broker: str, prefix: str
 
 
 async def test_oversized_frame_closes_only_that_connection(broker: str, prefix: str) -> None:
-    async with canopy.connect(broker) as good:
+    async with canopy.connect(broker, *ADMIN) as good:
         await good.topics.add_and_set(f"{prefix}/v", "kept")
         with pytest.raises(errors.FrameTooLargeError):
             await good.topics.set(f"{prefix}/v", "x" * 300_000)  # refused before sending
@@ -127,7 +129,7 @@ async def test_bad_handshakes_are_refused(broker: str, first: bytes, code: str) 
 
 
 async def test_client_validates_before_sending(broker: str) -> None:
-    async with canopy.connect(broker) as s:
+    async with canopy.connect(broker, *ADMIN) as s:
         with pytest.raises(errors.InvalidValueError):
             await s.topics.set("a", object())
         with pytest.raises(errors.InvalidSelectorError):

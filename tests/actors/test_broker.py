@@ -10,6 +10,8 @@ import canopy
 from canopy import errors
 from canopy.client import AddResult, Subscription, TopicEvent
 
+from tests.actors.conftest import ADMIN
+
 pytestmark = pytest.mark.asyncio
 
 
@@ -21,7 +23,7 @@ async def collect(sub: Subscription, n: int, timeout: float = 20.0) -> list[Topi
 
 
 async def test_add_set_fetch_remove(broker: str, prefix: str) -> None:
-    async with canopy.connect(broker) as s:
+    async with canopy.connect(broker, *ADMIN) as s:
         assert await s.topics.add(f"{prefix}/s", "STRING") is AddResult.CREATED
         assert await s.topics.add(f"{prefix}/s", "STRING") is AddResult.EXISTS
         with pytest.raises(errors.TopicExistsMismatchError):
@@ -48,7 +50,7 @@ async def test_add_set_fetch_remove(broker: str, prefix: str) -> None:
 
 
 async def test_subscription_lifecycle(broker: str, prefix: str) -> None:
-    async with canopy.connect(broker) as pub, canopy.connect(broker) as sub_session:
+    async with canopy.connect(broker, *ADMIN) as pub, canopy.connect(broker, *ADMIN) as sub_session:
         await pub.topics.add_and_set(f"{prefix}/a", "v0")
         sub = await sub_session.topics.subscribe(f"?{prefix}/.*")
         first = await sub.next(10)
@@ -76,7 +78,7 @@ async def test_subscription_lifecycle(broker: str, prefix: str) -> None:
 
 
 async def test_updates_arrive_in_order_per_topic(broker: str, prefix: str) -> None:
-    async with canopy.connect(broker) as pub, canopy.connect(broker) as s:
+    async with canopy.connect(broker, *ADMIN) as pub, canopy.connect(broker, *ADMIN) as s:
         paths = [f"{prefix}/{i}" for i in range(8)]
         for p in paths:
             await pub.topics.add(p, "INT64", {"CONFLATION": "off"})
@@ -90,7 +92,7 @@ async def test_updates_arrive_in_order_per_topic(broker: str, prefix: str) -> No
 
 
 async def test_sessions_sharing_a_selector(broker: str, prefix: str) -> None:
-    async with canopy.connect(broker) as pub, canopy.connect(broker) as a, canopy.connect(broker) as b:
+    async with canopy.connect(broker, *ADMIN) as pub, canopy.connect(broker, *ADMIN) as a, canopy.connect(broker, *ADMIN) as b:
         await pub.topics.add_and_set(f"{prefix}/x", 1)
         sa = await a.topics.subscribe(f"?{prefix}//")
         sb = await b.topics.subscribe(f"?{prefix}//")
@@ -103,7 +105,7 @@ async def test_sessions_sharing_a_selector(broker: str, prefix: str) -> None:
 
 
 async def test_overlapping_selectors_in_one_session(broker: str, prefix: str) -> None:
-    async with canopy.connect(broker) as s:
+    async with canopy.connect(broker, *ADMIN) as s:
         await s.topics.add_and_set(f"{prefix}/x", "v")
         broad = await s.topics.subscribe(f"?{prefix}//")
         assert (await broad.next(10)).kind == "subscribed"
@@ -116,7 +118,7 @@ async def test_overlapping_selectors_in_one_session(broker: str, prefix: str) ->
 
 
 async def test_dont_retain_value(broker: str, prefix: str) -> None:
-    async with canopy.connect(broker) as s:
+    async with canopy.connect(broker, *ADMIN) as s:
         await s.topics.add(f"{prefix}/v", "STRING", {"DONT_RETAIN_VALUE": "true"})
         sub = await s.topics.subscribe(f">{prefix}/v")
         assert (await sub.next(10)).value is None
@@ -126,9 +128,10 @@ async def test_dont_retain_value(broker: str, prefix: str) -> None:
 
 
 async def test_session_properties(broker: str) -> None:
-    async with canopy.connect(broker, principal="alice", properties={"TIER": "2"}) as s:
+    async with canopy.connect(broker, *ADMIN, properties={"TIER": "2"}) as s:
         props = s.properties
-        assert props["$Principal"] == "alice" and props["TIER"] == "2"
+        assert props["$Principal"] == "admin" and props["TIER"] == "2"
+        assert props["$Roles"] == '"ADMINISTRATOR"' and props["$Country"] == ""
         assert props["$SessionId"] == s.session_id and props["$Transport"] == "WEBSOCKET"
         assert props["$ClientIP"] == "127.0.0.1" and int(props["$StartTime"]) > 0
     with pytest.raises(errors.InvalidPropertiesError):
@@ -137,7 +140,7 @@ async def test_session_properties(broker: str) -> None:
 
 async def test_hub_publish_and_wildcard_subscribe(broker: str, prefix: str) -> None:
     root = prefix.replace("/", ".")
-    async with canopy.connect(broker) as s:
+    async with canopy.connect(broker, *ADMIN) as s:
         sub = await s.hub.subscribe(f"{root}.*.log")
         deep = await s.hub.subscribe(f"{root}.**")
         await s.hub.publish(f"{root}.type1.log", {"line": 1})
@@ -155,9 +158,9 @@ async def test_hub_publish_and_wildcard_subscribe(broker: str, prefix: str) -> N
 
 
 async def test_many_sessions_and_a_late_joiner(broker: str, prefix: str) -> None:
-    async with canopy.connect(broker) as pub:
+    async with canopy.connect(broker, *ADMIN) as pub:
         await pub.topics.add_and_set(f"{prefix}/k", 0)
-        sessions = [await canopy.connect(broker) for _ in range(5)]
+        sessions = [await canopy.connect(broker, *ADMIN) for _ in range(5)]
         try:
             subs = [await s.topics.subscribe(f"?{prefix}/.*") for s in sessions]
             for sub in subs:
@@ -165,7 +168,7 @@ async def test_many_sessions_and_a_late_joiner(broker: str, prefix: str) -> None
             await pub.topics.set(f"{prefix}/k", 1)
             for sub in subs:
                 assert (await sub.next(10)).value == 1
-            async with canopy.connect(broker) as late:
+            async with canopy.connect(broker, *ADMIN) as late:
                 joined = await late.topics.subscribe(f">{prefix}/k")
                 assert (await joined.next(10)).value == 1
         finally:
@@ -174,7 +177,7 @@ async def test_many_sessions_and_a_late_joiner(broker: str, prefix: str) -> None
 
 
 async def test_subscribe_can_be_iterated_directly(broker: str, prefix: str) -> None:
-    async with canopy.connect(broker) as s:
+    async with canopy.connect(broker, *ADMIN) as s:
         await s.topics.add_and_set(f"{prefix}/a", "x")
         seen = []
         async for event in s.topics.subscribe(f"?{prefix}//"):

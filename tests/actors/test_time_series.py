@@ -10,6 +10,8 @@ import canopy
 from canopy import errors
 from canopy.client import EventMetadata
 
+from tests.actors.conftest import ADMIN
+
 pytestmark = pytest.mark.asyncio
 
 
@@ -19,20 +21,20 @@ def series(event_type: str, **extra: str) -> dict[str, str]:
 
 async def test_append_edit_and_query(broker: str, prefix: str) -> None:
     path = f"{prefix}/ts"
-    async with canopy.connect(broker, principal="alice") as s:
+    async with canopy.connect(broker, *ADMIN) as s:
         await s.topics.add(path, "TIME_SERIES", series("JSON", TIME_SERIES_RETAINED_RANGE="limit 100"))
         first = await s.time_series.append(path, {"px": 1}, timestamp=1_000)
-        assert first == EventMetadata(0, 1_000, "alice")
+        assert first == EventMetadata(0, 1_000, "admin")
         for i in range(1, 6):
             await s.time_series.append(path, {"px": i + 1}, timestamp=1_000 + i * 100)
         stamped = await s.time_series.append(path, {"px": 99})  # server clock
         assert stamped.sequence == 6 and stamped.timestamp >= 1_500
         edit = await s.time_series.edit(path, 2, {"px": 30})
-        assert edit.sequence == 7 and edit.author == "alice"
+        assert edit.sequence == 7 and edit.author == "admin"
 
         values = await s.time_series.range_query(path)
         assert [e.value["px"] for e in values.events] == [1, 2, 30, 4, 5, 6, 99]
-        assert values.events[2].is_edit and values.events[2].original == EventMetadata(2, 1_200, "alice")
+        assert values.events[2].is_edit and values.events[2].original == EventMetadata(2, 1_200, "admin")
         assert values.complete
 
         q = s.time_series.range_query
@@ -54,7 +56,7 @@ async def test_append_edit_and_query(broker: str, prefix: str) -> None:
 
 
 async def test_retained_range_is_enforced(broker: str, prefix: str) -> None:
-    async with canopy.connect(broker) as s:
+    async with canopy.connect(broker, *ADMIN) as s:
         await s.topics.add(f"{prefix}/default", "TIME_SERIES", series("INT64"))
         await s.topics.add(f"{prefix}/small", "TIME_SERIES", series("INT64", TIME_SERIES_RETAINED_RANGE="limit 3"))
         for i in range(15):
@@ -70,7 +72,7 @@ async def test_retained_range_is_enforced(broker: str, prefix: str) -> None:
 
 async def test_subscribers_get_the_subscription_range_then_every_event(broker: str, prefix: str) -> None:
     path = f"{prefix}/ts"
-    async with canopy.connect(broker) as pub, canopy.connect(broker) as a, canopy.connect(broker) as b:
+    async with canopy.connect(broker, *ADMIN) as pub, canopy.connect(broker, *ADMIN) as a, canopy.connect(broker, *ADMIN) as b:
         await pub.topics.add(path, "TIME_SERIES", series("STRING", TIME_SERIES_SUBSCRIPTION_RANGE="limit 3"))
         for i in range(5):
             await pub.time_series.append(path, f"e{i}")
@@ -92,7 +94,7 @@ async def test_subscribers_get_the_subscription_range_then_every_event(broker: s
 
 async def test_time_series_bad_input(broker: str, prefix: str) -> None:
     path = f"{prefix}/ts"
-    async with canopy.connect(broker) as s:
+    async with canopy.connect(broker, *ADMIN) as s:
         await s.topics.add(path, "TIME_SERIES", series("DOUBLE"))
         await s.time_series.append(path, 1.5, timestamp=10_000)
         with pytest.raises(errors.TimestampOrderError, match="earlier than the latest"):
@@ -125,7 +127,7 @@ async def test_binary_and_sync_facade(broker: str, prefix: str) -> None:
     path = f"{prefix}/bin"
 
     def work() -> list[bytes]:
-        with canopy.connect_sync(broker) as s:
+        with canopy.connect_sync(broker, *ADMIN) as s:
             s.topics.add(path, "TIME_SERIES", series("BINARY"))
             s.time_series.append(path, b"\x00\x01")
             s.time_series.edit(path, 0, b"\x02")

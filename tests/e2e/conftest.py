@@ -15,12 +15,14 @@ import pytest
 from tests.conftest import free_port, wait_for
 
 BIN = Path(sys.executable).parent
+ADMIN_PASSWORD = "e2e-admin-password"
+ADMIN = ("admin", ADMIN_PASSWORD)
 
 
 class Server:
     """A `canopy serve` process; its output is collected in ``lines``."""
 
-    def __init__(self, data_dir: Path, *args: str, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, *args: str, port: int | None = None, admin_password: bool = True) -> None:
         self.port = port if port is not None else free_port()
         self.url = f"ws://127.0.0.1:{self.port}"
         self.data_dir = data_dir
@@ -30,7 +32,11 @@ class Server:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+            env={
+                **{k: v for k, v in os.environ.items() if k != "CANOPY_ADMIN_PASSWORD"},
+                "RAY_AUTH_MODE": "disabled",
+                **({"CANOPY_ADMIN_PASSWORD": ADMIN_PASSWORD} if admin_password else {}),
+            },
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -67,10 +73,15 @@ class Server:
         return self.proc.returncode
 
 
-def cli(*args: str, url: str | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, url: str | None = None, timeout: float = 60.0, admin: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI; as the administrator unless ``admin=False`` (then anonymous)."""
     env = {**os.environ}
     if url is not None:
         env["CANOPY_URL"] = url
+    if admin:
+        env["CANOPY_PRINCIPAL"], env["CANOPY_PASSWORD"] = ADMIN
     return subprocess.run([str(BIN / "canopy"), *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 

@@ -105,15 +105,15 @@ def test_time_series_commands(server: Server) -> None:
     ok(cli("topic", "add", "cli/ts", "--type", "TIME_SERIES", "--property", "TIME_SERIES_EVENT_VALUE_TYPE=DOUBLE",
            url=url))
     meta = json.loads(ok(cli("ts", "append", "cli/ts", "1.5", "--timestamp", "1000", "--json", url=url)))
-    assert meta == {"sequence": 0, "timestamp": 1000, "author": ""}
+    assert meta == {"sequence": 0, "timestamp": 1000, "author": "admin"}
     ok(cli("ts", "append", "cli/ts", "2.5", "--timestamp", "2000", url=url))
     assert ok(cli("ts", "edit", "cli/ts", "0", "1.75", url=url)).split()[0] == "2"
     lines = ok(cli("ts", "query", "cli/ts", "--json", url=url)).splitlines()
     assert [json.loads(line)["value"] for line in lines] == [1.75, 2.5]
     plain = ok(cli("ts", "query", "cli/ts", "--edits", "all", url=url)).splitlines()
-    assert plain[0] == "0 1000 - 1.5" and plain[2] == "1 2000 - 2.5"
+    assert plain[0] == "0 1000 admin 1.5" and plain[2] == "1 2000 admin 2.5"
     sequence, stamped, author, *rest = plain[1].split()
-    assert (sequence, author, rest) == ("2", "-", ["1.75", "(edit", "of", "0)"]) and int(stamped) > 2000
+    assert (sequence, author, rest) == ("2", "admin", ["1.75", "(edit", "of", "0)"]) and int(stamped) > 2000
     assert ok(cli("ts", "query", "cli/ts", "--from-last", "1", url=url)).split()[0] == "1"
     late = cli("ts", "append", "cli/ts", "3", "--timestamp", "10", url=url)
     assert late.returncode == 1 and "TIMESTAMP_ORDER" in late.stderr
@@ -121,3 +121,49 @@ def test_time_series_commands(server: Server) -> None:
     assert wrong.returncode == 1 and "INVALID_VALUE" in wrong.stderr
     both = cli("ts", "query", "cli/ts", "--next", "1", "--previous", "2", url=url)
     assert both.returncode == 2
+
+
+def test_security_tree_and_session_commands(server: Server) -> None:
+    url = server.url
+    ok(cli("security", "principal", "add", "clara", "--new-password", "clara-password", "--roles", "CLIENT,EXTRA",
+           url=url))
+    ok(cli("security", "role", "EXTRA", "--default", "READ_TOPIC,SELECT_TOPIC", "--path", "cli-sec/w=UPDATE_TOPIC",
+           "--global", "VIEW_SESSION", url=url))
+    shown = json.loads(ok(cli("security", "show", "--json", url=url)))
+    assert shown["principals"]["clara"]["roles"] == ["CLIENT", "EXTRA"]
+    assert shown["roles"]["EXTRA"]["paths"] == {"cli-sec/w": ["UPDATE_TOPIC"]}
+    denied = cli("security", "show", url=url, admin=False)
+    assert denied.returncode == 1 and "PERMISSION_DENIED" in denied.stderr and "VIEW_SECURITY" in denied.stderr
+    bad = cli("security", "role", "EXTRA", "--default", "FLY", url=url)
+    assert bad.returncode == 1 and "INVALID_SECURITY_COMMAND" in bad.stderr
+
+    ok(cli("topic", "set", "cli-sec/real/p", "7", "--type", "INT64", url=url))
+    ok(cli("tree", "put", "cli-sec/virtual", "--map", "TIER is 'gold'", "cli-sec/real", url=url))
+    listed = [json.loads(line) for line in ok(cli("tree", "list", "--json", url=url)).splitlines()]
+    assert {"branch": "cli-sec/virtual", "mappings": [["TIER is 'gold'", "cli-sec/real"]]} in listed
+    bad_filter = cli("tree", "put", "cli-sec/v2", "--map", "TIER is", "x", url=url)
+    assert bad_filter.returncode == 1 and "INVALID_BRANCH_MAPPING" in bad_filter.stderr
+
+    proc = subprocess.Popen(
+        [str(BIN / "canopy"), "topic", "subscribe", "?cli-sec/virtual//", "--json", "--count", "1", "--url", url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        # the subscriber is anonymous with no TIER: nothing shows until a control session gives it one
+        def gave_gold() -> bool:
+            return ok(cli("session", "set", "--filter", "$Principal is ''", "TIER=gold", url=url)).strip() != "0"
+
+        from tests.conftest import wait_for
+
+        wait_for(gave_gold, 60, "the anonymous subscriber to connect and get TIER=gold")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert json.loads(out) == {"event": "subscribed", "path": "cli-sec/virtual/p", "type": "INT64", "value": 7}
+    wait_for(lambda: ok(cli("session", "get", "--filter", "TIER is 'gold'", url=url)) == "", 30,
+             "the subscriber's session to end with its process")
+    ok(cli("tree", "remove", "cli-sec/virtual", url=url))
+    missing = cli("tree", "get", "cli-sec/virtual", url=url)
+    assert missing.returncode == 1 and "NO_SUCH_TABLE" in missing.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import canopy
 from tests.conftest import free_port, wait_for
-from tests.e2e.conftest import Server, cli
+from tests.e2e.conftest import ADMIN, Server, cli
 
 
 def port_is_free(port: int) -> bool:
@@ -32,7 +32,7 @@ def test_config_file_start_serve_refusals_and_clean_stop(tmp_path: Path) -> None
         first.wait_ready()
         info = json.loads((data / "server.json").read_text())
         assert info["partitions"] == 3 and info["urls"] == [f"ws://127.0.0.1:{port}"]
-        with canopy.connect_sync(first.url) as session:
+        with canopy.connect_sync(first.url, *ADMIN) as session:
             assert session.hub.root == "apps"
             session.topics.add_and_set("serve/x", 1)
             assert [t.value for t in session.topics.fetch(">serve/x")] == [1]
@@ -63,12 +63,12 @@ def test_config_file_start_serve_refusals_and_clean_stop(tmp_path: Path) -> None
         other = Server(tmp_path / "ns", "--address", info["ray_address"], "--namespace", "second", port=free_port())
         try:
             other.wait_ready()
-            with canopy.connect_sync(other.url) as session:
+            with canopy.connect_sync(other.url, *ADMIN) as session:
                 assert session.topics.fetch(">serve/x") == []  # a separate instance
         finally:
             assert other.stop() == 0, other.output
         # the first instance is untouched by the second one's shutdown
-        with canopy.connect_sync(first.url) as session:
+        with canopy.connect_sync(first.url) as session:  # anonymous: read-only
             assert [t.value for t in session.topics.fetch(">serve/x")] == [1]
     finally:
         code = first.stop()
@@ -86,3 +86,34 @@ def test_bad_configuration_is_refused(tmp_path: Path) -> None:
     assert "port must be an integer" in result.stderr and str(config) in result.stderr
     result = cli("serve", "--partitions", "0", "--data-dir", str(tmp_path / "d"))
     assert result.returncode == 1 and "partitions must be at least 1" in result.stderr
+
+
+def test_security_and_session_trees_survive_a_restart(tmp_path: Path) -> None:
+    import re
+
+    data = tmp_path / "data"
+    first = Server(data, admin_password=False)
+    try:
+        first.wait_ready()
+        shown = re.search(r"principal 'admin', password '([^']+)'", first.output)
+        assert shown is not None, first.output
+        password = shown.group(1)
+        with canopy.connect_sync(first.url, "admin", password) as admin:
+            admin.security.add_principal("kept", "kept-password", ["CLIENT"])
+            admin.session_trees.put_table("virtual", [("all", "real")])
+    finally:
+        assert first.stop() == 0, first.output
+    assert oct((data / "security.json").stat().st_mode)[-3:] == "600"
+    assert password not in (data / "security.json").read_text()
+
+    second = Server(data, admin_password=False)
+    try:
+        second.wait_ready()
+        assert "password" not in second.output  # printed once, at the first start only
+        with canopy.connect_sync(second.url, "admin", password) as admin:
+            assert admin.session_trees.get_table("virtual") == [("all", "real")]
+            admin.topics.add_and_set("real/x", "through the tree")
+        with canopy.connect_sync(second.url, "kept", "kept-password") as kept:
+            assert [(t.path, t.value) for t in kept.topics.fetch(">virtual/x")] == [("virtual/x", "through the tree")]
+    finally:
+        assert second.stop() == 0, second.output

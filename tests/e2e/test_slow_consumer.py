@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed
 
 import canopy
 from canopy import protocol as wire
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import ADMIN, Server
 
 pytestmark = pytest.mark.asyncio
 UPDATES = 300
@@ -52,7 +52,7 @@ async def read_all(ws: Any, quiet: float = 2.0) -> list[Any]:
 
 async def run(server: Server, policy: str) -> tuple[list[Any], list[int], float]:
     path = f"slow/{policy}"
-    async with canopy.connect(server.url) as publisher, canopy.connect(server.url) as fast:
+    async with canopy.connect(server.url, *ADMIN) as publisher, canopy.connect(server.url) as fast:
         await publisher.topics.add(path, "JSON", {"CONFLATION": policy})
         await publisher.topics.set(path, {"n": -1, "pad": PAYLOAD})
         fast_sub = await fast.topics.subscribe(f">{path}")

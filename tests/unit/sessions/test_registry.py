@@ -3,10 +3,13 @@ from __future__ import annotations
 from typing import Any
 
 import cbor2
+import pytest
 
 from canopy import protocol as wire
 from sessions.registry import SessionRegistry
-from topics.selectors import parse_selector
+from sessions.security import PermissionDenied, SecurityStore, default_store
+from sessions.trees import BranchMappingTable, SessionTrees
+from topics.selectors import Selector, parse_selector
 from topics.store import EV_ADD, EV_END, EV_REMOVE, EV_SNAPSHOT, EV_VALUE
 
 
@@ -14,54 +17,71 @@ def cb(value: Any) -> bytes:
     return bytes(cbor2.dumps(value))
 
 
+def sel(text: str) -> Selector:
+    return parse_selector(text)
+
+
 def messages(registry: SessionRegistry, sid: str) -> list[Any]:
     out: list[Any] = []
     queue = registry.sessions[sid].queue
+    aliases: dict[int, str] = registry.__dict__.setdefault("_test_aliases", {})
     while True:
         batch = queue.take()
         if not batch:
             return out
-        out.extend(wire.decode(wire.frame(batch)))
+        for m in wire.decode(wire.frame(batch)):
+            if isinstance(m, wire.Subscribed):
+                aliases[m.alias] = m.path
+            out.append(m)
 
 
 def summary(registry: SessionRegistry, sid: str) -> list[tuple[Any, ...]]:
     out: list[tuple[Any, ...]] = []
+    aliases: dict[int, str] = registry.__dict__.setdefault("_test_aliases", {})
     for m in messages(registry, sid):
         if isinstance(m, wire.Subscribed):
+            aliases[m.alias] = m.path
             out.append(("sub", m.path, cbor2.loads(m.value) if m.value else None))
         elif isinstance(m, wire.Value):
-            out.append(("val", m.alias, cbor2.loads(m.value)))
+            out.append(("val", aliases.get(m.alias, m.alias), cbor2.loads(m.value)))
         elif isinstance(m, wire.Unsubscribed):
-            out.append(("unsub", m.alias, m.reason))
+            out.append(("unsub", aliases.get(m.alias, m.alias), m.reason))
         else:
             out.append((type(m).__name__,))
     return out
 
 
+def feed_snapshot(r: SessionRegistry, regs: list[tuple[Selector, int]], topics: dict[str, tuple[str, Any]]) -> None:
+    """Answer registrations the way partitions would, from a dict path -> (type, value)."""
+    for selector, token in regs:
+        events: list[list[Any]] = []
+        for path, (type_name, value) in topics.items():
+            if selector.matches(path):
+                events.append([EV_SNAPSHOT, token, path, type_name, [], cb(value) if value is not None else None])
+        events.append([EV_END, token])
+        r.on_events(events)
+
+
 def test_first_subscription_registers_then_snapshot_makes_it_live() -> None:
-    r = SessionRegistry()
+    r = SessionRegistry(partitions_for=lambda _: 2)
     r.open("s1", "", {})
-    sel = parse_selector("?a/.*")
-    register, wait = r.subscribe("s1", sel, partitions=2)
-    assert register is not None and wait == register
-    assert r.take_dirty() == set()
-    live = r.on_events([[EV_SNAPSHOT, register, "a/x", "INT64", [], cb(1)], [EV_END, register]])
-    assert live == []  # one of two partitions done
+    regs, waits = r.subscribe("s1", sel("?a/.*"))
+    assert [str(s) for s, _ in regs] == ["?a/.*"] and waits == [regs[0][1]]
+    token = regs[0][1]
+    assert r.on_events([[EV_SNAPSHOT, token, "a/x", "INT64", [], cb(1)], [EV_END, token]]) == []
     assert summary(r, "s1") == [("sub", "a/x", 1)]
-    assert r.on_events([[EV_END, register]]) == [register]
-    assert r.is_live(register)
-    assert r.take_dirty() == {"s1"}
+    assert r.on_events([[EV_END, token]]) == [token]
+    assert r.is_live(token)
 
 
 def test_second_session_is_served_from_the_cache() -> None:
     r = SessionRegistry()
     r.open("s1", "", {})
     r.open("s2", "", {})
-    sel = parse_selector("?a/.*")
-    token, _ = r.subscribe("s1", sel, 1)
-    r.on_events([[EV_SNAPSHOT, token, "a/x", "STRING", [], cb("v")], [EV_END, token]])
+    regs, _ = r.subscribe("s1", sel("?a/.*"))
+    feed_snapshot(r, regs, {"a/x": ("STRING", "v")})
     messages(r, "s1")
-    assert r.subscribe("s2", sel, 1) == (None, None)
+    assert r.subscribe("s2", sel("?a/.*")) == ([], [])
     assert summary(r, "s2") == [("sub", "a/x", "v")]
 
 
@@ -69,70 +89,66 @@ def test_values_fan_out_once_encoded() -> None:
     r = SessionRegistry()
     for sid in ("s1", "s2"):
         r.open(sid, "", {})
-    sel = parse_selector("?a/.*")
-    token, _ = r.subscribe("s1", sel, 1)
-    r.subscribe("s2", sel, 1)
+    regs, _ = r.subscribe("s1", sel("?a/.*"))
+    r.subscribe("s2", sel("?a/.*"))
+    token = regs[0][1]
     r.on_events([[EV_ADD, "a/x", "STRING", [], None], [EV_END, token], [EV_VALUE, "a/x", cb("1")]])
-    one = messages(r, "s1")
-    two = messages(r, "s2")
-    assert one == two
-    assert [type(m).__name__ for m in one] == ["Subscribed", "Value"]
+    assert messages(r, "s1") == messages(r, "s2")
 
 
 def test_unsubscribe_keeps_topics_still_matched_by_another_selector() -> None:
     r = SessionRegistry()
     r.open("s", "", {})
-    broad, narrow = parse_selector("?a//"), parse_selector(">a/x")
-    t1, _ = r.subscribe("s", broad, 1)
-    t2, _ = r.subscribe("s", narrow, 1)
-    r.on_events([[EV_SNAPSHOT, t1, "a/x", "STRING", [], None], [EV_SNAPSHOT, t1, "a/y", "STRING", [], None],
-                 [EV_END, t1], [EV_SNAPSHOT, t2, "a/x", "STRING", [], None], [EV_END, t2]])
+    broad, narrow = sel("?a//"), sel(">a/x")
+    regs = r.subscribe("s", broad)[0] + r.subscribe("s", narrow)[0]
+    feed_snapshot(r, regs, {"a/x": ("STRING", None), "a/y": ("STRING", None)})
     messages(r, "s")
-    assert r.unsubscribe("s", broad) == broad  # last session: unregister
-    out = summary(r, "s")
-    assert out == [("unsub", 2, "REQUESTED")]
+    assert r.unsubscribe("s", broad) == [broad]
+    assert summary(r, "s") == [("unsub", "a/y", "REQUESTED")]
     assert sorted(t.path for t in r.cache) == ["a/x"]
-    assert r.unsubscribe("s", broad) is None
+    assert r.unsubscribe("s", broad) == []
 
 
 def test_removed_topics_unsubscribe_with_reason() -> None:
     r = SessionRegistry()
     r.open("s", "", {})
-    token, _ = r.subscribe("s", parse_selector("?a/.*"), 1)
-    r.on_events([[EV_SNAPSHOT, token, "a/x", "STRING", [], None], [EV_END, token]])
+    regs, _ = r.subscribe("s", sel("?a/.*"))
+    feed_snapshot(r, regs, {"a/x": ("STRING", None)})
     messages(r, "s")
     r.on_events([[EV_REMOVE, "a/x"]])
-    assert summary(r, "s") == [("unsub", 1, "REMOVED")]
+    assert summary(r, "s") == [("unsub", "a/x", "REMOVED")]
     assert len(r.cache) == 0
 
 
 def test_conflation_always() -> None:
     r = SessionRegistry()
     r.open("s", "", {})
-    token, _ = r.subscribe("s", parse_selector(">t"), 1)
+    regs, _ = r.subscribe("s", sel(">t"))
+    token = regs[0][1]
     r.on_events([[EV_SNAPSHOT, token, "t", "INT64", [["CONFLATION", "always"]], cb(0)], [EV_END, token]])
     r.on_events([[EV_VALUE, "t", cb(i)] for i in range(1, 6)])
-    assert summary(r, "s") == [("sub", "t", 0), ("val", 1, 5)]
+    assert summary(r, "s") == [("sub", "t", 0), ("val", "t", 5)]
 
 
 def test_unsubscribe_policy_under_backpressure_until_resubscribe() -> None:
     r = SessionRegistry(queue_limit=100, backpressure=2)
     r.open("s", "", {})
-    sel = parse_selector(">t")
-    token, _ = r.subscribe("s", sel, 1)
+    regs, _ = r.subscribe("s", sel(">t"))
+    token = regs[0][1]
     r.on_events([[EV_SNAPSHOT, token, "t", "INT64", [["CONFLATION", "unsubscribe"]], cb(0)], [EV_END, token]])
     r.on_events([[EV_VALUE, "t", cb(i)] for i in range(1, 5)])
-    assert summary(r, "s") == [("sub", "t", 0), ("unsub", 1, "BACK_PRESSURE")]
+    assert summary(r, "s") == [("sub", "t", 0), ("unsub", "t", "BACK_PRESSURE")]
     r.on_events([[EV_VALUE, "t", cb(9)]])
-    assert summary(r, "s") == []  # stays unsubscribed
-    r.subscribe("s", sel, 1)  # subscribing again lifts it
+    assert summary(r, "s") == []
+    r.subscribe("s", sel(">t"))
     assert summary(r, "s") == [("sub", "t", 9)]
 
 
 def test_overflow_marks_the_session_for_closing() -> None:
     r = SessionRegistry(queue_limit=3, backpressure=1)
     r.open("s", "", {})
-    token, _ = r.subscribe("s", parse_selector(">t"), 1)
+    regs, _ = r.subscribe("s", sel(">t"))
+    token = regs[0][1]
     r.on_events([[EV_SNAPSHOT, token, "t", "INT64", [["CONFLATION", "off"]], None], [EV_END, token]])
     r.on_events([[EV_VALUE, "t", cb(i)] for i in range(5)])
     closing = r.take_closing()
@@ -143,25 +159,26 @@ def test_close_session_releases_registrations() -> None:
     r = SessionRegistry()
     r.open("s1", "", {})
     r.open("s2", "", {})
-    a, b = parse_selector("?a/.*"), parse_selector(">b")
-    r.subscribe("s1", a, 1)
-    r.subscribe("s2", a, 1)
-    r.subscribe("s1", b, 1)
+    a, b = sel("?a/.*"), sel(">b")
+    r.subscribe("s1", a)
+    r.subscribe("s2", a)
+    r.subscribe("s1", b)
     assert r.close("s1") == [b]
     assert r.close("s2") == [a]
     assert r.close("s2") == []
+    assert r.interest == {} and r.groups == {}
 
 
 def test_dont_retain_value_topics_are_not_cached_with_values() -> None:
     r = SessionRegistry()
     r.open("s1", "", {})
     r.open("s2", "", {})
-    sel = parse_selector(">t")
-    token, _ = r.subscribe("s1", sel, 1)
+    regs, _ = r.subscribe("s1", sel(">t"))
+    token = regs[0][1]
     r.on_events([[EV_SNAPSHOT, token, "t", "STRING", [["DONT_RETAIN_VALUE", "true"]], None], [EV_END, token],
                  [EV_VALUE, "t", cb("x")]])
-    assert summary(r, "s1") == [("sub", "t", None), ("val", 1, "x")]
-    r.subscribe("s2", sel, 1)
+    assert summary(r, "s1") == [("sub", "t", None), ("val", "t", "x")]
+    r.subscribe("s2", sel(">t"))
     assert summary(r, "s2") == [("sub", "t", None)]
 
 
@@ -170,3 +187,125 @@ def test_events_for_topics_nobody_watches_are_ignored() -> None:
     r.open("s", "", {})
     r.on_events([[EV_ADD, "zzz", "STRING", [], None], [EV_VALUE, "zzz", cb("1")], [EV_REMOVE, "zzz"], [EV_END, 99]])
     assert len(r.cache) == 0 and r.take_dirty() == set()
+
+
+# -- session trees ------------------------------------------------------------------
+
+PRICES = BranchMappingTable.of(
+    "market/prices",
+    [
+        ("USER_TIER is '1' or $Country is 'DE'", "backend/discounted_prices"),
+        ("USER_TIER is '2'", "backend/standard_prices"),
+        ("$Principal is ''", "backend/delayed_prices"),
+    ],
+)
+BACKEND = {
+    "backend/discounted_prices/fish/cod": ("DOUBLE", 1.0),
+    "backend/standard_prices/fish/cod": ("DOUBLE", 2.0),
+    "backend/delayed_prices/fish/cod": ("DOUBLE", 3.0),
+    "market/prices/fish/cod": ("DOUBLE", 9.0),
+}
+
+
+def tree_registry() -> SessionRegistry:
+    return SessionRegistry(trees=SessionTrees().put(PRICES))
+
+
+def test_sessions_see_their_branch_at_the_same_session_path() -> None:
+    r = tree_registry()
+    r.open("t1", "alice", {"$Principal": "alice", "USER_TIER": "1"})
+    r.open("t2", "bob", {"$Principal": "bob", "USER_TIER": "2"})
+    r.open("anon", "", {"$Principal": ""})
+    r.open("other", "carol", {"$Principal": "carol", "USER_TIER": "3"})
+    for sid in ("t1", "t2", "anon", "other"):
+        regs, _ = r.subscribe(sid, sel(">market/prices/fish/cod"))
+        feed_snapshot(r, regs, BACKEND)
+    got = {sid: summary(r, sid) for sid in ("t1", "t2", "anon", "other")}
+    assert got == {
+        "t1": [("sub", "market/prices/fish/cod", 1.0)],
+        "t2": [("sub", "market/prices/fish/cod", 2.0)],
+        "anon": [("sub", "market/prices/fish/cod", 3.0)],
+        "other": [("sub", "market/prices/fish/cod", 9.0)],  # no mapping applies: identity
+    }
+    assert len(r.groups) == 4
+
+
+def test_table_change_re_evaluates_without_the_client() -> None:
+    r = SessionRegistry()
+    r.open("s", "bob", {"USER_TIER": "2"})
+    regs, _ = r.subscribe("s", sel(">market/prices/fish/cod"))
+    feed_snapshot(r, regs, BACKEND)
+    assert summary(r, "s") == [("sub", "market/prices/fish/cod", 9.0)]
+    regs, unregs = r.set_trees(SessionTrees().put(PRICES))
+    feed_snapshot(r, regs, BACKEND)
+    out = summary(r, "s")
+    assert out == [("unsub", "market/prices/fish/cod", "BRANCH_MAPPINGS"), ("sub", "market/prices/fish/cod", 2.0)]
+    assert [str(u) for u in unregs] == [">market/prices/fish/cod"]
+
+
+def test_property_change_re_evaluates_one_session() -> None:
+    r = tree_registry()
+    r.open("s", "bob", {"USER_TIER": "2"})
+    r.open("other", "eve", {"USER_TIER": "2"})
+    for sid in ("s", "other"):
+        feed_snapshot(r, r.subscribe(sid, sel("?market/prices//"))[0], BACKEND)
+    messages(r, "s"), messages(r, "other")
+    regs, _ = r.set_properties("s", {"USER_TIER": "1"})
+    feed_snapshot(r, regs, BACKEND)
+    assert summary(r, "s") == [("unsub", "market/prices/fish/cod", "BRANCH_MAPPINGS"),
+                               ("sub", "market/prices/fish/cod", 1.0)]
+    assert summary(r, "other") == []
+
+
+def test_topics_appearing_under_a_mapped_branch_are_delivered() -> None:
+    r = tree_registry()
+    r.open("s", "bob", {"USER_TIER": "2"})
+    regs, _ = r.subscribe("s", sel("?market/prices//"))
+    feed_snapshot(r, regs, {})
+    topic_selectors = {str(s) for s, _ in regs}
+    assert topic_selectors == {"?backend/standard_prices//"}
+    r.on_events([[EV_ADD, "backend/standard_prices/veg/leek", "DOUBLE", [], cb(4.0)]])
+    r.on_events([[EV_ADD, "backend/discounted_prices/veg/leek", "DOUBLE", [], cb(3.0)]])  # not this tier's
+    assert summary(r, "s") == [("sub", "market/prices/veg/leek", 4.0)]
+    r.on_events([[EV_REMOVE, "backend/standard_prices/veg/leek"]])
+    assert summary(r, "s") == [("unsub", "market/prices/veg/leek", "REMOVED")]
+
+
+def test_ten_thousand_sessions_share_ten_groups() -> None:
+    r = tree_registry()
+    for i in range(1000):
+        r.open(f"s{i}", "", {"USER_TIER": str(i % 10), "$Principal": "p"})
+    assert len(r.groups) == 10
+
+
+# -- permissions ---------------------------------------------------------------------
+
+
+def secured(store: SecurityStore) -> SessionRegistry:
+    return SessionRegistry(security=store)
+
+
+def test_select_topic_is_needed_on_the_selector_prefix() -> None:
+    store = default_store("adminpassword").apply(
+        [["set_path_permissions", "ANONYMOUS", "secret", ["READ_TOPIC"]]]
+    )
+    r = secured(store)
+    r.open("s", "", {}, store.anonymous_roles)
+    with pytest.raises(PermissionDenied, match="SELECT_TOPIC is needed on 'secret/x'"):
+        r.subscribe("s", sel("?secret/x/.*"))
+    r.subscribe("s", sel("?open/.*"))
+
+
+def test_read_topic_filters_topics_and_follows_permission_changes() -> None:
+    store = default_store("adminpassword").apply(
+        [["set_path_permissions", "ANONYMOUS", "a/hidden", ["SELECT_TOPIC"]]]
+    )
+    r = secured(store)
+    r.open("s", "", {}, store.anonymous_roles)
+    regs, _ = r.subscribe("s", sel("?a//"))
+    feed_snapshot(r, regs, {"a/open": ("STRING", "o"), "a/hidden": ("STRING", "h"), "a/hidden/deep": ("STRING", "d")})
+    assert sorted(summary(r, "s")) == [("sub", "a/open", "o")]
+    r.set_security(store.apply([["remove_path_permissions", "ANONYMOUS", "a/hidden"]]))
+    assert sorted(summary(r, "s")) == [("sub", "a/hidden", "h"), ("sub", "a/hidden/deep", "d")]
+    r.set_security(r.security.apply([["set_default_path_permissions", "ANONYMOUS", ["SELECT_TOPIC"]]]))
+    assert sorted(x[0] + x[2] for x in summary(r, "s")) == ["unsubAUTHORIZATION"] * 3

@@ -1,0 +1,50 @@
+"""SessionTreeActor: the owner of the branch mapping tables.
+
+It validates, versions and persists the tables (``session_trees.json`` in
+the data directory) and pushes every new version to the gateways, which
+resolve session paths with it locally, one resolution per group of sessions
+that agree on the properties the filters read (``sessions/trees.py``,
+``sessions/registry.py``). Permission checks happen at the gateway, which
+knows the requesting session.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from cluster.configuration import SESSION_TREES_FILE, ConfigurationFile
+from sessions.trees import BranchMappingTable, SessionTrees
+
+
+class SessionTreeActor:
+    def __init__(self, data_dir: str) -> None:
+        self._file = ConfigurationFile(data_dir, SESSION_TREES_FILE)
+        stored = self._file.load()
+        self.trees = SessionTrees.from_wire(stored) if stored is not None else SessionTrees()
+        self._gateways: list[Any] = []
+
+    def set_gateways(self, gateways: list[Any]) -> None:
+        self._gateways = gateways
+
+    def snapshot(self) -> list[Any]:
+        return self.trees.to_wire()
+
+    def put(self, table: list[Any]) -> int:
+        """Replace (or, when it has no mappings, remove) a table; return the new version."""
+        return self._commit(self.trees.put(BranchMappingTable.from_wire(table)))
+
+    def remove(self, session_tree_branch: str) -> int:
+        return self._commit(self.trees.remove(session_tree_branch))
+
+    def _commit(self, trees: SessionTrees) -> int:
+        self._file.save(trees.to_wire())
+        self.trees = trees
+        wire = trees.to_wire()
+        ray.get([g.set_session_trees.remote(wire) for g in self._gateways], timeout=60)
+        return trees.version
+
+
+def remote_class() -> Any:
+    return ray.remote(num_cpus=0, max_restarts=0)(SessionTreeActor)

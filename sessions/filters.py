@@ -1,0 +1,354 @@
+"""Session filters: which sessions a rule applies to, by their properties.
+
+The language (grammar in ``filter.lark``)::
+
+    KEY is 'v'    KEY eq 'v'      the property has exactly this value
+    KEY ne 'v'                    it does not (true when the property is absent)
+    KEY matches 'regex'           the whole value matches (Python ``re`` fullmatch)
+    has KEY                       the property is present
+    KEY in ['a', 'b']             the value is one of these
+    hasRoles 'r1' 'r2'            the session has every listed role
+    all                           every session
+    not F      F and G      F or G      ( F )
+
+``and`` binds tighter than ``or``; operators are case-insensitive, keys and
+values case-sensitive; values take single or double quotes with backslash
+escapes (``'it\\'s'``). Fixed properties start with ``$`` (``$Principal``,
+``$Country``, ...); roles are tested with ``hasRoles``, which reads the
+session's role set rather than the ``$Roles`` text.
+
+:func:`parse_filter` returns an immutable :class:`SessionFilter` (cached);
+syntax errors raise :class:`FilterSyntaxError` with the line, the column and
+the offending line under a caret.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+__all__ = ["FilterSyntaxError", "SessionFilter", "parse_filter"]
+
+ROLES_KEY = "$Roles"
+
+
+class FilterSyntaxError(ValueError):
+    """An invalid session filter; says what is wrong, where, and shows it."""
+
+    code = "INVALID_FILTER"
+
+    def __init__(self, message: str, text: str, line: int, column: int) -> None:
+        self.text = text
+        self.line = line
+        self.column = column
+        self.reason = message
+        source = text.splitlines()[line - 1] if text.splitlines() else ""
+        caret = " " * max(column - 1, 0) + "^"
+        super().__init__(f"invalid session filter at line {line}, column {column}: {message}\n{source}\n{caret}")
+
+
+# -- the syntax tree -------------------------------------------------------------
+
+
+class Node:
+    """Base of the filter syntax tree."""
+
+    def evaluate(self, properties: Mapping[str, str], roles: frozenset[str]) -> bool:
+        raise NotImplementedError
+
+    def keys(self) -> frozenset[str]:
+        """The property keys the filter reads (``$Roles`` for role tests)."""
+        return frozenset()
+
+
+@dataclass(frozen=True)
+class All(Node):
+    def evaluate(self, properties: Mapping[str, str], roles: frozenset[str]) -> bool:
+        return True
+
+    def __str__(self) -> str:
+        return "all"
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass(frozen=True)
+class Equal(Node):
+    key: str
+    value: str
+
+    def evaluate(self, properties: Mapping[str, str], roles: frozenset[str]) -> bool:
+        return properties.get(self.key) == self.value
+
+    def keys(self) -> frozenset[str]:
+        return frozenset({self.key})
+
+    def __str__(self) -> str:
+        return f"{self.key} is {_quote(self.value)}"
+
+
+@dataclass(frozen=True)
+class NotEqual(Node):
+    key: str
+    value: str
+
+    def evaluate(self, properties: Mapping[str, str], roles: frozenset[str]) -> bool:
+        return properties.get(self.key) != self.value
+
+    def keys(self) -> frozenset[str]:
+        return frozenset({self.key})
+
+    def __str__(self) -> str:
+        return f"{self.key} ne {_quote(self.value)}"
+
+
+@dataclass(frozen=True)
+class Matches(Node):
+    key: str
+    pattern: str
+    regex: re.Pattern[str]
+
+    def evaluate(self, properties: Mapping[str, str], roles: frozenset[str]) -> bool:
+        value = properties.get(self.key)
+        return value is not None and self.regex.fullmatch(value) is not None
+
+    def keys(self) -> frozenset[str]:
+        return frozenset({self.key})
+
+    def __str__(self) -> str:
+        return f"{self.key} matches {_quote(self.pattern)}"
+
+
+@dataclass(frozen=True)
+class Has(Node):
+    key: str
+
+    def evaluate(self, properties: Mapping[str, str], roles: frozenset[str]) -> bool:
+        return self.key in properties
+
+    def keys(self) -> frozenset[str]:
+        return frozenset({self.key})
+
+    def __str__(self) -> str:
+        return f"has {self.key}"
+
+
+@dataclass(frozen=True)
+class Within(Node):
+    key: str
+    values: tuple[str, ...]
+
+    def evaluate(self, properties: Mapping[str, str], roles: frozenset[str]) -> bool:
+        return properties.get(self.key) in self.values
+
+    def keys(self) -> frozenset[str]:
+        return frozenset({self.key})
+
+    def __str__(self) -> str:
+        return f"{self.key} in [{', '.join(_quote(v) for v in self.values)}]"
+
+
+@dataclass(frozen=True)
+class HasRoles(Node):
+    roles: tuple[str, ...]
+
+    def evaluate(self, properties: Mapping[str, str], roles: frozenset[str]) -> bool:
+        return all(r in roles for r in self.roles)
+
+    def keys(self) -> frozenset[str]:
+        return frozenset({ROLES_KEY})
+
+    def __str__(self) -> str:
+        return "hasRoles " + " ".join(_quote(r) for r in self.roles)
+
+
+@dataclass(frozen=True)
+class Not(Node):
+    operand: Node
+
+    def evaluate(self, properties: Mapping[str, str], roles: frozenset[str]) -> bool:
+        return not self.operand.evaluate(properties, roles)
+
+    def keys(self) -> frozenset[str]:
+        return self.operand.keys()
+
+    def __str__(self) -> str:
+        return f"not ({self.operand})"
+
+
+@dataclass(frozen=True)
+class And(Node):
+    operands: tuple[Node, ...]
+
+    def evaluate(self, properties: Mapping[str, str], roles: frozenset[str]) -> bool:
+        return all(o.evaluate(properties, roles) for o in self.operands)
+
+    def keys(self) -> frozenset[str]:
+        return frozenset().union(*(o.keys() for o in self.operands))
+
+    def __str__(self) -> str:
+        return " and ".join(f"({o})" for o in self.operands)
+
+
+@dataclass(frozen=True)
+class Or(Node):
+    operands: tuple[Node, ...]
+
+    def evaluate(self, properties: Mapping[str, str], roles: frozenset[str]) -> bool:
+        return any(o.evaluate(properties, roles) for o in self.operands)
+
+    def keys(self) -> frozenset[str]:
+        return frozenset().union(*(o.keys() for o in self.operands))
+
+    def __str__(self) -> str:
+        return " or ".join(f"({o})" for o in self.operands)
+
+
+@dataclass(frozen=True)
+class SessionFilter:
+    """A parsed filter: its source text and syntax tree."""
+
+    text: str
+    tree: Node
+
+    def matches(self, properties: Mapping[str, str], roles: frozenset[str] = frozenset()) -> bool:
+        return self.tree.evaluate(properties, roles)
+
+    def keys(self) -> frozenset[str]:
+        return self.tree.keys()
+
+    def __str__(self) -> str:
+        return self.text
+
+
+# -- parsing -------------------------------------------------------------------------
+
+
+class _FilterError(Exception):
+    def __init__(self, message: str, token: Token) -> None:
+        super().__init__(message)
+        self.token = token
+
+
+def _unquote(token: Token) -> str:
+    body = str(token)[1:-1]
+    return re.sub(r"\\(.)", r"\1", body)
+
+
+@v_args(inline=True)
+class _Build(Transformer[Token, Node]):
+    def value(self, token: Token) -> tuple[str, Token]:
+        return (_unquote(token), token)
+
+    def equal(self, key: Token, _op: Token, value: tuple[str, Token]) -> Node:
+        return Equal(str(key), value[0])
+
+    def not_equal(self, key: Token, _op: Token, value: tuple[str, Token]) -> Node:
+        return NotEqual(str(key), value[0])
+
+    def matches(self, key: Token, _op: Token, value: tuple[str, Token]) -> Node:
+        try:
+            compiled = re.compile(value[0])
+        except re.error as e:
+            raise _FilterError(f"invalid regular expression {value[0]!r}: {e.msg}", value[1]) from None
+        return Matches(str(key), value[0], compiled)
+
+    def has(self, _op: Token, key: Token) -> Node:
+        return Has(str(key))
+
+    def within(self, key: Token, _op: Token, *values: tuple[str, Token] | None) -> Node:
+        return Within(str(key), tuple(v[0] for v in values if v is not None))
+
+    def has_roles(self, _op: Token, *values: tuple[str, Token]) -> Node:
+        return HasRoles(tuple(v[0] for v in values))
+
+    def everything(self, _token: Token) -> Node:
+        return All()
+
+    def negation(self, _op: Token, operand: Node) -> Node:
+        return Not(operand)
+
+    def disjunction(self, *items: Any) -> Node:
+        return Or(tuple(i for i in items if isinstance(i, Node)))
+
+    def conjunction(self, *items: Any) -> Node:
+        return And(tuple(i for i in items if isinstance(i, Node)))
+
+
+_PARSER = Lark.open_from_package(
+    "sessions", "filter.lark", parser="lalr", propagate_positions=True, maybe_placeholders=True
+)
+
+_EXPECTED_NAMES = {
+    "KEY": "a property key",
+    "STRING": "a quoted value",
+    "IS": "'is'",
+    "NE": "'ne'",
+    "MATCHES": "'matches'",
+    "IN": "'in'",
+    "AND": "'and'",
+    "OR": "'or'",
+    "NOT": "'not'",
+    "HAS": "'has'",
+    "HASROLES": "'hasRoles'",
+    "ALL": "'all'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "COMMA": "','",
+    "$END": "the end of the filter",
+}
+
+
+def _expected(names: Any) -> str:
+    if not names:
+        return ""
+    shown = sorted({_EXPECTED_NAMES.get(str(n), str(n)) for n in names})
+    return "; expected " + ", ".join(shown)
+
+
+@lru_cache(maxsize=1024)
+def parse_filter(text: str) -> SessionFilter:
+    """Parse a session filter or raise :class:`FilterSyntaxError`."""
+    if not isinstance(text, str):
+        raise FilterSyntaxError(f"expected a string, got {type(text).__name__}", repr(text), 1, 1)
+    if not text.strip():
+        raise FilterSyntaxError("empty filter (use 'all' for every session)", text, 1, 1)
+    try:
+        tree = _Build().transform(_PARSER.parse(text))
+    except UnexpectedEOF as e:
+        lines = text.splitlines() or [""]
+        raise FilterSyntaxError(
+            "the filter ends too early" + _expected(e.expected), text, len(lines), len(lines[-1]) + 1
+        ) from None
+    except UnexpectedToken as e:
+        if e.token.type == "$END":
+            lines = text.splitlines() or [""]
+            raise FilterSyntaxError(
+                "the filter ends too early" + _expected(e.expected), text, len(lines), len(lines[-1]) + 1
+            ) from None
+        raise FilterSyntaxError(
+            f"unexpected {str(e.token)!r}" + _expected(e.expected), text, e.line, e.column
+        ) from None
+    except UnexpectedCharacters as e:
+        raise FilterSyntaxError(
+            f"unexpected character {text[e.pos_in_stream or 0]!r}" + _expected(e.allowed), text, e.line, e.column
+        ) from None
+    except UnexpectedInput as e:  # pragma: no cover - the cases above are exhaustive for LALR
+        raise FilterSyntaxError(str(e), text, e.line, e.column) from None
+    except VisitError as e:
+        inner = e.orig_exc
+        if isinstance(inner, _FilterError):
+            token = inner.token
+            raise FilterSyntaxError(str(inner), text, token.line or 1, token.column or 1) from None
+        raise
+    return SessionFilter(text, tree)
