@@ -34,6 +34,7 @@ bench: $(TEST_STAMP)
 	$(BIN)/python bench/selector_match.py
 	$(BIN)/python bench/topic_memory.py
 	$(BIN)/python bench/timeseries.py
+	$(BIN)/python bench/session_trees.py
 
 typecheck: $(TEST_STAMP)
 	$(BIN)/python -m mypy

@@ -24,6 +24,8 @@ class SessionTreeActor:
         stored = self._file.load()
         self.trees = SessionTrees.from_wire(stored) if stored is not None else SessionTrees()
         self._gateways: list[Any] = []
+        #: seconds the slowest gateway spent re-evaluating its sessions for the last change
+        self.last_reevaluation = 0.0
 
     def set_gateways(self, gateways: list[Any]) -> None:
         self._gateways = gateways
@@ -42,8 +44,12 @@ class SessionTreeActor:
         self._file.save(trees.to_wire())
         self.trees = trees
         wire = trees.to_wire()
-        ray.get([g.set_session_trees.remote(wire) for g in self._gateways], timeout=60)
+        times = ray.get([g.set_session_trees.remote(wire) for g in self._gateways], timeout=600)
+        self.last_reevaluation = max(times, default=0.0)
         return trees.version
+
+    def reevaluation_seconds(self) -> float:
+        return self.last_reevaluation
 
 
 def remote_class() -> Any:

@@ -42,7 +42,7 @@ class Outcome(enum.Enum):
 class OutboundQueue:
     """Pending messages for one session. Not thread-safe; one owner."""
 
-    __slots__ = ("limit", "backpressure", "_items", "_pending", "_values", "conflated")
+    __slots__ = ("limit", "backpressure", "_items", "_pending", "_values", "_per_topic", "conflated")
 
     def __init__(self, limit: int = 10_000, backpressure: int = 1_000) -> None:
         if limit < 1 or backpressure < 1:
@@ -54,6 +54,7 @@ class OutboundQueue:
         self._items: deque[list[object]] = deque()
         self._pending: dict[object, list[object]] = {}
         self._values = 0
+        self._per_topic: dict[object, int] = {}  # values queued per topic
         self.conflated = 0
 
     def __len__(self) -> int:
@@ -87,12 +88,15 @@ class OutboundQueue:
         item = [topic, message]
         self._items.append(item)
         self._values += 1
+        self._per_topic[topic] = self._per_topic.get(topic, 0) + 1
         if policy is Conflation.ALWAYS or policy is Conflation.CONFLATE:
             self._pending[topic] = item
         return Outcome.QUEUED
 
     def drop_topic(self, topic: object) -> int:
         """Discard the values still queued for ``topic``; return how many."""
+        if not self._per_topic.pop(topic, 0):
+            return 0
         dropped = 0
         for item in self._items:
             if item[0] == topic and item[1] is not None:
@@ -114,6 +118,11 @@ class OutboundQueue:
                 if message is None:
                     continue
                 self._values -= 1
+                left = self._per_topic[topic] - 1
+                if left:
+                    self._per_topic[topic] = left
+                else:
+                    del self._per_topic[topic]
                 if self._pending.get(topic) is item:
                     del self._pending[topic]
             assert isinstance(message, bytes)

@@ -115,6 +115,22 @@ class _View:
     session_path: str
     subscribed: bytes  # the SUBSCRIBED message without its value, see _subscribed_prefix
     sessions: set[str] = field(default_factory=set)
+    # the last SUBSCRIBED message built and the UNSUBSCRIBED ones: every
+    # session of a view gets the same bytes, so build them once
+    _last: tuple[bytes | None, bytes] | None = None
+    _unsubscribed: dict[str, bytes] = field(default_factory=dict)
+
+    def subscribed_with(self, value: bytes | None) -> bytes:
+        last = self._last
+        if last is None or last[0] is not value:
+            last = self._last = (value, self.subscribed + wire.pack(value))
+        return last[1]
+
+    def unsubscribed(self, reason: str) -> bytes:
+        message = self._unsubscribed.get(reason)
+        if message is None:
+            message = self._unsubscribed[reason] = wire.pack([wire.UNSUBSCRIBED, self.alias, reason])
+        return message
 
 
 @dataclass(eq=False)
@@ -388,9 +404,22 @@ class SessionRegistry:
         """New branch mapping tables: regroup and re-evaluate every session."""
         if trees.version <= self.trees.version and self.trees.tables:
             return [], []
+        relevant = trees.relevant_keys()
+        if relevant == self._relevant and all(
+            trees.resolution_for(self._representative(g), g.roles) == g.resolution
+            for g in self.groups.values()
+            if g.sessions
+        ):
+            self.trees = trees  # no session's resolution changes: nothing to re-evaluate
+            return [], []
         self.trees = trees
-        self._relevant = trees.relevant_keys()
+        self._relevant = relevant
         return self._regroup(list(self.sessions.values()), BRANCH_MAPPINGS)
+
+    def _representative(self, group: Group) -> dict[str, str]:
+        """The properties a group's filters see (any member's will do)."""
+        session = self.sessions[next(iter(group.sessions))]
+        return {**session.properties, ROLES_KEY: roles_text(session.roles)}
 
     def set_security(self, store: SecurityStore) -> tuple[list[Registration], list[Selector]]:
         """A new security store: permissions change for every session."""
@@ -490,32 +519,34 @@ class SessionRegistry:
         value = topic.value if topic is not None and topic.value is not None else fresh
         session.views[session_path] = (view.alias, topic_path)
         view.sessions.add(session.id)
-        session.queue.push_control(view.subscribed + wire.pack(value))
+        session.queue.push_control(view.subscribed_with(value))
         if state.window is not None:
             for event in state.window.events():
                 session.queue.push_control(_event_message(view.alias, event))
         self._dirty.add(session.id)
 
-    def _drop_view(self, session: Session, session_path: str) -> int | None:
+    def _drop_view(self, session: Session, session_path: str) -> tuple[int, _View | None] | None:
         entry = session.views.pop(session_path, None)
         if entry is None:
             return None
         alias, topic_path = entry
         state = self._topics.get(topic_path)
-        if state is not None:
-            view = state.views.get(session_path)
-            if view is not None and view.alias == alias:
-                view.sessions.discard(session.id)
-                if not view.sessions:
-                    del state.views[session_path]
-        return alias
+        view = state.views.get(session_path) if state is not None else None
+        if state is not None and view is not None and view.alias == alias:
+            view.sessions.discard(session.id)
+            if not view.sessions:
+                del state.views[session_path]
+            return alias, view
+        return alias, None
 
     def _unsubscribe_view(self, session: Session, session_path: str, reason: str) -> None:
-        alias = self._drop_view(session, session_path)
-        if alias is None:
+        dropped = self._drop_view(session, session_path)
+        if dropped is None:
             return
+        alias, view = dropped
         session.queue.drop_topic(alias)
-        session.queue.push_control(wire.pack([wire.UNSUBSCRIBED, alias, reason]))
+        message = view.unsubscribed(reason) if view is not None else wire.pack([wire.UNSUBSCRIBED, alias, reason])
+        session.queue.push_control(message)
         self._dirty.add(session.id)
 
     # -- partition events ----------------------------------------------------------------

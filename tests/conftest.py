@@ -53,3 +53,10 @@ async def await_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last observation: {last!r}")
         await asyncio.sleep(interval)
+
+# Hypothesis: no per-example deadline. The suite shares two cores with Ray and
+# `canopy serve` subprocesses, so wall-clock limits would only measure the load.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("canopy", deadline=None)
+settings.load_profile("canopy")

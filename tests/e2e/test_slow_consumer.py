@@ -39,12 +39,23 @@ async def slow_session(url: str, selector: str) -> Any:
             return ws
 
 
-async def read_all(ws: Any, quiet: float = 2.0) -> list[Any]:
-    """Everything the slow session finally reads, until the stream goes quiet or closes."""
+def finished(policy: str, messages: list[Any]) -> bool:
+    """Whether the slow session has read what its policy must finally bring it."""
+    if policy == "off":
+        return any(isinstance(m, wire.Close) for m in messages)
+    if policy == "unsubscribe":
+        return any(isinstance(m, wire.Unsubscribed) for m in messages)
+    return UPDATES - 1 in values_of(messages)
+
+
+async def read_all(ws: Any, policy: str, timeout: float = 60.0) -> list[Any]:
+    """What the slow session reads once it reads again: until its policy's final
+    message arrives, the connection closes, or ``timeout`` passes."""
     out: list[Any] = []
+    deadline = time.monotonic() + timeout
     try:
-        while True:
-            out.extend(wire.decode(await asyncio.wait_for(ws.recv(), quiet)))
+        while not finished(policy, out) and time.monotonic() < deadline:
+            out.extend(wire.decode(await asyncio.wait_for(ws.recv(), deadline - time.monotonic())))
     except (TimeoutError, ConnectionClosed):
         pass
     return out
@@ -66,7 +77,7 @@ async def run(server: Server, policy: str) -> tuple[list[Any], list[int], float]
         while len(fast_values) < UPDATES:
             event = await fast_sub.next(30)
             fast_values.append(event.value["n"])
-        slow_messages = await read_all(slow)
+        slow_messages = await read_all(slow, policy)
         await slow.close()
         return slow_messages, fast_values, publish_seconds
 

@@ -82,3 +82,43 @@ def test_take_respects_size_but_returns_at_least_one() -> None:
 def test_invalid_limits() -> None:
     with pytest.raises(ValueError):
         OutboundQueue(limit=0)
+
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("value"), st.sampled_from("abc")),
+        st.tuples(st.just("control")),
+        st.tuples(st.just("drop"), st.sampled_from("abc")),
+        st.tuples(st.just("take")),
+    ),
+    max_size=60,
+)
+
+
+@given(OPS, st.fixed_dictionaries({t: st.sampled_from(list(Conflation)) for t in "abc"}))
+def test_counts_stay_true_whatever_happens(ops: list[tuple[object, ...]], policies: dict[str, Conflation]) -> None:
+    """A topic has one policy; values of a topic stay in order, conflated into its pending one."""
+    q = OutboundQueue(limit=20, backpressure=5)
+    live: list[tuple[str, bytes]] = []  # a model of the queued values
+    for n, op in enumerate(ops):
+        if op[0] == "value":
+            topic = op[1]
+            outcome = q.push_value(topic, bytes([n]), policies[topic])  # type: ignore[index]
+            if outcome is Outcome.QUEUED:
+                live.append((topic, bytes([n])))  # type: ignore[arg-type]
+            elif outcome is Outcome.CONFLATED:
+                i = max(i for i, (t, _) in enumerate(live) if t == topic)
+                live[i] = (topic, bytes([n]))  # type: ignore[assignment]
+        elif op[0] == "control":
+            q.push_control(b"c")
+        elif op[0] == "drop":
+            assert q.drop_topic(op[1]) == sum(1 for t, _ in live if t == op[1])
+            live = [(t, m) for t, m in live if t != op[1]]
+        else:
+            taken = [m for m in q.take(max_bytes=1_000_000) if m != b"c"]
+            assert taken == [m for _, m in live]
+            live = []
+        assert q.pending_values == len(live)
