@@ -44,6 +44,7 @@ def broker(ray_node: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         **BROKER_SETTINGS,  # type: ignore[arg-type]
         data_dir=str(tmp_path_factory.mktemp("broker-data")),
         admin_password=ADMIN_PASSWORD,
+        countries={"10.0.0.0/8": "DE", "127.0.0.0/8": "LO"},
     )
     controller = controller_module.remote_class().options(name=names.CONTROLLER).remote(
         config.as_dict(), ray.get_runtime_context().get_node_id()

@@ -131,7 +131,7 @@ async def test_session_properties(broker: str) -> None:
     async with canopy.connect(broker, *ADMIN, properties={"TIER": "2"}) as s:
         props = s.properties
         assert props["$Principal"] == "admin" and props["TIER"] == "2"
-        assert props["$Roles"] == '"ADMINISTRATOR"' and props["$Country"] == ""
+        assert props["$Roles"] == '"ADMINISTRATOR"' and props["$Country"] == "LO"  # from the configured table
         assert props["$SessionId"] == s.session_id and props["$Transport"] == "WEBSOCKET"
         assert props["$ClientIP"] == "127.0.0.1" and int(props["$StartTime"]) > 0
     with pytest.raises(errors.InvalidPropertiesError):

@@ -138,6 +138,15 @@ async def test_security_store_api(broker: str, prefix: str) -> None:
         await admin.security.set_password(f"{prefix}-p", "password-2")
         async with canopy.connect(broker, f"{prefix}-p", "password-2"):
             pass
+        async with canopy.connect(broker, properties={"K": "1"}) as other:
+            assert await admin.sessions.set_properties({"K": "2", "NEW": "x"}, other.session_id) == 1
+            assert await admin.sessions.set_properties({"K": None}, other.session_id) == 1
+            found = await admin.sessions.get_properties(filter=f"$SessionId is '{other.session_id}'")
+            assert found[other.session_id]["NEW"] == "x" and "K" not in found[other.session_id]
+            with pytest.raises(errors.InvalidPropertiesError):
+                await admin.sessions.set_properties({"$Principal": "x"}, other.session_id)
+            with pytest.raises(errors.InvalidFilterError, match="line 1, column"):
+                await admin.sessions.get_properties(filter="K is")
         await admin.security.remove_principal(f"{prefix}-p")
         with pytest.raises(errors.AuthenticationError):
             await canopy.connect(broker, f"{prefix}-p", "password-2")
