@@ -21,12 +21,15 @@ both re-evaluate every session at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import gc
 import ipaddress
 import itertools
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,13 +169,15 @@ class GatewayActor(Operations):
     # -- configuration pushed to the gateway ---------------------------------------
 
     async def set_security(self, store: dict[str, Any]) -> None:
-        self._apply_changes(self.registry.set_security(SecurityStore.from_dict(store)))
+        with _no_gc():
+            self._apply_changes(self.registry.set_security(SecurityStore.from_dict(store)))
         self._wake()
 
     async def set_session_trees(self, trees: list[Any]) -> float:
         """Apply new tables; return how long re-evaluating the sessions took (s)."""
         started = time.perf_counter()
-        self._apply_changes(self.registry.set_trees(SessionTrees.from_wire(trees)))
+        with _no_gc():  # a re-evaluation makes many short-lived objects in a large heap
+            self._apply_changes(self.registry.set_trees(SessionTrees.from_wire(trees)))
         elapsed = time.perf_counter() - started
         self._wake()
         return elapsed
@@ -425,6 +430,18 @@ class GatewayActor(Operations):
         else:
             self._respond(sid, cid, result)
         self._wake()
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector for one bounded burst of work."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def remote_class() -> Any:

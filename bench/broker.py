@@ -41,6 +41,7 @@ import peers  # noqa: E402
 import canopy  # noqa: E402
 
 WINDOW = 2000  # outstanding sets
+ADMIN = ("admin", "bench-admin-password")  # the publisher; subscribers are anonymous
 # Every delivery counts, as with QoS 0: the topics have CONFLATION off, and the
 # session queues may hold a few seconds of backlog before a session is cut.
 QUEUE_LIMIT = 500_000
@@ -55,7 +56,11 @@ def start_server(data_dir: str, port: int, extra: list[str] | None = None) -> su
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")},
+        env={
+            **os.environ,
+            "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
+            "CANOPY_ADMIN_PASSWORD": ADMIN[1],
+        },
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + 120
@@ -86,7 +91,7 @@ async def bench_canopy(url: str, duration: float, subscribers: int, topics: int,
     sessions: list[Any] = []
     readers: list[asyncio.Task[None]] = []
     try:
-        publisher = await canopy.connect(url)
+        publisher = await canopy.connect(url, *ADMIN)
         sessions.append(publisher)
         for path in paths:
             await publisher.topics.add(path, "BINARY", {"CONFLATION": "off"})

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import tempfile
 import time
@@ -34,13 +33,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from broker import start_server, stop_server  # noqa: E402
+from broker import ADMIN, start_server, stop_server  # noqa: E402
 from peers import free_port  # noqa: E402
 
 import canopy  # noqa: E402
 
 GROUPS, ITEMS = 10, 10
-ADMIN_PASSWORD = "bench-admin-password"
+ADMIN_PASSWORD = ADMIN[1]
 
 
 def table(shift: int) -> list[tuple[str, str]]:
@@ -132,7 +131,6 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--sessions", type=int, default=10_000)
     args = parser.parse_args()
-    os.environ["CANOPY_ADMIN_PASSWORD"] = ADMIN_PASSWORD
     with tempfile.TemporaryDirectory(prefix="canopy-trees-bench-") as data:
         port = free_port()
         proc = start_server(data, port, ["--queue-limit", "100000"])

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from broker import start_server, stop_server  # noqa: E402
+from broker import ADMIN, start_server, stop_server  # noqa: E402
 from peers import free_port  # noqa: E402
 
 import canopy  # noqa: E402
@@ -47,7 +47,7 @@ async def pump(n: int, call: Callable[[int], Awaitable[object]]) -> float:
 
 async def run(url: str, events: int) -> list[tuple[str, float]]:
     out = []
-    async with canopy.connect(url) as s:
+    async with canopy.connect(url, *ADMIN) as s:
         ts_props = {"TIME_SERIES_EVENT_VALUE_TYPE": "DOUBLE", "TIME_SERIES_RETAINED_RANGE": "limit 1000"}
         await s.topics.add("bench/ts/one", "TIME_SERIES", ts_props)
         await s.topics.add("bench/plain/one", "DOUBLE")
