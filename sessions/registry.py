@@ -51,7 +51,7 @@ from sessions.trees import Resolution, SessionTrees, group_key
 from topics.properties import Conflation
 from topics.selectors import Selector
 from topics.specification import TopicSpecification
-from topics.store import EV_ADD, EV_END, EV_EVENT, EV_REMOVE, EV_SNAPSHOT, EV_VALUE
+from topics.store import EV_ADD, EV_END, EV_EVENT, EV_REMOVE, EV_SNAPSHOT, EV_VALUE, event_wire
 from topics.sublist import SubscriptionIndex
 from topics.timeseries import DEFAULT_SUBSCRIPTION_RANGE, Event, EventWindow
 from topics.tree import TopicTree
@@ -678,19 +678,7 @@ def _subscribed_prefix(alias: int, path: str, type_name: str, props: list[list[s
 
 
 def _event_message(alias: int, event: Event) -> bytes:
-    return wire.pack(
-        [
-            wire.EVENT,
-            alias,
-            event.sequence,
-            event.timestamp,
-            event.author,
-            event.value,
-            event.original_sequence,
-            event.original_timestamp,
-            event.original_author,
-        ]
-    )
+    return wire.pack([wire.EVENT, alias, *event_wire(event)])
 
 
 __all__ = ["PermissionDenied", "Session", "SessionRegistry", "roles_text"]
