@@ -96,3 +96,30 @@ class PartitionChannel:
             self._in_flight -= 1
             if self._queue and self._in_flight < self.max_in_flight and not self._scheduled:
                 self._schedule()
+
+
+class Resequencer:
+    """Restores the order of numbered batches from each partition.
+
+    Partitions number their ``deliver`` calls per receiver from 1; an async
+    actor may start them out of order, so a batch that arrives early is held
+    until the gap before it is filled.
+    """
+
+    def __init__(self, partitions: int) -> None:
+        self._next = [1] * partitions
+        self._held: dict[tuple[int, int], bytes] = {}
+
+    def accept(self, partition: int, sequence: int, blob: bytes) -> list[bytes]:
+        """The batches that are now in order (possibly none), oldest first."""
+        expected = self._next[partition]
+        if sequence != expected:
+            self._held[(partition, sequence)] = blob
+            return []
+        ready = [blob]
+        expected += 1
+        while (held := self._held.pop((partition, expected), None)) is not None:
+            ready.append(held)
+            expected += 1
+        self._next[partition] = expected
+        return ready

@@ -18,7 +18,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors import gateway, partition, session_trees
+from actors import gateway, partition, session_trees, views
 from cluster import names
 from cluster.configuration import SECURITY_FILE, ConfigurationFile
 from sessions.security import ADMINISTRATOR, SecurityStore, default_store
@@ -42,6 +42,7 @@ class ControllerActor:
         self.partitions: list[Any] = []
         self.gateways: list[Any] = []
         self.session_trees: Any = None
+        self.views: Any = None
         self.gateway_info: list[dict[str, Any]] = []
         self.started_at: float | None = None
         self.generated_admin_password: str | None = None
@@ -90,6 +91,10 @@ class ControllerActor:
             ).remote(self.config["data_dir"])
             trees = ray.get(self.session_trees.snapshot.remote(), timeout=START_TIMEOUT)
             security = self.security.to_dict()
+            self.views = views.remote_class().options(name=names.VIEWS, scheduling_strategy=home).remote(
+                self.partitions, self.config, security
+            )
+            ray.get(self.views.start.remote(), timeout=START_TIMEOUT)
             for k, node in enumerate(nodes):
                 gateway_id = f"gw{k}-{uuid.uuid4().hex[:8]}"
                 strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
@@ -117,7 +122,8 @@ class ControllerActor:
         store = self.security.apply(commands)
         self._security_file.save(store.to_dict())
         self.security = store
-        ray.get([g.set_security.remote(store.to_dict()) for g in self.gateways], timeout=60)
+        wire = store.to_dict()
+        ray.get([g.set_security.remote(wire) for g in self.gateways] + [self.views.set_security.remote(wire)], timeout=60)
         return store.version
 
     def take_generated_password(self) -> str | None:
@@ -140,6 +146,7 @@ class ControllerActor:
         return {
             "partitions": ray.get([p.stats.remote() for p in self.partitions], timeout=30),
             "gateways": ray.get([g.stats.remote() for g in self.gateways], timeout=30),
+            "views": ray.get(self.views.stats.remote(), timeout=30) if self.views is not None else None,
         }
 
     def shutdown(self) -> None:
@@ -148,15 +155,21 @@ class ControllerActor:
                 ray.get([g.stop.remote() for g in self.gateways], timeout=STOP_TIMEOUT)
             except Exception:  # best effort: the actors are killed next anyway
                 pass
+        if self.views is not None:
+            try:
+                ray.get(self.views.stop.remote(), timeout=STOP_TIMEOUT)
+            except Exception:
+                pass
         self._kill_all()
 
     def _kill_all(self) -> None:
-        for handle in [*self.gateways, *self.partitions, *([self.session_trees] if self.session_trees else [])]:
+        extra = [h for h in (self.session_trees, self.views) if h is not None]
+        for handle in [*self.gateways, *self.partitions, *extra]:
             try:
                 ray.kill(handle, no_restart=True)
             except Exception:
                 pass
-        self.gateways, self.partitions, self.gateway_info, self.session_trees = [], [], [], None
+        self.gateways, self.partitions, self.gateway_info, self.session_trees, self.views = [], [], [], None, None
 
 
 def _explain(error: BaseException, config: dict[str, Any]) -> str:

@@ -38,7 +38,7 @@ import ray
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from actors.channel import PartitionChannel, PartitionUnavailable
+from actors.channel import PartitionChannel, PartitionUnavailable, Resequencer
 from actors.operations import Operations, RequestError
 from canopy import protocol as wire
 from cluster.partitioning import partitions_for
@@ -48,6 +48,7 @@ from sessions.security import AuthenticationFailed, PermissionDenied, SecurityCo
 from sessions.trees import SessionTrees, TreeError
 from topics.errors import TopicModelError
 from topics.store import FAILED
+from views.parser import ViewSpecError
 
 log = logging.getLogger("canopy.gateway")
 HELLO_TIMEOUT = 10.0
@@ -63,6 +64,7 @@ REQUEST_ERRORS = (
     TreeError,
     FilterSyntaxError,
     PartitionUnavailable,
+    ViewSpecError,
 )
 
 
@@ -108,12 +110,12 @@ class GatewayActor(Operations):
         ]
         self.session_trees = session_tree_actor
         self.controller = None
+        self.views: Any = None
         self.peers: list[Any] = []
         self.countries = [(ipaddress.ip_network(n, strict=False), c) for n, c in (config.get("countries") or {}).items()]
         self.connections: dict[str, _Connection] = {}
         self._server: Server | None = None
-        self._next_sequence = [1] * count
-        self._held: dict[tuple[int, int], bytes] = {}
+        self.resequencer = Resequencer(count)
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._session_ids = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -125,6 +127,7 @@ class GatewayActor(Operations):
         from cluster import names
 
         self.controller = ray.get_actor(names.CONTROLLER)
+        self.views = ray.get_actor(names.VIEWS)
         me = ray.get_runtime_context().current_actor
         await asyncio.gather(*(p.attach_gateway.remote(self.gateway_id, me) for p in self.partitions))
         self._server = await serve(
@@ -195,19 +198,11 @@ class GatewayActor(Operations):
     # -- events from partitions ----------------------------------------------
 
     async def deliver(self, partition: int, sequence: int, blob: bytes) -> None:
-        expected = self._next_sequence[partition]
-        if sequence != expected:
-            self._held[(partition, sequence)] = blob
-            return
-        while True:
-            self._apply_events(blob)
-            expected += 1
-            held = self._held.pop((partition, expected), None)
-            if held is None:
-                break
-            blob = held
-        self._next_sequence[partition] = expected
-        self._wake()
+        ready = self.resequencer.accept(partition, sequence, blob)
+        for batch in ready:
+            self._apply_events(batch)
+        if ready:
+            self._wake()
 
     def _apply_events(self, blob: bytes) -> None:
         try:

@@ -21,6 +21,9 @@ tree_put           MODIFY_TOPIC on the session tree branch and
 tree_remove        MODIFY_TOPIC on the branch
 tree_get, list     READ_TOPIC on the branch
 session_get        VIEW_SESSION         session_set      MODIFY_SESSION
+view_create        MODIFY_TOPIC_VIEWS and SELECT_TOPIC on the path
+view_remove        prefix of the view's source selector
+view_list          READ_TOPIC_VIEWS
 =================  ====================================================
 """
 
@@ -52,6 +55,7 @@ from topics.store import (
     OP_UNREGISTER,
 )
 from topics.types import TopicType
+from views.parser import parse_view
 
 if TYPE_CHECKING:
     from actors.channel import PartitionChannel
@@ -92,6 +96,7 @@ class Operations:
     controller: Any
     session_trees: Any
     peers: list[Any]
+    views: Any
     _waiters: dict[int, asyncio.Future[None]]
 
     # -- plumbing -------------------------------------------------------------------
@@ -384,6 +389,52 @@ class Operations:
             return sum(counts)
 
         return changed()
+
+    # -- topic views ------------------------------------------------------------------
+
+    @staticmethod
+    def _view_name(name: Any) -> str:
+        expect(name, str, "view name")
+        if not name or not name.isprintable():
+            raise RequestError("INVALID_REQUEST", f"a view name is non-empty printable text, not {name!r}")
+        return str(name)
+
+    def _op_view_create(self, sid: str, name: Any, specification: Any) -> Any:
+        name = self._view_name(name)
+        spec = parse_view(expect(specification, str, "specification"))
+        self._check(sid, G.MODIFY_TOPIC_VIEWS)
+        self._check(sid, P.SELECT_TOPIC, spec.selector.path_prefix)
+        session = self.registry.sessions[sid]
+
+        async def created() -> dict[str, Any]:
+            view: dict[str, Any] = await self.views.create.remote(
+                name, specification, session.principal, sorted(session.roles)
+            )
+            return view
+
+        return created()
+
+    def _op_view_list(self, sid: str) -> Any:
+        self._check(sid, G.READ_TOPIC_VIEWS)
+
+        async def listed() -> list[dict[str, Any]]:
+            views: list[dict[str, Any]] = await self.views.list.remote()
+            return views
+
+        return listed()
+
+    def _op_view_remove(self, sid: str, name: Any) -> Any:
+        name = self._view_name(name)
+        self._check(sid, G.MODIFY_TOPIC_VIEWS)
+
+        async def removed() -> bool:
+            for view in await self.views.list.remote():
+                if view["name"] == name:
+                    self._check(sid, P.SELECT_TOPIC, parse_view(view["specification"]).selector.path_prefix)
+            found: bool = await self.views.remove.remote(name)
+            return found
+
+        return removed()
 
     def select_sessions(self, kind: str, value: str) -> list[str]:
         """This gateway's sessions a target names."""

@@ -24,6 +24,9 @@
     canopy security anonymous (--allow | --deny) [--roles R,..]
     canopy tree put BRANCH [--map FILTER TOPIC_BRANCH]...
     canopy tree (get BRANCH | list | remove BRANCH) [--json]
+    canopy view create NAME (SPECIFICATION | --file FILE)
+    canopy view list [--json]
+    canopy view remove NAME
     canopy session get (--id ID | --filter FILTER) [--json]
     canopy session set (--id ID | --filter FILTER) [KEY=VALUE]... [--unset KEY]...
     canopy demo
@@ -52,6 +55,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from canopy import __version__
@@ -296,6 +300,29 @@ def _tree(args: argparse.Namespace) -> int:
     return 0
 
 
+def _view(args: argparse.Namespace) -> int:
+    with _session(args) as session:
+        views = session.views
+        if args.action == "create":
+            if (args.specification is None) == (args.file is None):
+                raise CanopyError("give the specification or --file, not both", "INVALID_REQUEST")
+            text = args.specification if args.file is None else Path(args.file).read_text(encoding="utf-8")
+            view = views.create(args.name, text)
+            print(f"{view.name} (precedence {view.precedence}, {view.state})")
+        elif args.action == "remove":
+            views.remove(args.name)
+        else:
+            for view in views.list():
+                if args.json:
+                    print(json.dumps({
+                        "name": view.name, "specification": view.specification, "principal": view.principal,
+                        "roles": sorted(view.roles), "precedence": view.precedence, "state": view.state,
+                    }))
+                else:
+                    print(f"{view.name}\t{view.state}\t{' '.join(view.specification.split())}")
+    return 0
+
+
 def _sessions(args: argparse.Namespace) -> int:
     with _session(args) as session:
         target = {"session_id": args.id} if args.id else {"filter": args.filter}
@@ -484,6 +511,18 @@ def _parser() -> argparse.ArgumentParser:
     t_remove.add_argument("branch")
     for p in (t_put, t_get, t_list, t_remove):
         p.set_defaults(run=_tree)
+
+    view = commands.add_parser("view", help="topic views (seed 000)").add_subparsers(dest="action", required=True)
+    v_create = view.add_parser("create", parents=[client], help="create or replace a topic view")
+    v_create.add_argument("name")
+    v_create.add_argument("specification", nargs="?", help="the view specification (or --file)")
+    v_create.add_argument("--file", help="read the specification from this file")
+    v_list = view.add_parser("list", parents=[client], help="every view, in creation order")
+    v_list.add_argument("--json", action="store_true")
+    v_remove = view.add_parser("remove", parents=[client], help="remove a view (succeeds if absent)")
+    v_remove.add_argument("name")
+    for p in (v_create, v_list, v_remove):
+        p.set_defaults(run=_view)
 
     sess = commands.add_parser("session", help="other sessions' properties").add_subparsers(
         dest="action", required=True

@@ -125,6 +125,25 @@ class InvalidSecurityCommandError(InvalidInputError):
     code = "INVALID_SECURITY_COMMAND"
 
 
+class InvalidViewError(InvalidInputError):
+    """A topic view specification that parses but is not valid (the message
+    gives line, column and the offending text under a caret)."""
+
+    code = "INVALID_VIEW"
+
+
+class ViewSyntaxError(InvalidViewError):
+    """A topic view specification that does not parse (line, column, caret)."""
+
+    code = "VIEW_SYNTAX"
+
+
+class ReferenceTopicError(CanopyError):
+    """The topic is a reference topic of a view: it is read-only."""
+
+    code = "REFERENCE_TOPIC"
+
+
 class PermissionDeniedError(CanopyError):
     """The session lacks a permission; the message names it and the path."""
 
@@ -182,6 +201,9 @@ _BY_CODE: dict[str, type[CanopyError]] = {
         InvalidFilterError,
         InvalidBranchMappingError,
         InvalidSecurityCommandError,
+        InvalidViewError,
+        ViewSyntaxError,
+        ReferenceTopicError,
         PermissionDeniedError,
         AuthenticationError,
         TimeSeriesError,

@@ -126,6 +126,7 @@ OPERATIONS = frozenset(
         "security_get", "security_update",
         "tree_put", "tree_get", "tree_list", "tree_remove",
         "session_get", "session_set",
+        "view_create", "view_list", "view_remove",
     }
 )
 

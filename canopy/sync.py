@@ -183,10 +183,11 @@ class SyncSession:
         self.topics = SyncTopics(runner, session, timeout)
         self.time_series = SyncTimeSeries(runner, session, timeout)
         self.hub = SyncHub(runner, session, timeout)
-        #: blocking forms of :class:`canopy.client.Security`, ``SessionTrees`` and ``Sessions``
+        #: blocking forms of :class:`canopy.client.Security`, ``SessionTrees``, ``Sessions`` and ``TopicViews``
         self.security = _Blocking(runner, session.security, timeout)
         self.session_trees = _Blocking(runner, session.session_trees, timeout)
         self.sessions = _Blocking(runner, session.sessions, timeout)
+        self.views = _Blocking(runner, session.views, timeout)
 
     @property
     def closed(self) -> bool:

@@ -1,6 +1,6 @@
 """Cluster configuration kept in the data directory.
 
-The security store and the branch mapping tables are *configuration*: they
+The security store, the branch mapping tables and the topic views are *configuration*: they
 survive a restart of ``canopy serve``. Each lives in one JSON document in the
 data directory, written atomically (a temporary file renamed over the old
 one, after an fsync), so a crash leaves either the old or the new document,
@@ -19,6 +19,7 @@ from typing import Any
 
 SECURITY_FILE = "security.json"
 SESSION_TREES_FILE = "session_trees.json"
+VIEWS_FILE = "views.json"
 
 
 class ConfigurationFile:

@@ -5,6 +5,7 @@ from __future__ import annotations
 DEFAULT_NAMESPACE = "canopy"
 CONTROLLER = "controller"
 SESSION_TREES = "session-trees"
+VIEWS = "views"
 
 
 def partition(index: int) -> str:

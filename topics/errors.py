@@ -14,6 +14,7 @@ that only care about "the input was bad" can catch one type::
     ├── SpecificationError    a topic property name or value is invalid
     ├── TopicConflictError    a path is already bound to a topic with another specification
     ├── NoSuchTopicError      no topic is bound to the path
+    ├── ReferenceTopicError   the path is bound to a (read-only) reference topic of a view
     └── TimeSeriesError
         ├── TimestampOrderError   an event timestamp goes backwards
         ├── UnknownSequenceError  an edit refers to no retained original event
@@ -158,3 +159,9 @@ class NotEventAuthorError(TimeSeriesError):
     """An edit allowed only for one's own events names someone else's event."""
 
     code = "PERMISSION_DENIED"
+
+
+class ReferenceTopicError(TopicModelError):
+    """The path is bound to a reference topic, which only its view may change."""
+
+    code = "REFERENCE_TOPIC"

@@ -23,6 +23,10 @@ Operations (``[code, ...]``)::
     [OP_APPEND, path, data, raw, timestamp | None, author]        time series
     [OP_EDIT, path, original_sequence, data, raw, author, own_only]
     [OP_QUERY, path, anchor, anchor_value, span, span_value, view, limit | None]
+    [OP_REF_PUT, path, precedence, view, type, properties, value | None, event | None]   reference topics
+    [OP_REF_RESERVE, path, precedence, view]
+    [OP_REF_DROP, path, precedence]
+    [OP_REF_DROP_VIEW, precedence]
 
 Results are ``[OK, payload]`` or ``[FAILED, code, message]``; ``add`` answers
 ``"CREATED"`` or ``"EXISTS"``, ``set`` ``"CREATED"`` or ``None``, ``remove``
@@ -51,6 +55,20 @@ its TIME_SERIES_SUBSCRIPTION_RANGE selects (default: the newest event).
 Appends and edits without a timestamp take the injected clock's time, or
 the newest event's if the clock is behind it, so they never go backwards.
 
+Reference topics (topic views, seed 000) arrive as *claims*: a view with
+a precedence (lower wins: the view created first) claims a path with a
+specification and a value (``OP_REF_PUT``; a TIME_SERIES claim carries
+``event = [value, timestamp, author]`` to append, or ``None`` when nothing
+new happened). The path is bound to the winning claim's reference topic
+unless a normal topic holds it; when the winner drops its claim, the next
+claim takes the path, and when a normal topic is removed the best claim
+takes its place. A delayed view *reserves* a path first
+(``OP_REF_RESERVE``): an unpublished claim that keeps lower views out but
+shows nothing until its first put. Reference topics are read-only: ``set``,
+``append``, ``edit`` and ``add`` on them fail with
+:class:`~topics.errors.ReferenceTopicError`; ``remove`` skips them (and
+fails when its selector names one path, a reference topic).
+
 ``properties`` is a list of ``[name, value]`` pairs. Values are the stored
 bytes. A topic with DONT_RETAIN_VALUE keeps no value: updates are delivered
 but snapshots and fetches carry none.
@@ -59,6 +77,7 @@ but snapshots and fetches carry none.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from topics import types as values
@@ -67,6 +86,7 @@ from topics.errors import (
     NoSuchTopicError,
     NotEventAuthorError,
     RangeQueryError,
+    ReferenceTopicError,
     TopicModelError,
 )
 from topics.selectors import Selector, parse_selector
@@ -86,9 +106,17 @@ from topics.types import TopicType
 
 OP_ADD, OP_SET, OP_REMOVE, OP_FETCH, OP_REGISTER, OP_UNREGISTER = 1, 2, 3, 4, 5, 6
 OP_APPEND, OP_EDIT, OP_QUERY = 7, 8, 9
+OP_REF_PUT, OP_REF_RESERVE, OP_REF_DROP, OP_REF_DROP_VIEW = 10, 11, 12, 13
 EV_SNAPSHOT, EV_END, EV_ADD, EV_VALUE, EV_REMOVE, EV_EVENT = 1, 2, 3, 4, 5, 6
 OK, FAILED = 0, 1
 CREATED, EXISTS = "CREATED", "EXISTS"
+
+
+@dataclass
+class _Claim:
+    view: str
+    spec: TopicSpecification | None  # None: reserved by a delayed view, not yet published
+    value: bytes | None
 
 
 class OperationError(TopicModelError):
@@ -130,6 +158,10 @@ class TopicStore:
         self.index: SubscriptionIndex[str] = SubscriptionIndex()
         self._registrations: dict[str, set[Selector]] = {}
         self._events: dict[str, list[list[Any]]] = {}
+        #: path -> precedence -> claim of a view on that path
+        self.claims: dict[str, dict[int, _Claim]] = {}
+        #: path -> precedence of the claim whose reference topic is bound there
+        self.references: dict[str, int] = {}
 
     # -- batches -----------------------------------------------------------
 
@@ -168,6 +200,14 @@ class TopicStore:
             return self.edit(*args)
         if code == OP_QUERY:
             return self.query(*args)
+        if code == OP_REF_PUT:
+            return self.ref_put(*args)
+        if code == OP_REF_RESERVE:
+            return self.ref_reserve(*args)
+        if code == OP_REF_DROP:
+            return self.ref_drop(*args)
+        if code == OP_REF_DROP_VIEW:
+            return self.ref_drop_view(*args)
         raise OperationError(f"unknown operation code {code!r}")
 
     def drain_events(self) -> dict[str, list[list[Any]]]:
@@ -185,6 +225,7 @@ class TopicStore:
         self, path: str, type_name: str, properties: dict[str, Any] | None = None
     ) -> str:
         spec = TopicSpecification.of(type_name, properties)
+        self._writable(path)
         topic, created = self.tree.add(path, spec)
         if not created:
             return EXISTS
@@ -202,6 +243,7 @@ class TopicStore:
         if not isinstance(data, (bytes, bytearray)):
             raise InvalidValueError(f"a value travels as bytes, got {type(data).__name__}")
         wanted = TopicType.parse(type_name) if type_name is not None else None
+        self._writable(path)
         topic = self.tree.get(path)
         created = False
         if topic is None:
@@ -238,10 +280,24 @@ class TopicStore:
 
     def remove(self, selector: str) -> int:
         sel = parse_selector(selector)
-        removed = self.tree.remove_selected(sel)
+        literal = sel.literal_path
+        if literal is not None and literal in self.references:
+            self._writable(literal)
+        removed = [t for t in self.tree.select(sel) if t.path not in self.references]
         for topic in removed:
+            self.tree.remove(topic.path)
             self._emit(topic.path, [EV_REMOVE, topic.path])
+            if topic.path in self.claims:
+                self._rebind(topic.path)
         return len(removed)
+
+    def _writable(self, path: str) -> None:
+        precedence = self.references.get(path)
+        if precedence is not None:
+            view = self.claims[path][precedence].view
+            raise ReferenceTopicError(
+                f"{path!r} is a reference topic of topic view {view!r}: it is read-only"
+            )
 
     def fetch(
         self,
@@ -281,7 +337,9 @@ class TopicStore:
 
     # -- time series -------------------------------------------------------
 
-    def _series(self, path: str) -> tuple[Topic, EventLog, TopicType]:
+    def _series(self, path: str, writing: bool = True) -> tuple[Topic, EventLog, TopicType]:
+        if writing:
+            self._writable(path)
         topic = self.tree.get(path)
         if topic is None:
             raise NoSuchTopicError(f"no topic at {path!r}")
@@ -339,13 +397,100 @@ class TopicStore:
         view: str = ViewKind.VALUES.value,
         limit: int | None = None,
     ) -> list[Any]:
-        _, log, event_type = self._series(path)
+        _, log, event_type = self._series(path, writing=False)
         try:
             q = RangeQuery(Anchor(anchor), anchor_value, Span(span), span_value, ViewKind(view), limit)
         except ValueError as e:
             raise RangeQueryError(f"invalid range query: {e}") from None
         result = log.query(q)
         return [result.selected_count, [event_wire(e) for e in result.events], event_type.value]
+
+    # -- reference topics (topic views) ------------------------------------
+
+    def ref_put(
+        self,
+        path: str,
+        precedence: int,
+        view: str,
+        type_name: str,
+        properties: dict[str, str] | None,
+        value: bytes | None,
+        event: list[Any] | None = None,
+    ) -> None:
+        spec = TopicSpecification.of(type_name, properties)
+        if value is not None:
+            value = values.validate(spec.type, value) if spec.type is not TopicType.TIME_SERIES else None
+        claims = self.claims.setdefault(path, {})
+        claims[precedence] = _Claim(view, spec, value)
+        self._rebind(path)
+        if event is not None and self.references.get(path) == precedence:
+            self._ref_append(path, event)
+
+    def ref_reserve(self, path: str, precedence: int, view: str) -> None:
+        claims = self.claims.setdefault(path, {})
+        if precedence not in claims:
+            claims[precedence] = _Claim(view, None, None)
+            self._rebind(path)
+
+    def ref_drop(self, path: str, precedence: int) -> None:
+        claims = self.claims.get(path)
+        if claims is None or claims.pop(precedence, None) is None:
+            return
+        if not claims:
+            del self.claims[path]
+        self._rebind(path)
+
+    def ref_drop_view(self, precedence: int) -> int:
+        """Drop every claim of one view; return how many there were."""
+        chosen = [p for p, claims in self.claims.items() if precedence in claims]
+        for path in chosen:
+            self.ref_drop(path, precedence)
+        return len(chosen)
+
+    def _rebind(self, path: str) -> None:
+        """Bind ``path`` to what its claims say now (a normal topic always stays)."""
+        bound = self.references.get(path)
+        if bound is None and path in self.tree:
+            return  # a normal topic holds the path
+        claims = self.claims.get(path)
+        winner = min(claims) if claims else None
+        claim = claims[winner] if claims and winner is not None else None
+        if claim is None or claim.spec is None:
+            if bound is not None:
+                self._unbind(path)
+            return
+        if bound is not None:
+            topic = self.tree.get(path)
+            assert topic is not None
+            if bound == winner and topic.specification == claim.spec:
+                if claim.value is not None and claim.value != topic.value:
+                    self._store(topic, claim.value)
+                    self._emit(path, [EV_VALUE, path, claim.value])
+                return
+            self._unbind(path)
+        topic, _ = self.tree.add(path, claim.spec)
+        self.references[path] = winner  # type: ignore[assignment]
+        if claim.value is not None:
+            self._store(topic, claim.value)
+        spec = claim.spec
+        self._emit(path, [EV_ADD, path, spec.type.value, _spec_wire(spec), topic.value])
+
+    def _unbind(self, path: str) -> None:
+        del self.references[path]
+        self.tree.remove(path)
+        self._emit(path, [EV_REMOVE, path])
+
+    def _ref_append(self, path: str, event: list[Any]) -> None:
+        topic = self.tree.get(path)
+        if topic is None or topic.log is None or topic.specification.event_type is None:
+            return
+        data, timestamp, author = event
+        stored = values.validate(topic.specification.event_type, data)
+        latest = topic.log.latest
+        if latest is not None and timestamp < latest.timestamp:
+            timestamp = latest.timestamp
+        appended = topic.log.append(stored, timestamp, author)
+        self._emit(path, [EV_EVENT, path, *event_wire(appended)])
 
     # -- registrations -----------------------------------------------------
 

@@ -167,3 +167,33 @@ def test_security_tree_and_session_commands(server: Server) -> None:
     ok(cli("tree", "remove", "cli-sec/virtual", url=url))
     missing = cli("tree", "get", "cli-sec/virtual", url=url)
     assert missing.returncode == 1 and "NO_SUCH_TABLE" in missing.stderr
+
+
+def test_view_commands(server: Server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = server.url
+    ok(cli("topic", "set", "cli-view/src/a", "1", "--type", "INT64", url=url))
+    created = ok(cli("view", "create", "cli-mirror", "map ?cli-view/src// to cli-view/out/<path(2)>", url=url))
+    assert created.startswith("cli-mirror (precedence ")
+    spec_file = tmp_path / "spec.view"
+    spec_file.write_text("# from a file\nmap ?cli-view/src//\nto cli-view/text/<path(2)>\ntype STRING\n")
+    ok(cli("view", "create", "cli-file", "--file", str(spec_file), url=url))
+    listed = [json.loads(line) for line in ok(cli("view", "list", "--json", url=url)).splitlines()]
+    names = [v["name"] for v in listed]
+    assert names.index("cli-mirror") < names.index("cli-file")
+    assert all(v["state"] == "active" for v in listed)
+
+    from tests.conftest import wait_for
+
+    def fetched() -> list[tuple[str, object]]:
+        rows = [json.loads(line) for line in ok(cli("topic", "fetch", "?cli-view//", "--json", url=url)).splitlines()]
+        return [(r["path"], r["value"]) for r in rows if not r["path"].startswith("cli-view/src")]
+
+    wait_for(lambda: fetched() == [("cli-view/out/a", 1), ("cli-view/text/a", "1")], 30, "the reference topics")
+    bad = cli("view", "create", "cli-bad", "map ?cli-view// to", url=url)
+    assert bad.returncode == 1 and "VIEW_SYNTAX" in bad.stderr and "line 1, column 19" in bad.stderr
+    denied = cli("view", "list", url=url, admin=False)
+    assert denied.returncode == 1 and "READ_TOPIC_VIEWS" in denied.stderr
+    ok(cli("view", "remove", "cli-mirror", url=url))
+    ok(cli("view", "remove", "cli-file", url=url))
+    ok(cli("view", "remove", "cli-file", url=url))  # absent: fine
+    wait_for(lambda: fetched() == [], 30, "the reference topics to go")

@@ -117,3 +117,35 @@ def test_security_and_session_trees_survive_a_restart(tmp_path: Path) -> None:
             assert [(t.path, t.value) for t in kept.topics.fetch(">virtual/x")] == [("virtual/x", "through the tree")]
     finally:
         assert second.stop() == 0, second.output
+
+
+def test_views_survive_a_restart_and_rebuild(tmp_path: Path) -> None:
+    from tests.conftest import wait_for
+    from tests.e2e.conftest import ADMIN
+
+    data = tmp_path / "data"
+    spec = "map ?src// to mirror/<path(1)> type STRING"
+    first = Server(data)
+    try:
+        first.wait_ready()
+        with canopy.connect_sync(first.url, *ADMIN) as admin:
+            admin.views.create("early", spec)
+            admin.views.create("late", "map ?src// to mirror/<path(1)>")
+            admin.views.create("remote", "map ?a/ from Server1 to b/<path(1)>")
+    finally:
+        assert first.stop() == 0, first.output
+    stored = json.loads((data / "views.json").read_text())
+    assert [v["name"] for v in stored] == ["early", "late", "remote"]
+
+    second = Server(data)
+    try:
+        second.wait_ready()
+        with canopy.connect_sync(second.url, *ADMIN) as admin:
+            views = admin.views.list()
+            assert [(v.name, v.specification) for v in views][:1] == [("early", spec)]
+            assert views[2].state.startswith("inactive")
+            admin.topics.add_and_set("src/x", 5)  # recovered sources are re-added by their publisher
+            wait_for(lambda: [(t.path, t.value) for t in admin.topics.fetch("?mirror//")] == [("mirror/x", "5")],
+                     30, "the restored view (still first in precedence) to rebuild its reference topic")
+    finally:
+        assert second.stop() == 0, second.output

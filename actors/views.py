@@ -1,0 +1,212 @@
+"""ViewEvaluatorActor: the Ray shell around the :class:`~views.engine.ViewEngine`.
+
+It attaches to every partition as one more "gateway" (id ``views``), so the
+partitions stream it the events of the selectors the engine registers, in
+batches, numbered per partition; it sends the engine's reference-topic
+claims back through one batching :class:`~actors.channel.PartitionChannel`
+per partition. It owns the topic views: validates, numbers (precedence),
+persists them (``views.json`` in the data directory) and restores them at
+start. Timers release throttled values and the delayed claims of delayed
+views, which wait in a :class:`~cluster.delay_store.DelayStore` on disk
+(``delay_store/`` in the data directory; emptied at start, as seed 000 says
+delayed events are not persisted over a restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import ray
+
+from actors.channel import PartitionChannel, Resequencer
+from actors.operations import detached
+from cluster.configuration import VIEWS_FILE, ConfigurationFile
+from cluster.delay_store import DelayStore
+from cluster.partitioning import partition_of, partitions_for
+from sessions.security import PathPermission, SecurityStore
+from topics.selectors import parse_selector
+from topics.store import OP_REGISTER, OP_UNREGISTER
+from views.engine import Changes, ViewDefinition, ViewEngine
+from views.parser import parse_view
+
+log = logging.getLogger("canopy.views")
+GATEWAY_ID = "views"
+TICK = 0.5
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _permitted(store: SecurityStore) -> Any:
+    evaluator = store.evaluator()
+
+    def permitted(roles: frozenset[str], permission: PathPermission, path: str) -> bool:
+        return evaluator.has(roles, permission, path)
+
+    return permitted
+
+
+class ViewEvaluatorActor:
+    def __init__(self, partitions: list[Any], config: dict[str, Any], security: dict[str, Any]) -> None:
+        self.partitions = partitions
+        self.config = config
+        self._file = ConfigurationFile(config["data_dir"], VIEWS_FILE)
+        self.engine = ViewEngine(_permitted(SecurityStore.from_dict(security)))
+        self.channels = [
+            PartitionChannel(i, p, GATEWAY_ID, config["max_in_flight"], config["max_batch"], 0.0)
+            for i, p in enumerate(partitions)
+        ]
+        self.resequencer = Resequencer(len(partitions))
+        self.delay = DelayStore(Path(config["data_dir"]) / "delay_store")
+        self._tokens = 0
+        self._next_precedence = 1
+        self._wakeup: asyncio.Event | None = None
+        self._timer: asyncio.Task[None] | None = None
+
+    async def start(self) -> int:
+        """Attach to the partitions and restore the stored views; return how many."""
+        me = ray.get_runtime_context().current_actor
+        await asyncio.gather(*(p.attach_gateway.remote(GATEWAY_ID, me) for p in self.partitions))
+        stored = self._file.load() or []
+        for data in stored:
+            definition = ViewDefinition.from_wire(data)
+            self._next_precedence = max(self._next_precedence, definition.precedence + 1)
+            try:
+                self._carry(self.engine.put_view(definition, _now()))
+            except ValueError as e:  # a stored view that no longer parses: keep the rest going
+                log.error("could not restore topic view %r: %s", definition.name, e)
+        self._wakeup = asyncio.Event()
+        self._timer = asyncio.ensure_future(self._tick())
+        return len(stored)
+
+    # -- the view API ---------------------------------------------------------------
+
+    async def create(self, name: str, text: str, principal: str, roles: list[str]) -> dict[str, Any]:
+        parse_view(text)  # the gateway checked it already; never store a bad view
+        old = self.engine.views.get(name)
+        if old is not None:
+            precedence = old.definition.precedence
+            self.delay.drop_view(name)
+        else:
+            precedence = self._next_precedence
+            self._next_precedence += 1
+        definition = ViewDefinition(name, text, precedence, principal, frozenset(roles))
+        self._save({**{d.name: d for d in self.engine.definitions()}, name: definition})
+        self._carry(self.engine.put_view(definition, _now()))
+        return self._describe(definition)
+
+    async def remove(self, name: str) -> bool:
+        if name not in self.engine.views:
+            return False
+        self._save({d.name: d for d in self.engine.definitions() if d.name != name})
+        self.delay.drop_view(name)
+        self._carry(self.engine.remove_view(name, _now()))
+        return True
+
+    async def list(self) -> list[dict[str, Any]]:
+        return [self._describe(d) for d in self.engine.definitions()]
+
+    def _describe(self, definition: ViewDefinition) -> dict[str, Any]:
+        inactive = self.engine.is_inactive(definition.name)
+        return {
+            "name": definition.name,
+            "specification": definition.text,
+            "roles": sorted(definition.roles),
+            "principal": definition.principal,
+            "precedence": definition.precedence,
+            "state": "inactive: remote servers are not available yet" if inactive else "active",
+        }
+
+    def _save(self, definitions: dict[str, ViewDefinition]) -> None:
+        ordered = sorted(definitions.values(), key=lambda d: d.precedence)
+        self._file.save([d.to_wire() for d in ordered])
+
+    async def set_security(self, store: dict[str, Any]) -> None:
+        self._carry(self.engine.set_permitted(_permitted(SecurityStore.from_dict(store)), _now()))
+
+    async def stats(self) -> dict[str, Any]:
+        return {
+            "views": len(self.engine.views),
+            "topics": len(self.engine.topics),
+            "references": sum(len(v.emitted) for v in self.engine.views.values()),
+            "delayed": len(self.delay),
+            "calls": sum(c.calls for c in self.channels),
+            "operations": sum(c.operations for c in self.channels),
+        }
+
+    async def reference_paths(self, name: str) -> list[str]:
+        """The reference paths a view claims now (for tests and `canopy view list --json`)."""
+        view = self.engine.views.get(name)
+        return sorted(view.emitted) if view is not None else []
+
+    # -- events from partitions --------------------------------------------------------
+
+    async def deliver(self, partition: int, sequence: int, blob: bytes) -> None:
+        for ready in self.resequencer.accept(partition, sequence, blob):
+            try:
+                events = msgpack.unpackb(ready, raw=False, use_list=True)
+                self._carry(self.engine.on_events(events, _now()))
+            except Exception:  # a bad batch must not stall the stream behind it
+                log.exception("could not apply a batch of partition events")
+
+    # -- carrying out the engine's changes --------------------------------------------
+
+    def _carry(self, changes: Changes) -> None:
+        count = len(self.channels)
+        for text in changes.unregister:
+            for i in partitions_for(parse_selector(text), count):
+                detached(self.channels[i].submit([OP_UNREGISTER, text]))
+        for text in changes.register:
+            self._tokens += 1
+            for i in partitions_for(parse_selector(text), count):
+                detached(self.channels[i].submit([OP_REGISTER, text, self._tokens]))
+        for path, operation in changes.operations:
+            self._submit(path, operation)
+        if changes.delayed:
+            self.delay.push_many(
+                (due, view, msgpack.packb([path, operation], use_bin_type=True))
+                for due, view, path, operation in changes.delayed
+            )
+        if (changes.delayed or self.engine.next_release() is not None) and self._wakeup is not None:
+            self._wakeup.set()
+
+    def _submit(self, path: str | None, operation: list[Any]) -> None:
+        if path is None:
+            for channel in self.channels:
+                detached(channel.submit(operation))
+        else:
+            detached(self.channels[partition_of(path, len(self.channels))].submit(operation))
+
+    async def _tick(self) -> None:
+        assert self._wakeup is not None
+        while True:
+            self._wakeup.clear()
+            now = _now()
+            try:
+                self._carry(self.engine.release(now))
+                for _view, payload in self.delay.pop_due(now):
+                    path, operation = msgpack.unpackb(payload, raw=False, use_list=True)
+                    self._submit(path, operation)
+            except Exception:
+                log.exception("releasing throttled or delayed view updates failed")
+            due = [d for d in (self.engine.next_release(), self.delay.next_due()) if d is not None]
+            wait = TICK if not due else min(TICK, max(0.0, (min(due) - _now()) / 1000))
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), wait)
+            except TimeoutError:
+                pass
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self.delay.close()
+
+
+def remote_class() -> Any:
+    return ray.remote(num_cpus=0, max_restarts=0)(ViewEvaluatorActor)

@@ -1,0 +1,133 @@
+"""The view engine: partition events in, reference-topic claims out (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cbor2
+
+from sessions.security import PathPermission
+from topics.store import (
+    EV_ADD,
+    EV_REMOVE,
+    EV_VALUE,
+    OP_REF_DROP,
+    OP_REF_DROP_VIEW,
+    OP_REF_PUT,
+    OP_REF_RESERVE,
+    TopicStore,
+)
+from views.engine import ViewDefinition, ViewEngine
+
+
+def allow_all(roles: frozenset[str], permission: PathPermission, path: str) -> bool:
+    return True
+
+
+def view(name: str, text: str, precedence: int = 1) -> ViewDefinition:
+    return ViewDefinition(name, text, precedence, "admin", frozenset({"ADMINISTRATOR"}))
+
+
+def add(path: str, value: Any, type_name: str = "JSON") -> list[Any]:
+    return [EV_ADD, path, type_name, [], cbor2.dumps(value)]
+
+
+def puts(changes: Any) -> dict[str, Any]:
+    return {op[1]: cbor2.loads(op[6]) for _, op in changes.operations if op[0] == OP_REF_PUT}
+
+
+def test_registers_selectors_and_insertion_paths() -> None:
+    engine = ViewEngine(allow_all)
+    changes = engine.put_view(view("v", "map ?a// to b/<path(1)> insert o/<scalar(/k)> at /x"), 0)
+    assert changes.register == ["?a//"]
+    changes = engine.on_events([add("a/1", {"k": "z"})], 0)
+    assert changes.register == [">o/z"]
+    assert puts(changes) == {"b/1": {"k": "z"}}
+    # the insertion topic arrives: the reference topic is re-derived
+    changes = engine.on_events([add("o/z", 5, "INT64")], 0)
+    assert puts(changes) == {"b/1": {"k": "z", "x": 5}}
+    # the source stops reading it: its registration goes
+    changes = engine.on_events([[EV_VALUE, "a/1", cbor2.dumps({"k": "y"})]], 0)
+    assert changes.register == [">o/y"] and changes.unregister == [">o/z"]
+    assert "o/z" not in engine.topics
+
+
+def test_only_changes_are_sent() -> None:
+    engine = ViewEngine(allow_all)
+    engine.put_view(view("v", "map ?a// to b/<path(1)> as <value(/x)>"), 0)
+    engine.on_events([add("a/1", {"x": 1, "y": 1})], 0)
+    assert not engine.on_events([[EV_VALUE, "a/1", cbor2.dumps({"x": 1, "y": 2})]], 0).operations
+    changes = engine.on_events([[EV_REMOVE, "a/1"]], 0)
+    assert [op for _, op in changes.operations] == [[OP_REF_DROP, "b/1", 1]]
+
+
+def test_first_source_claims_a_shared_path_and_the_next_takes_over() -> None:
+    engine = ViewEngine(allow_all)
+    engine.put_view(view("v", "map ?a// to same"), 0)
+    assert puts(engine.on_events([add("a/1", 1), add("a/2", 2)], 0)) == {"same": 1}
+    assert puts(engine.on_events([[EV_REMOVE, "a/1"]], 0)) == {"same": 2}
+
+
+def test_throttle_holds_then_releases_the_last_value() -> None:
+    engine = ViewEngine(allow_all)
+    engine.put_view(view("v", "map ?a// to b/<path(1)> throttle to 1 update every 10 seconds"), 0)
+    assert puts(engine.on_events([add("a/1", 0)], 0)) == {"b/1": 0}  # creation is never held
+    assert puts(engine.on_events([[EV_VALUE, "a/1", cbor2.dumps(1)]], 100)) == {"b/1": 1}
+    for i in (2, 3, 4):
+        assert puts(engine.on_events([[EV_VALUE, "a/1", cbor2.dumps(i)]], 200 + i)) == {}
+    due = engine.next_release()
+    assert due is not None and 10_000 <= due <= 10_100
+    assert puts(engine.release(due - 1)) == {}
+    assert puts(engine.release(due)) == {"b/1": 4}
+    assert engine.next_release() is None
+
+
+def test_delayed_views_reserve_now_and_send_later() -> None:
+    engine = ViewEngine(allow_all)
+    engine.put_view(view("v", "map ?a// to b/<path(1)> delay by 5 seconds", 3), 1000)
+    changes = engine.on_events([add("a/1", 1)], 1000)
+    assert [op for _, op in changes.operations] == [[OP_REF_RESERVE, "b/1", 3, "v"]]
+    assert [(due, name, op[0]) for due, name, _, op in changes.delayed] == [(6000, "v", OP_REF_PUT)]
+
+
+def test_security_context_filters_sources_and_targets() -> None:
+    allowed = {"a/ok": {PathPermission.READ_TOPIC}, "b/ok": {PathPermission.MODIFY_TOPIC}}
+
+    def permitted(roles: frozenset[str], permission: PathPermission, path: str) -> bool:
+        return permission in allowed.get(path, set())
+
+    engine = ViewEngine(permitted)
+    engine.put_view(view("v", "map ?a// to b/<path(1)>"), 0)
+    assert puts(engine.on_events([add("a/ok", 1), add("a/no", 2)], 0)) == {"b/ok": 1}
+    changes = engine.set_permitted(allow_all, 0)
+    assert puts(changes) == {"b/no": 2}
+
+
+def test_replacing_a_view_drops_its_claims_and_keeps_precedence() -> None:
+    engine = ViewEngine(allow_all)
+    engine.put_view(view("v", "map ?a// to b/<path(1)>", 7), 0)
+    engine.on_events([add("a/1", 1)], 0)
+    changes = engine.put_view(view("v", "map ?a// to c/<path(1)>", 7), 0)
+    ops = [op for _, op in changes.operations]
+    assert ops[0] == [OP_REF_DROP_VIEW, 7]
+    assert ops[1][:3] == [OP_REF_PUT, "c/1", 7]
+    assert changes.register == [] and changes.unregister == []
+
+
+def test_the_store_settles_conflicts() -> None:
+    store = TopicStore(clock=lambda: 0)
+    put = [OP_REF_PUT, "r", 2, "late", "INT64", {}, cbor2.dumps(2), None]
+    store.apply("views", [put])
+    assert store.tree.get("r").value == cbor2.dumps(2)  # type: ignore[union-attr]
+    store.apply("views", [[OP_REF_PUT, "r", 1, "early", "INT64", {}, cbor2.dumps(1), None]])
+    assert store.tree.get("r").value == cbor2.dumps(1)  # type: ignore[union-attr]
+    store.apply("views", [[OP_REF_DROP, "r", 1]])
+    assert store.tree.get("r").value == cbor2.dumps(2)  # type: ignore[union-attr]
+    # read-only for clients
+    result = store.apply("gw", [[2, "r", cbor2.dumps(5), False, None, False]])
+    assert result[0][1] == "REFERENCE_TOPIC"
+    # a reserved (delayed) claim of a better view hides the path until it is published
+    store.apply("views", [[OP_REF_RESERVE, "r", 0, "delayed"]])
+    assert store.tree.get("r") is None
+    store.apply("views", [[OP_REF_DROP_VIEW, 0]])
+    assert store.tree.get("r") is not None

@@ -1,0 +1,448 @@
+"""RFC 6902 JSON Patch with a byte-exact ``test``: parsing and applying."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from views.patch import (
+    PatchFailed,
+    PatchOperation,
+    PatchSyntaxError,
+    apply_patch,
+    parse_patch,
+)
+
+
+def patched(document: Any, patch: list[dict[str, Any]] | str) -> Any:
+    """Apply ``patch`` (text or a list to encode), checking the input is not mutated."""
+    text = patch if isinstance(patch, str) else json.dumps(patch)
+    before = copy.deepcopy(document)
+    try:
+        return apply_patch(document, parse_patch(text))
+    finally:
+        assert document == before
+        assert json.dumps(document) == json.dumps(before)  # member order too
+
+
+def fails(document: Any, patch: list[dict[str, Any]] | str) -> PatchFailed:
+    """The :class:`PatchFailed` of applying ``patch``; the input is not mutated."""
+    with pytest.raises(PatchFailed) as info:
+        patched(document, patch)
+    return info.value
+
+
+# -- RFC 6902 appendix A --------------------------------------------------------------
+
+
+def test_a1_adding_an_object_member() -> None:
+    result = patched({"foo": "bar"}, [{"op": "add", "path": "/baz", "value": "qux"}])
+    assert result == {"baz": "qux", "foo": "bar"}
+    assert list(result) == ["foo", "baz"]
+
+
+def test_a2_adding_an_array_element() -> None:
+    result = patched({"foo": ["bar", "baz"]}, [{"op": "add", "path": "/foo/1", "value": "qux"}])
+    assert result == {"foo": ["bar", "qux", "baz"]}
+
+
+def test_a3_removing_an_object_member() -> None:
+    result = patched({"baz": "qux", "foo": "bar"}, [{"op": "remove", "path": "/baz"}])
+    assert result == {"foo": "bar"}
+
+
+def test_a4_removing_an_array_element() -> None:
+    result = patched({"foo": ["bar", "qux", "baz"]}, [{"op": "remove", "path": "/foo/1"}])
+    assert result == {"foo": ["bar", "baz"]}
+
+
+def test_a5_replacing_a_value() -> None:
+    result = patched({"baz": "qux", "foo": "bar"}, [{"op": "replace", "path": "/baz", "value": "boo"}])
+    assert list(result.items()) == [("baz", "boo"), ("foo", "bar")]
+
+
+def test_a6_moving_a_value() -> None:
+    document = {"foo": {"bar": "baz", "waldo": "fred"}, "qux": {"corge": "grault"}}
+    result = patched(document, [{"op": "move", "from": "/foo/waldo", "path": "/qux/thud"}])
+    assert result == {"foo": {"bar": "baz"}, "qux": {"corge": "grault", "thud": "fred"}}
+
+
+def test_a7_moving_an_array_element() -> None:
+    document = {"foo": ["all", "grass", "cows", "eat"]}
+    result = patched(document, [{"op": "move", "from": "/foo/1", "path": "/foo/3"}])
+    assert result == {"foo": ["all", "cows", "eat", "grass"]}
+
+
+def test_a8_testing_a_value_success() -> None:
+    document = {"baz": "qux", "foo": ["a", 2, "c"]}
+    patch = [{"op": "test", "path": "/baz", "value": "qux"}, {"op": "test", "path": "/foo/1", "value": 2}]
+    assert patched(document, patch) == document
+
+
+def test_a9_testing_a_value_error() -> None:
+    error = fails({"baz": "qux"}, [{"op": "test", "path": "/baz", "value": "bar"}])
+    assert error.index == 0
+
+
+def test_a10_adding_a_nested_member_object() -> None:
+    result = patched({"foo": "bar"}, [{"op": "add", "path": "/child", "value": {"grandchild": {}}}])
+    assert result == {"foo": "bar", "child": {"grandchild": {}}}
+
+
+def test_a11_ignoring_unrecognized_elements() -> None:
+    result = patched({"foo": "bar"}, [{"op": "add", "path": "/baz", "value": "qux", "xyz": 123}])
+    assert result == {"foo": "bar", "baz": "qux"}
+
+
+def test_a12_adding_to_a_nonexistent_target() -> None:
+    error = fails({"foo": "bar"}, [{"op": "add", "path": "/baz/bat", "value": "qux"}])
+    assert error.index == 0
+    assert "does not exist" in error.reason
+
+
+def test_a13_invalid_json_patch_document() -> None:
+    with pytest.raises(PatchSyntaxError, match='"op" twice'):
+        parse_patch('[{"op": "add", "path": "/baz", "value": "qux", "op": "remove"}]')
+
+
+def test_a14_escape_ordering() -> None:
+    document = {"/": 9, "~1": 10}
+    assert patched(document, [{"op": "test", "path": "/~01", "value": 10}]) == document
+
+
+def test_a15_comparing_strings_and_numbers() -> None:
+    error = fails({"/": 9, "~1": 10}, [{"op": "test", "path": "/~01", "value": "10"}])
+    assert error.index == 0
+
+
+def test_a16_adding_an_array_value() -> None:
+    result = patched({"foo": ["bar"]}, [{"op": "add", "path": "/foo/-", "value": ["abc", "def"]}])
+    assert result == {"foo": ["bar", ["abc", "def"]]}
+
+
+# -- byte-exact test ------------------------------------------------------------------
+
+
+def test_test_compares_member_order() -> None:
+    document = {"a": {"foo": "bar", "count": 43}}
+    same = '[{"op": "test", "path": "/a", "value": {"foo": "bar", "count": 43}}]'
+    other = '[{"op": "test", "path": "/a", "value": {"count": 43, "foo": "bar"}}]'
+    assert patched(document, same) == document
+    assert fails(document, other).index == 0
+
+
+def test_test_of_the_whole_document_compares_member_order() -> None:
+    document = {"foo": "bar", "count": 43}
+    assert patched(document, '[{"op": "test", "path": "", "value": {"foo": "bar", "count": 43}}]') == document
+    fails(document, '[{"op": "test", "path": "", "value": {"count": 43, "foo": "bar"}}]')
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected"),
+    [(22, 22.0), (22.0, 22), (1, True), (0, False), (0.0, -0.0), (None, False), ("1", 1), ([1], [1.0])],
+)
+def test_test_compares_types_exactly(actual: Any, expected: Any) -> None:
+    error = fails({"v": actual}, [{"op": "test", "path": "/v", "value": expected}])
+    assert "differs" in error.reason
+
+
+@pytest.mark.parametrize("value", [22, 22.0, 1.5, -0.0, True, None, "", [], {}, {"a": [1, {"b": None}]}, 2**70])
+def test_test_passes_on_identical_values(value: Any) -> None:
+    assert patched({"v": value}, [{"op": "test", "path": "/v", "value": value}]) == {"v": value}
+
+
+def test_test_of_a_missing_path_fails() -> None:
+    for path in ["/nope", "/l/1", "/l/-", "/l/00", "/l/0/x"]:
+        error = fails({"l": [None]}, [{"op": "test", "path": path, "value": None}])
+        assert "does not exist" in error.reason
+
+
+# -- the other operations -------------------------------------------------------------
+
+
+def test_add_overwrites_an_existing_member() -> None:
+    result = patched({"a": 1, "b": 2}, [{"op": "add", "path": "/a", "value": 3}])
+    assert list(result.items()) == [("a", 3), ("b", 2)]
+
+
+def test_add_at_the_array_end_index() -> None:
+    assert patched([1, 2], [{"op": "add", "path": "/2", "value": 3}]) == [1, 2, 3]
+    assert patched([], [{"op": "add", "path": "/0", "value": 3}]) == [3]
+
+
+@pytest.mark.parametrize(("path", "reason"), [("/3", "past the end"), ("/01", "not an array index"), ("/x", "not an array index")])
+def test_add_bad_array_index(path: str, reason: str) -> None:
+    assert reason in fails([1, 2], [{"op": "add", "path": path, "value": 0}]).reason
+
+
+def test_add_into_a_scalar_fails() -> None:
+    assert "scalar" in fails({"a": 1}, [{"op": "add", "path": "/a/b", "value": 0}]).reason
+
+
+def test_add_and_replace_at_the_root() -> None:
+    assert patched({"a": 1}, [{"op": "add", "path": "", "value": [1]}]) == [1]
+    assert patched({"a": 1}, [{"op": "replace", "path": "", "value": {"b": 2}}]) == {"b": 2}
+
+
+def test_remove_and_replace_need_an_existing_target() -> None:
+    for op in ["remove", "replace"]:
+        for path in ["/x", "/l/2", "/l/-"]:
+            error = fails({"l": [1, 2]}, [{"op": op, "path": path, "value": 0}])
+            assert "does not exist" in error.reason
+
+
+def test_remove_keeps_member_order() -> None:
+    result = patched({"a": 1, "b": 2, "c": 3}, [{"op": "remove", "path": "/b"}])
+    assert list(result) == ["a", "c"]
+
+
+def test_remove_the_whole_document_fails() -> None:
+    assert "whole document" in fails({"a": 1}, [{"op": "remove", "path": ""}]).reason
+
+
+def test_move_into_its_own_child_fails() -> None:
+    error = fails({"a": {"b": {}}}, [{"op": "move", "from": "/a", "path": "/a/b/c"}])
+    assert "own child" in error.reason
+
+
+def test_move_to_itself_and_to_a_sibling_with_a_shared_prefix() -> None:
+    document = {"a": {"b": 1}, "ab": 2}
+    assert patched(document, [{"op": "move", "from": "/a", "path": "/a"}]) == document
+    assert patched(document, [{"op": "move", "from": "/a", "path": "/ab"}]) == {"ab": {"b": 1}}
+
+
+def test_move_up_to_an_ancestor() -> None:
+    assert patched({"a": {"b": [1]}}, [{"op": "move", "from": "/a/b", "path": "/a"}]) == {"a": [1]}
+
+
+def test_move_from_must_exist() -> None:
+    error = fails({"a": 1}, [{"op": "move", "from": "/x", "path": "/y"}])
+    assert 'from "/x" does not exist' in error.reason
+
+
+def test_copy() -> None:
+    result = patched({"a": {"b": [1]}, "l": [0]}, [{"op": "copy", "from": "/a", "path": "/l/0"}])
+    assert result == {"a": {"b": [1]}, "l": [{"b": [1]}, 0]}
+    assert "does not exist" in fails({"a": 1}, [{"op": "copy", "from": "/x", "path": "/y"}]).reason
+
+
+def test_copy_then_change_the_copy_leaves_the_original() -> None:
+    patch = [{"op": "copy", "from": "/a", "path": "/c"}, {"op": "add", "path": "/c/x", "value": 1}]
+    assert patched({"a": {}}, patch) == {"a": {}, "c": {"x": 1}}
+
+
+def test_a_scalar_document_fails_as_operation_0() -> None:
+    for document in [1, "s", None, True, 2.5]:
+        error = fails(document, [{"op": "test", "path": "", "value": document}])
+        assert error.index == 0
+        assert fails(document, []).index == 0
+
+
+def test_empty_patch_returns_the_document() -> None:
+    assert patched({"a": 1}, []) == {"a": 1}
+
+
+# -- atomicity and immutability -------------------------------------------------------
+
+
+def test_failing_second_operation_is_atomic() -> None:
+    document = {"a": 1, "l": [1, 2]}
+    before = copy.deepcopy(document)
+    operations = parse_patch(
+        '[{"op": "add", "path": "/b", "value": 2}, {"op": "remove", "path": "/nope"}, {"op": "add", "path": "/c", "value": 3}]'
+    )
+    with pytest.raises(PatchFailed) as info:
+        apply_patch(document, operations)
+    assert info.value.index == 1
+    assert str(info.value).startswith("operation 1: ")
+    assert document == before
+    assert "b" not in document
+
+
+def test_the_input_is_never_mutated_and_untouched_parts_are_shared() -> None:
+    document: dict[str, Any] = {"a": {"b": [1, 2]}, "keep": {"deep": [1]}}
+    before = copy.deepcopy(document)
+    patch = [
+        {"op": "add", "path": "/a/b/0", "value": 0},
+        {"op": "replace", "path": "/a/b/2", "value": 9},
+        {"op": "remove", "path": "/a/b/1"},
+        {"op": "move", "from": "/a/b", "path": "/moved"},
+        {"op": "copy", "from": "/moved", "path": "/a/copied"},
+    ]
+    result = apply_patch(document, parse_patch(json.dumps(patch)))
+    assert document == before
+    assert result == {"a": {"copied": [0, 9]}, "keep": {"deep": [1]}, "moved": [0, 9]}
+    assert result["keep"] is document["keep"]
+
+
+def test_the_operation_value_is_not_shared_with_the_result() -> None:
+    operations = parse_patch('[{"op": "add", "path": "/a", "value": {"x": [1]}}]')
+    result = apply_patch({}, operations)
+    result["a"]["x"].append(2)
+    assert operations[0].value == {"x": [1]}
+
+
+# -- parsing --------------------------------------------------------------------------
+
+
+def test_parse_builds_operations() -> None:
+    text = json.dumps(
+        [
+            {"op": "add", "path": "/a~1b", "value": {"z": 1, "a": 2}},
+            {"op": "remove", "path": "/x"},
+            {"op": "move", "from": "/m~0", "path": ""},
+            {"op": "copy", "from": "/", "path": "/-"},
+        ]
+    )
+    add, remove, move, copy_ = parse_patch(text)
+    assert add == PatchOperation("add", ("a/b",), None, {"z": 1, "a": 2})
+    assert list(add.value) == ["z", "a"]
+    assert remove == PatchOperation("remove", ("x",), None, None)
+    assert move == PatchOperation("move", (), ("m~",), None)
+    assert copy_ == PatchOperation("copy", ("-",), ("",), None)
+
+
+def test_operations_are_frozen_and_unhashable() -> None:
+    operation = PatchOperation("test", ("a",), None, 1)
+    with pytest.raises(AttributeError):
+        operation.op = "add"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        hash(operation)
+
+
+def test_null_value_is_kept() -> None:
+    (operation,) = parse_patch('[{"op": "test", "path": "/a", "value": null}]')
+    assert operation.value is None
+    assert patched({"a": None}, [{"op": "test", "path": "/a", "value": None}]) == {"a": None}
+
+
+@pytest.mark.parametrize(
+    ("text", "index", "message"),
+    [
+        ("{}", None, "a patch must be a JSON array of operations, not an object"),
+        ("1", None, "must be a JSON array"),
+        ("[1]", 0, "operation 0: an operation must be a JSON object, not a number"),
+        ('[{"op": "test", "path": "", "value": 1}, []]', 1, "operation 1: an operation must be a JSON object, not an array"),
+        ('[{"path": "/a"}]', 0, 'operation 0: needs an "op" member'),
+        ('[{"op": 1, "path": "/a"}]', 0, 'operation 0: "op" must be a string, not a number'),
+        ('[{"op": "jump", "path": "/a"}]', 0, 'operation 0: unknown op "jump"'),
+        ('[{"op": "remove"}]', 0, 'operation 0: "remove" needs a "path" pointer'),
+        ('[{"op": "remove", "path": null}]', 0, 'operation 0: "path" must be a JSON pointer string, not null'),
+        ('[{"op": "remove", "path": ["a"]}]', 0, '"path" must be a JSON pointer string, not an array'),
+        ('[{"op": "remove", "path": "a"}]', 0, 'operation 0: invalid "path" pointer "a"'),
+        ('[{"op": "remove", "path": "/a~2"}]', 0, "position 2"),
+        ('[{"op": "test", "path": "/a", "value": 1}, {"op": "move", "path": "/b"}]', 1, 'operation 1: "move" needs a "from" pointer'),
+        ('[{"op": "copy", "from": 3, "path": "/b"}]', 0, '"from" must be a JSON pointer string, not a number'),
+        ('[{"op": "copy", "from": "x", "path": "/b"}]', 0, 'invalid "from" pointer "x"'),
+        ('[{"op": "add", "path": "/b"}]', 0, 'operation 0: "add" needs a "value"'),
+        ('[{"op": "replace", "path": "/b"}]', 0, '"replace" needs a "value"'),
+        ('[{"op": "test", "path": "/b"}]', 0, '"test" needs a "value"'),
+    ],
+)
+def test_syntax_errors(text: str, index: int | None, message: str) -> None:
+    with pytest.raises(PatchSyntaxError) as info:
+        parse_patch(text)
+    assert isinstance(info.value, ValueError)
+    assert info.value.index == index
+    assert message in str(info.value)
+    assert info.value.reason in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("", "line 1 column 1"),
+        ("[", "line 1 column 2"),
+        ('[\n  {"op": "add",\n   "path": "/a" "value": 1}]', "line 3 column 17"),
+        ("[{'op': 'remove'}]", "line 1 column 3"),
+    ],
+)
+def test_invalid_json_names_line_and_column(text: str, where: str) -> None:
+    with pytest.raises(PatchSyntaxError) as info:
+        parse_patch(text)
+    assert info.value.index is None
+    assert str(info.value).startswith(f"invalid JSON at {where}: ")
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_non_json_numbers_are_rejected(constant: str) -> None:
+    with pytest.raises(PatchSyntaxError, match=f"{constant} is not a JSON number"):
+        parse_patch(f'[{{"op": "add", "path": "/a", "value": {constant}}}]')
+
+
+def test_duplicate_members_inside_a_value_are_rejected() -> None:
+    with pytest.raises(PatchSyntaxError, match='"k" twice'):
+        parse_patch('[{"op": "add", "path": "/a", "value": {"k": 1, "k": 2}}]')
+
+
+# -- properties -----------------------------------------------------------------------
+
+SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=12,
+)
+OBJECTS = st.dictionaries(st.text(max_size=4), JSON, max_size=5)
+
+
+def _pointers(value: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every pointer that resolves in ``value``."""
+    found = [prefix]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += _pointers(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _pointers(item, (*prefix, str(index)))
+    return found
+
+
+def _pointer_text(tokens: tuple[str, ...]) -> str:
+    return "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens)
+
+
+@given(OBJECTS, st.text(max_size=6), JSON)
+def test_add_then_remove_of_a_fresh_key_gives_back_the_document(document: dict[str, Any], key: str, value: Any) -> None:
+    assume(key not in document)
+    pointer = _pointer_text((key,))
+    patch = [{"op": "add", "path": pointer, "value": value}, {"op": "remove", "path": pointer}]
+    result = patched(document, patch)
+    assert result == document
+    assert json.dumps(result) == json.dumps(document)
+
+
+@given(OBJECTS, st.data(), st.text(max_size=6), JSON)
+def test_add_then_remove_of_a_fresh_key_anywhere(document: dict[str, Any], data: st.DataObject, key: str, value: Any) -> None:
+    objects = [p for p in _pointers(document) if isinstance(_at(document, p), dict)]
+    parent = data.draw(st.sampled_from(objects))
+    assume(key not in _at(document, parent))
+    pointer = _pointer_text((*parent, key))
+    result = patched(document, [{"op": "add", "path": pointer, "value": value}, {"op": "remove", "path": pointer}])
+    assert json.dumps(result) == json.dumps(document)
+
+
+@given(OBJECTS, st.data())
+def test_test_of_a_value_against_itself_passes(document: dict[str, Any], data: st.DataObject) -> None:
+    tokens = data.draw(st.sampled_from(_pointers(document)))
+    patch = [{"op": "test", "path": _pointer_text(tokens), "value": _at(document, tokens)}]
+    assert patched(document, patch) is document
+
+
+@given(st.lists(JSON, max_size=5), st.data())
+def test_test_of_a_value_against_itself_passes_in_arrays(document: list[Any], data: st.DataObject) -> None:
+    tokens = data.draw(st.sampled_from(_pointers(document)))
+    operation = PatchOperation("test", tokens, None, copy.deepcopy(_at(document, tokens)))
+    assert apply_patch(document, (operation,)) is document
+
+
+def _at(document: Any, tokens: tuple[str, ...]) -> Any:
+    node = document
+    for token in tokens:
+        node = node[int(token)] if isinstance(node, list) else node[token]
+    return node

@@ -1,0 +1,305 @@
+"""RFC 6901 JSON pointers: parsing, formatting, resolving and inserting."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from views.pointer import (
+    MISSING,
+    InsertError,
+    PointerError,
+    array_index,
+    format_pointer,
+    insert_at,
+    is_scalar,
+    parse_pointer,
+    replace_at,
+    resolve,
+)
+
+# RFC 6901 section 5.
+RFC_DOCUMENT: dict[str, Any] = {
+    "foo": ["bar", "baz"],
+    "": 0,
+    "a/b": 1,
+    "c%d": 2,
+    "e^f": 3,
+    "g|h": 4,
+    "i\\j": 5,
+    'k"l': 6,
+    " ": 7,
+    "m~n": 8,
+}
+
+RFC_EXAMPLES: list[tuple[str, Any]] = [
+    ("", RFC_DOCUMENT),
+    ("/foo", ["bar", "baz"]),
+    ("/foo/0", "bar"),
+    ("/", 0),
+    ("/a~1b", 1),
+    ("/c%d", 2),
+    ("/e^f", 3),
+    ("/g|h", 4),
+    ("/i\\j", 5),
+    ('/k"l', 6),
+    ("/ ", 7),
+    ("/m~0n", 8),
+]
+
+
+# -- parse / format -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "expected"), RFC_EXAMPLES)
+def test_rfc6901_section5_examples(text: str, expected: Any) -> None:
+    assert resolve(RFC_DOCUMENT, parse_pointer(text)) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("", ()),
+        ("/", ("",)),
+        ("//", ("", "")),
+        ("/a/b", ("a", "b")),
+        ("/a~1b", ("a/b",)),
+        ("/m~0n", ("m~n",)),
+        ("/~01", ("~1",)),
+        ("/~10", ("/0",)),
+        ("/~0~1~0", ("~/~",)),
+        ("/-", ("-",)),
+    ],
+)
+def test_parse_and_format(text: str, tokens: tuple[str, ...]) -> None:
+    assert parse_pointer(text) == tokens
+    assert format_pointer(tokens) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "position"),
+    [
+        ("a", 0),
+        ("a/b", 0),
+        ("~0", 0),
+        ("/~", 1),
+        ("/a~", 2),
+        ("/a~2", 2),
+        ("/a/b~x", 4),
+        ("/~0/~~1", 4),
+        ("/~01/x~", 6),
+    ],
+)
+def test_malformed_pointer_names_the_position(text: str, position: int) -> None:
+    with pytest.raises(PointerError) as info:
+        parse_pointer(text)
+    assert isinstance(info.value, ValueError)
+    assert info.value.pointer == text
+    assert info.value.position == position
+    assert f"position {position}" in str(info.value)
+
+
+def test_malformed_pointer_messages() -> None:
+    with pytest.raises(PointerError, match='start with "/"'):
+        parse_pointer("foo")
+    with pytest.raises(PointerError, match='"~" must be followed by "0" or "1"'):
+        parse_pointer("/~2")
+
+
+@given(st.lists(st.text(), max_size=5).map(tuple))
+def test_format_then_parse_round_trips(tokens: tuple[str, ...]) -> None:
+    assert parse_pointer(format_pointer(tokens)) == tokens
+
+
+@given(st.lists(st.text(alphabet="ab~/01-", max_size=4), max_size=4).map(tuple))
+def test_format_then_parse_round_trips_on_escape_heavy_tokens(tokens: tuple[str, ...]) -> None:
+    text = format_pointer(tokens)
+    assert parse_pointer(text) == tokens
+    assert format_pointer(parse_pointer(text)) == text
+
+
+# -- MISSING and is_scalar ------------------------------------------------------------
+
+
+def test_missing_is_a_readable_singleton() -> None:
+    assert repr(MISSING) == "MISSING"
+    assert type(MISSING)() is MISSING
+    assert copy.copy(MISSING) is MISSING
+    assert copy.deepcopy(MISSING) is MISSING
+    assert pickle.loads(pickle.dumps(MISSING)) is MISSING
+    assert not MISSING
+
+
+@pytest.mark.parametrize("value", ["", "x", 0, -3, 2.5, True, False, None])
+def test_scalars(value: Any) -> None:
+    assert is_scalar(value)
+
+
+@pytest.mark.parametrize("value", [[], [1], {}, {"a": 1}, MISSING])
+def test_non_scalars(value: Any) -> None:
+    assert not is_scalar(value)
+
+
+# -- resolve --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "/nope",
+        "/foo/2",
+        "/foo/-",
+        "/foo/01",
+        "/foo/00",
+        "/foo/+1",
+        "/foo/-1",
+        "/foo/ 1",
+        "/foo/1 ",
+        "/foo/1.0",
+        "/foo/\u0661",  # ARABIC-INDIC DIGIT ONE is a digit, not an index
+        "/foo/0/x",  # into a string
+        "/a~1b/0",  # into a number
+        "/foo/",
+    ],
+)
+def test_resolve_missing(text: str) -> None:
+    assert resolve(RFC_DOCUMENT, parse_pointer(text)) is MISSING
+
+
+def test_resolve_null_is_not_missing() -> None:
+    assert resolve({"a": None}, ("a",)) is None
+    assert resolve([None], ("0",)) is None
+    assert resolve(None, ()) is None
+
+
+def test_resolve_into_scalar_roots() -> None:
+    assert resolve("abc", ("0",)) is MISSING
+    assert resolve(5, ()) == 5
+
+
+@pytest.mark.parametrize(("token", "index"), [("0", 0), ("7", 7), ("10", 10), ("01", None), ("-", None), ("", None), ("a", None)])
+def test_array_index(token: str, index: int | None) -> None:
+    assert array_index(token) == index
+
+
+# -- insert_at ------------------------------------------------------------------------
+
+
+def test_insert_root_returns_the_item() -> None:
+    item = {"x": 1}
+    assert insert_at({"a": 1}, (), item) is item
+
+
+def test_insert_sets_a_new_object_member_last() -> None:
+    document = {"a": 1, "b": {"c": 2}}
+    result = insert_at(document, ("b", "d"), [3])
+    assert result == {"a": 1, "b": {"c": 2, "d": [3]}}
+    assert list(result["b"]) == ["c", "d"]
+
+
+def test_insert_overwrites_an_object_member_in_place() -> None:
+    result = insert_at({"a": 1, "b": 2, "c": 3}, ("b",), "x")
+    assert list(result.items()) == [("a", 1), ("b", "x"), ("c", 3)]
+
+
+def test_insert_replaces_an_array_element() -> None:
+    assert insert_at({"l": [1, 2, 3]}, ("l", "1"), "x") == {"l": [1, "x", 3]}
+
+
+def test_insert_dash_appends() -> None:
+    assert insert_at({"l": [1]}, ("l", "-"), 2) == {"l": [1, 2]}
+    assert insert_at([], ("-",), "a") == ["a"]
+
+
+def test_insert_copies_only_along_the_path_and_never_mutates() -> None:
+    document: dict[str, Any] = {"a": {"b": [1, {"c": 2}]}, "other": {"big": [1, 2, 3]}}
+    before = copy.deepcopy(document)
+    result = insert_at(document, ("a", "b", "1", "d"), 4)
+    assert document == before
+    assert result == {"a": {"b": [1, {"c": 2, "d": 4}]}, "other": {"big": [1, 2, 3]}}
+    assert result is not document
+    assert result["a"] is not document["a"]
+    assert result["a"]["b"] is not document["a"]["b"]
+    assert result["other"] is document["other"]
+
+
+@pytest.mark.parametrize(
+    ("document", "tokens", "reason"),
+    [
+        ({"a": 1}, ("x", "y"), "does not exist"),
+        ({"a": 1}, ("a", "y"), "is a scalar"),
+        ({"a": "s"}, ("a", "0"), "is a scalar"),
+        ({"a": None}, ("a", "y"), "is a scalar"),
+        ("doc", ("a",), "is a scalar"),
+        ({"l": [1, 2]}, ("l", "2"), "out of range"),
+        ({"l": [1, 2]}, ("l", "01"), "not an array index"),
+        ({"l": [1, 2]}, ("l", "x"), "not an array index"),
+        ({"l": []}, ("l", "0"), "out of range"),
+        ({"l": [1]}, ("l", "-", "x"), "does not exist"),
+    ],
+)
+def test_insert_errors(document: Any, tokens: tuple[str, ...], reason: str) -> None:
+    before = copy.deepcopy(document)
+    with pytest.raises(InsertError, match=reason) as info:
+        insert_at(document, tokens, "item")
+    assert isinstance(info.value, ValueError)
+    assert reason in info.value.reason
+    assert document == before
+
+
+# -- replace_at -----------------------------------------------------------------------
+
+
+def test_replace_at_existing_values() -> None:
+    document = {"a": [1, {"b": 2}]}
+    assert replace_at(document, ("a", "1", "b"), 3) == {"a": [1, {"b": 3}]}
+    assert replace_at(document, (), 7) == 7
+    assert document == {"a": [1, {"b": 2}]}
+
+
+@pytest.mark.parametrize("tokens", [("x",), ("a", "2"), ("a", "-"), ("a", "0", "z")])
+def test_replace_at_needs_an_existing_value(tokens: tuple[str, ...]) -> None:
+    with pytest.raises(InsertError, match="nothing at"):
+        replace_at({"a": [1, 2]}, tokens, 0)
+
+
+# -- properties -----------------------------------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _pointers(value: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every pointer that resolves in ``value``."""
+    found = [prefix]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += _pointers(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _pointers(item, (*prefix, str(index)))
+    return found
+
+
+@given(JSON, st.data())
+def test_every_walked_pointer_resolves_and_round_trips(document: Any, data: st.DataObject) -> None:
+    tokens = data.draw(st.sampled_from(_pointers(document)))
+    found = resolve(document, parse_pointer(format_pointer(tokens)))
+    assert found is not MISSING
+
+
+@given(JSON, st.data(), JSON)
+def test_insert_then_resolve_gives_the_item_and_leaves_input_alone(document: Any, data: st.DataObject, item: Any) -> None:
+    tokens = data.draw(st.sampled_from(_pointers(document)))
+    before = copy.deepcopy(document)
+    result = insert_at(document, tokens, item)
+    assert resolve(result, tokens) is item
+    assert document == before

@@ -1,0 +1,380 @@
+"""The view engine: every topic view of an instance, kept up to date from
+topic events (pure; driven by :class:`actors.views.ViewEvaluatorActor`).
+
+The engine reads the partitions' event stream (the format of
+:mod:`topics.store`) for the selectors it asks to register: each view's
+source selector and, as literal paths, the topics its inserts read. It keeps
+the topics it has seen, re-derives a source when it or a topic it inserts
+from changes (:func:`views.evaluate.derive`), and turns the difference into
+reference-topic claims for the partitions (``OP_REF_PUT``, ``OP_REF_DROP``,
+``OP_REF_RESERVE``, ``OP_REF_DROP_VIEW``): only what changed is sent.
+
+Rules kept here (seed 000):
+
+* Precedence: every view has a number fixed at its first creation (lower
+  wins); replacing a view keeps it. Partitions settle conflicts between
+  views and with normal topics.
+* Within a view, several sources (or expansions) mapping to one path: the
+  first one claims it; when it lets go, the next claimant takes over.
+* Security context: a source counts only if the view's roles have
+  READ_TOPIC on its path, and a reference topic is made only where they
+  have MODIFY_TOPIC. :meth:`ViewEngine.set_permissions` re-evaluates all.
+* ``preserve topics``: reference topics a source made stay (with their last
+  value) when its value moves it elsewhere, until the source or the view
+  goes.
+* ``throttle``: updates of an existing reference topic pass through a
+  :class:`~views.throttle.Throttle`; held values come out of
+  :meth:`ViewEngine.release`. Creations and removals are never held;
+  TIME_SERIES reference topics are never throttled.
+* ``delay``: every claim of a delayed view is returned in
+  :attr:`Changes.delayed` with its due time, for the caller to keep on disk
+  and send when due; a path it claims for the first time is reserved at
+  once, so the reference topic exists unpublished.
+* A view ignores the reference topics it made itself as sources (no
+  self-feeding loop). A TIME_SERIES source's edits are not propagated:
+  each appended event appends to the reference topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessions.security import PathPermission
+from topics.selectors import parse_selector
+from topics.specification import TopicSpecification
+from topics.store import (
+    EV_ADD,
+    EV_EVENT,
+    EV_REMOVE,
+    EV_SNAPSHOT,
+    EV_VALUE,
+    OP_REF_DROP,
+    OP_REF_DROP_VIEW,
+    OP_REF_PUT,
+    OP_REF_RESERVE,
+)
+from topics.sublist import SubscriptionIndex
+from topics.types import TopicType
+from views.evaluate import Output, Source, derive
+from views.parser import parse_view
+from views.spec import ViewSpec
+from views.throttle import Throttle
+
+__all__ = ["Changes", "ViewDefinition", "ViewEngine"]
+
+Permitted = Callable[[frozenset[str], PathPermission, str], bool]
+
+
+@dataclass(frozen=True)
+class ViewDefinition:
+    name: str
+    text: str
+    precedence: int
+    principal: str
+    roles: frozenset[str]
+
+    @property
+    def spec(self) -> ViewSpec:
+        return parse_view(self.text)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "specification": self.text,
+            "precedence": self.precedence,
+            "principal": self.principal,
+            "roles": sorted(self.roles),
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> ViewDefinition:
+        return cls(data["name"], data["specification"], int(data["precedence"]), data["principal"], frozenset(data["roles"]))
+
+
+@dataclass
+class Changes:
+    """What the caller must do after an engine call."""
+
+    register: list[str] = field(default_factory=list)
+    unregister: list[str] = field(default_factory=list)
+    #: (routing path or None for every partition, operation)
+    operations: list[tuple[str | None, list[Any]]] = field(default_factory=list)
+    #: (due ms, view name, routing path, operation) for delayed views
+    delayed: list[tuple[int, str, str, list[Any]]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.register or self.unregister or self.operations or self.delayed)
+
+
+@dataclass
+class _View:
+    definition: ViewDefinition
+    spec: ViewSpec
+    throttle: Throttle[str, Output] | None
+    #: source path -> reference path -> output, as last derived
+    derived: dict[str, dict[str, Output]] = field(default_factory=dict)
+    #: reference path -> source path -> output (insertion order: the first claims)
+    claimants: dict[str, dict[str, Output]] = field(default_factory=dict)
+    #: reference path -> what the partitions were last told
+    emitted: dict[str, Output] = field(default_factory=dict)
+    #: source path -> insertion paths its derivation read
+    reads: dict[str, set[str]] = field(default_factory=dict)
+    remote_inactive: bool = False
+
+
+def _wire(spec: TopicSpecification) -> tuple[str, dict[str, str]]:
+    return spec.type.value, spec.properties
+
+
+class ViewEngine:
+    def __init__(self, permitted: Permitted) -> None:
+        self.permitted = permitted
+        self.views: dict[str, _View] = {}
+        self.topics: dict[str, Source] = {}
+        self._index: SubscriptionIndex[str] = SubscriptionIndex()
+        self._interest: dict[str, int] = {}
+        self._registered: set[str] = set()
+        #: insertion path -> {(view, source path)}
+        self._readers: dict[str, set[tuple[str, str]]] = {}
+        self._changes = Changes()
+        self._now = 0
+
+    # -- views -----------------------------------------------------------------------
+
+    def put_view(self, definition: ViewDefinition, now: int) -> Changes:
+        """Create or replace a view (a replacement must keep its precedence)."""
+        self._now = now
+        spec = definition.spec
+        old = self.views.get(definition.name)
+        throttle = Throttle[str, Output](spec.throttle.updates, spec.throttle.period_ms) if spec.throttle else None
+        view = _View(definition, spec, throttle, remote_inactive=spec.remote is not None)
+        if not view.remote_inactive:
+            self._want(str(spec.selector))
+        if old is not None:
+            self._retire(old)
+        self.views[definition.name] = view
+        if not view.remote_inactive:
+            self._index.add(spec.selector, definition.name)
+            for path, source in list(self.topics.items()):
+                if spec.selector.matches(path):
+                    self._derive(view, path, source)
+        return self._take()
+
+    def remove_view(self, name: str, now: int) -> Changes:
+        self._now = now
+        view = self.views.pop(name, None)
+        if view is not None:
+            self._retire(view)
+        return self._take()
+
+    def _retire(self, view: _View) -> None:
+        name = view.definition.name
+        if not view.remote_inactive:
+            self._index.remove(view.spec.selector, name)
+            self._unwant(str(view.spec.selector))
+        for source_path, reads in view.reads.items():
+            for path in reads:
+                self._unread(path, name, source_path)
+        self._changes.operations.append((None, [OP_REF_DROP_VIEW, view.definition.precedence]))
+
+    def definitions(self) -> list[ViewDefinition]:
+        return sorted((v.definition for v in self.views.values()), key=lambda d: d.precedence)
+
+    def is_inactive(self, name: str) -> bool:
+        return self.views[name].remote_inactive
+
+    def set_permitted(self, permitted: Permitted, now: int) -> Changes:
+        """New security rules: re-evaluate every source of every view."""
+        self.permitted = permitted
+        self._now = now
+        for view in self.views.values():
+            for path in [p for p in self.topics if not view.remote_inactive and view.spec.selector.matches(p)]:
+                self._derive(view, path, self.topics[path])
+            for path in [p for p in view.derived if p not in self.topics]:
+                self._derive(view, path, None)
+        return self._take()
+
+    # -- events ------------------------------------------------------------------------
+
+    def on_events(self, events: list[list[Any]], now: int) -> Changes:
+        """Apply a batch of partition events (``topics.store`` format)."""
+        self._now = now
+        for event in events:
+            code = event[0]
+            if code == EV_SNAPSHOT:
+                _, _token, path, type_name, properties, value = event
+                self._topic(path, Source(path, TopicSpecification.of(type_name, dict(properties)), value))
+            elif code == EV_ADD:
+                _, path, type_name, properties, value = event
+                self._topic(path, Source(path, TopicSpecification.of(type_name, dict(properties)), value))
+            elif code == EV_VALUE:
+                _, path, value = event
+                known = self.topics.get(path)
+                if known is not None:
+                    self._topic(path, Source(path, known.specification, value), [value, now, ""])
+            elif code == EV_REMOVE:
+                self._topic(event[1], None)
+            elif code == EV_EVENT:
+                path, _seq, timestamp, author, value, original = event[1:7]
+                known = self.topics.get(path)
+                if known is not None and original is None:
+                    self._topic(path, Source(path, known.specification, value), [value, timestamp, author])
+        return self._take()
+
+    def _topic(self, path: str, source: Source | None, event: list[Any] | None = None) -> None:
+        if source is None:
+            if self.topics.pop(path, None) is None:
+                return
+        else:
+            self.topics[path] = source
+        for name in self._index.match(path):
+            view = self.views[name]
+            if path in view.emitted and source is not None:
+                continue  # the view's own reference topic
+            self._derive(view, path, source, event)
+        for name, source_path in list(self._readers.get(path, ())):
+            reader = self.views.get(name)
+            if reader is not None and source_path != path:
+                self._derive(reader, source_path, self.topics.get(source_path))
+
+    # -- derivation --------------------------------------------------------------------
+
+    def _lookup(self, path: str) -> Source | None:
+        return self.topics.get(path)
+
+    def _derive(self, view: _View, source_path: str, source: Source | None, event: list[Any] | None = None) -> None:
+        name = view.definition.name
+        roles = view.definition.roles
+        outputs: list[Output] = []
+        reads: set[str] = set()
+        if source is not None and self.permitted(roles, PathPermission.READ_TOPIC, source_path):
+            outputs, reads = derive(view.spec, source, self._lookup)
+            outputs = [o for o in outputs if self.permitted(roles, PathPermission.MODIFY_TOPIC, o.path)]
+        old_reads = view.reads.get(source_path, set())
+        for path in reads - old_reads:
+            self._read(path, name, source_path)
+        for path in old_reads - reads:
+            self._unread(path, name, source_path)
+        if reads:
+            view.reads[source_path] = reads
+        else:
+            view.reads.pop(source_path, None)
+        old = view.derived.get(source_path, {})
+        new = {o.path: o for o in outputs}
+        if view.spec.preserve_topics and source is not None:
+            new = {**old, **new}
+        for path in old.keys() - new.keys():
+            claimants = view.claimants[path]
+            del claimants[source_path]
+            if not claimants:
+                del view.claimants[path]
+            self._publish(view, path, None)
+        for path, output in new.items():
+            view.claimants.setdefault(path, {})[source_path] = output
+            self._publish(view, path, event if output.specification.type is TopicType.TIME_SERIES else None)
+        if new:
+            view.derived[source_path] = new
+        else:
+            view.derived.pop(source_path, None)
+
+    def _publish(self, view: _View, path: str, event: list[Any] | None) -> None:
+        claimants = view.claimants.get(path)
+        output = next(iter(claimants.values())) if claimants else None
+        emitted = view.emitted.get(path)
+        if output is None:
+            if emitted is not None:
+                del view.emitted[path]
+                if view.throttle is not None:
+                    view.throttle.forget(path)
+                self._send(view, path, [OP_REF_DROP, path, view.definition.precedence])
+            return
+        ts = output.specification.type is TopicType.TIME_SERIES
+        if emitted == output and event is None:
+            return
+        if ts and emitted is None and event is None and output.value is not None:
+            event = [output.value, self._now, ""]  # a new time series starts with the current value
+        view.emitted[path] = output
+        if emitted is not None and view.throttle is not None and not ts:
+            if not view.throttle.offer(path, output, self._now):
+                return
+        if emitted is None and view.spec.delay_ms is not None:
+            self._changes.operations.append((path, [OP_REF_RESERVE, path, view.definition.precedence, view.definition.name]))
+        self._send(view, path, self._put(view, output, event if ts else None))
+
+    def _put(self, view: _View, output: Output, event: list[Any] | None) -> list[Any]:
+        type_name, properties = _wire(output.specification)
+        ts = output.specification.type is TopicType.TIME_SERIES
+        if ts and event is not None:
+            event = [output.value, event[1], event[2]]
+        return [
+            OP_REF_PUT, output.path, view.definition.precedence, view.definition.name,
+            type_name, properties, None if ts else output.value, event,
+        ]
+
+    def _send(self, view: _View, path: str, operation: list[Any]) -> None:
+        delay = view.spec.delay_ms
+        if delay is None:
+            self._changes.operations.append((path, operation))
+        else:
+            self._changes.delayed.append((self._now + delay, view.definition.name, path, operation))
+
+    def release(self, now: int) -> Changes:
+        """Throttled values whose period has ended."""
+        self._now = now
+        for view in self.views.values():
+            if view.throttle is None:
+                continue
+            for path, output in view.throttle.due(now):
+                if view.emitted.get(path) is output:
+                    self._send(view, path, self._put(view, output, None))
+        return self._take()
+
+    def next_release(self) -> int | None:
+        due = [v.throttle.next_due() for v in self.views.values() if v.throttle is not None]
+        times = [d for d in due if d is not None]
+        return min(times) if times else None
+
+    # -- interest ------------------------------------------------------------------------
+
+    def _want(self, selector: str) -> None:
+        self._interest[selector] = self._interest.get(selector, 0) + 1
+
+    def _unwant(self, selector: str) -> None:
+        count = self._interest.get(selector, 0) - 1
+        if count <= 0:
+            self._interest.pop(selector, None)
+        else:
+            self._interest[selector] = count
+
+    def _wanted(self, path: str) -> bool:
+        return bool(self._index.match(path)) or path in self._readers
+
+    def _read(self, path: str, view: str, source_path: str) -> None:
+        readers = self._readers.setdefault(path, set())
+        if not readers:
+            self._want(">" + path)
+        readers.add((view, source_path))
+
+    def _unread(self, path: str, view: str, source_path: str) -> None:
+        readers = self._readers.get(path)
+        if readers is None:
+            return
+        readers.discard((view, source_path))
+        if not readers:
+            del self._readers[path]
+            self._unwant(">" + path)
+
+    def _take(self) -> Changes:
+        """Hand out the changes, with the registrations that changed since the last call."""
+        changes, self._changes = self._changes, Changes()
+        wanted = set(self._interest)
+        changes.register = sorted(wanted - self._registered)
+        changes.unregister = sorted(self._registered - wanted)
+        self._registered = wanted
+        for text in changes.unregister:
+            sel = parse_selector(text)
+            for path in [p for p in self.topics if sel.matches(p) and not self._wanted(p)]:
+                del self.topics[path]
+        return changes
