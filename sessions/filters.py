@@ -33,6 +33,8 @@ from typing import Any
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
+from topics.errors import excerpt
+
 __all__ = ["FilterSyntaxError", "SessionFilter", "parse_filter"]
 
 ROLES_KEY = "$Roles"
@@ -48,9 +50,7 @@ class FilterSyntaxError(ValueError):
         self.line = line
         self.column = column
         self.reason = message
-        source = text.splitlines()[line - 1] if text.splitlines() else ""
-        caret = " " * max(column - 1, 0) + "^"
-        super().__init__(f"invalid session filter at line {line}, column {column}: {message}\n{source}\n{caret}")
+        super().__init__(f"invalid session filter at line {line}, column {column}: {message}\n{excerpt(text, line, column)}")
 
 
 # -- the syntax tree -------------------------------------------------------------

@@ -165,3 +165,10 @@ class ReferenceTopicError(TopicModelError):
     """The path is bound to a reference topic, which only its view may change."""
 
     code = "REFERENCE_TOPIC"
+
+
+def excerpt(text: str, line: int, column: int) -> str:
+    """The 1-based ``line`` of ``text`` with a caret under ``column`` (for parse errors)."""
+    lines = text.splitlines() or [""]
+    source = lines[max(min(line, len(lines)), 1) - 1]
+    return source + "\n" + " " * max(column - 1, 0) + "^"

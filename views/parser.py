@@ -33,7 +33,7 @@ from typing import Any
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from topics.errors import SelectorError, SpecificationError, TopicTypeError
+from topics.errors import SelectorError, SpecificationError, TopicTypeError, excerpt
 from topics.properties import validate_property
 from topics.selectors import parse_selector
 from topics.types import TopicType
@@ -100,10 +100,7 @@ class ViewSpecError(ValueError):
         self.line = line
         self.column = column
         self.reason = message
-        lines = text.splitlines() or [""]
-        source = lines[min(line, len(lines)) - 1]
-        caret = " " * max(column - 1, 0) + "^"
-        super().__init__(f"{self.kind} at line {line}, column {column}: {message}\n{source}\n{caret}")
+        super().__init__(f"{self.kind} at line {line}, column {column}: {message}\n{excerpt(text, line, column)}")
 
 
 class ViewSyntaxError(ViewSpecError):

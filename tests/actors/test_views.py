@@ -402,3 +402,30 @@ async def test_remote_views_are_stored_inactive(admin: canopy.Session, views: An
     listed = {v.name: v for v in await admin.views.list()}
     assert listed[view.name].state.startswith("inactive")
     assert json.loads(json.dumps(listed[view.name].specification)) == view.specification
+
+
+async def test_time_series_sources(admin: canopy.Session, views: Any, prefix: str) -> None:
+    p = prefix
+    await admin.topics.add(f"{p}/ts/s", "TIME_SERIES", {
+        "TIME_SERIES_EVENT_VALUE_TYPE": "INT64", "TIME_SERIES_RETAINED_RANGE": "limit 5",
+    })
+    await admin.time_series.append(f"{p}/ts/s", 1)
+    # throttling is ignored for time series; the retained range can only narrow
+    await views("ts", f"map ?{p}/ts// to {p}/mirror/<path(3)> throttle to 1 update every hour "
+                      "with properties TIME_SERIES_RETAINED_RANGE:'limit 50'")
+    await views("text", f"map ?{p}/ts// to {p}/text/<path(3)> type STRING")
+
+    async def events() -> list[Any]:
+        try:
+            result = await admin.time_series.range_query(f"{p}/mirror/s")
+        except errors.NoSuchTopicError:
+            return []
+        return [e.value for e in result.events]
+
+    await await_for(lambda: _equal(events, [1]), 20, what="the first event mirrored")
+    for value in (2, 3, 4):
+        await admin.time_series.append(f"{p}/ts/s", value)
+    await await_for(lambda: _equal(events, [1, 2, 3, 4]), 20, what="every appended event, unthrottled")
+    props = (await admin.topics.fetch(f">{p}/mirror/s", with_properties=True))[0].properties
+    assert props is not None and props["TIME_SERIES_RETAINED_RANGE"] == "limit 5"
+    await until(admin, f"?{p}/text//", {f"{p}/text/s": "4"})

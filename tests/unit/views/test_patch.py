@@ -10,6 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from tests.unit.views.test_pointer import _pointers
 from views.patch import (
     PatchFailed,
     PatchOperation,
@@ -391,16 +392,6 @@ JSON = st.recursive(
 OBJECTS = st.dictionaries(st.text(max_size=4), JSON, max_size=5)
 
 
-def _pointers(value: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """Every pointer that resolves in ``value``."""
-    found = [prefix]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found += _pointers(item, (*prefix, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found += _pointers(item, (*prefix, str(index)))
-    return found
 
 
 def _pointer_text(tokens: tuple[str, ...]) -> str:
