@@ -35,6 +35,7 @@ bench: $(TEST_STAMP)
 	$(BIN)/python bench/topic_memory.py
 	$(BIN)/python bench/timeseries.py
 	$(BIN)/python bench/session_trees.py
+	$(BIN)/python bench/views.py
 
 typecheck: $(TEST_STAMP)
 	$(BIN)/python -m mypy

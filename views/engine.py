@@ -12,19 +12,21 @@ reference-topic claims for the partitions (``OP_REF_PUT``, ``OP_REF_DROP``,
 Rules kept here (seed 000):
 
 * Precedence: every view has a number fixed at its first creation (lower
-  wins); replacing a view keeps it. Partitions settle conflicts between
-  views and with normal topics.
+  wins); replacing a view keeps it, and its claims are replaced in place
+  (only paths the new specification no longer makes are dropped).
+  Partitions settle conflicts between views and with normal topics.
 * Within a view, several sources (or expansions) mapping to one path: the
   first one claims it; when it lets go, the next claimant takes over.
 * Security context: a source counts only if the view's roles have
-  READ_TOPIC on its path, and a reference topic is made only where they
-  have MODIFY_TOPIC. :meth:`ViewEngine.set_permissions` re-evaluates all.
+  READ_TOPIC on its path, an insert reads only topics they may read, and a
+  reference topic is made only where they have MODIFY_TOPIC. :meth:`ViewEngine.set_permissions` re-evaluates all.
 * ``preserve topics``: reference topics a source made stay (with their last
   value) when its value moves it elsewhere, until the source or the view
   goes.
 * ``throttle``: updates of an existing reference topic pass through a
   :class:`~views.throttle.Throttle`; held values come out of
-  :meth:`ViewEngine.release`. Creations and removals are never held;
+  :meth:`ViewEngine.release`. Creations and removals are never held
+  (a creation counts against the rate);
   TIME_SERIES reference topics are never throttled.
 * ``delay``: every claim of a delayed view is returned in
   :attr:`Changes.delayed` with its due time, for the caller to keep on disk
@@ -153,13 +155,18 @@ class ViewEngine:
         if not view.remote_inactive:
             self._want(str(spec.selector))
         if old is not None:
-            self._retire(old)
+            self._retire(old, drop=False)
         self.views[definition.name] = view
         if not view.remote_inactive:
             self._index.add(spec.selector, definition.name)
             for path, source in list(self.topics.items()):
                 if spec.selector.matches(path):
                     self._derive(view, path, source)
+        if old is not None:
+            # the replacement keeps the precedence: its claims overwrite the old ones in
+            # place, and only the paths it no longer claims are dropped
+            for path in old.emitted.keys() - view.emitted.keys():
+                self._changes.operations.append((path, [OP_REF_DROP, path, definition.precedence]))
         return self._take()
 
     def remove_view(self, name: str, now: int) -> Changes:
@@ -169,7 +176,7 @@ class ViewEngine:
             self._retire(view)
         return self._take()
 
-    def _retire(self, view: _View) -> None:
+    def _retire(self, view: _View, drop: bool = True) -> None:
         name = view.definition.name
         if not view.remote_inactive:
             self._index.remove(view.spec.selector, name)
@@ -177,7 +184,8 @@ class ViewEngine:
         for source_path, reads in view.reads.items():
             for path in reads:
                 self._unread(path, name, source_path)
-        self._changes.operations.append((None, [OP_REF_DROP_VIEW, view.definition.precedence]))
+        if drop:
+            self._changes.operations.append((None, [OP_REF_DROP_VIEW, view.definition.precedence]))
 
     def definitions(self) -> list[ViewDefinition]:
         return sorted((v.definition for v in self.views.values()), key=lambda d: d.precedence)
@@ -241,16 +249,18 @@ class ViewEngine:
 
     # -- derivation --------------------------------------------------------------------
 
-    def _lookup(self, path: str) -> Source | None:
-        return self.topics.get(path)
-
     def _derive(self, view: _View, source_path: str, source: Source | None, event: list[Any] | None = None) -> None:
         name = view.definition.name
         roles = view.definition.roles
         outputs: list[Output] = []
         reads: set[str] = set()
         if source is not None and self.permitted(roles, PathPermission.READ_TOPIC, source_path):
-            outputs, reads = derive(view.spec, source, self._lookup)
+
+            def lookup(path: str) -> Source | None:
+                # the view's security context must be able to read what it inserts
+                return self.topics.get(path) if self.permitted(roles, PathPermission.READ_TOPIC, path) else None
+
+            outputs, reads = derive(view.spec, source, lookup)
             outputs = [o for o in outputs if self.permitted(roles, PathPermission.MODIFY_TOPIC, o.path)]
         old_reads = view.reads.get(source_path, set())
         for path in reads - old_reads:
@@ -296,8 +306,9 @@ class ViewEngine:
         if ts and emitted is None and event is None and output.value is not None:
             event = [output.value, self._now, ""]  # a new time series starts with the current value
         view.emitted[path] = output
-        if emitted is not None and view.throttle is not None and not ts:
-            if not view.throttle.offer(path, output, self._now):
+        if view.throttle is not None and not ts:
+            # a creation is never held, but it counts as a publication
+            if not view.throttle.offer(path, output, self._now) and emitted is not None:
                 return
         if emitted is None and view.spec.delay_ms is not None:
             self._changes.operations.append((path, [OP_REF_RESERVE, path, view.definition.precedence, view.definition.name]))

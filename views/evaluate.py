@@ -223,7 +223,7 @@ def _children(part: Expand, value: Any, separator: str | None) -> list[tuple[str
         raise _Drop
     named = []
     for key, child in items:
-        name = key
+        name = _scalar_text(key, separator)
         if part.path is not None:
             found = resolve(child, part.path)
             if found is not MISSING and is_scalar(found):
@@ -279,6 +279,8 @@ def _insert(spec: ViewSpec, step: Insert, source_path: str, value: Any, lookup: 
                 item = MISSING
             if item is not MISSING and step.key is not None:
                 item = resolve(item, step.key)
+            if isinstance(item, float) and not math.isfinite(item):
+                item = MISSING  # NaN and infinities have no JSON form: the insertion fails
     if item is not MISSING:
         try:
             return insert_at(value, step.at, item)

@@ -25,6 +25,7 @@ Choices where the seed is silent:
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -76,6 +77,10 @@ NOT_SETTABLE = {
     "PRIORITY": "it is not derived by topic views",
 }
 UNIT_MS = {"second": 1000, "minute": 60_000, "hour": 3_600_000}
+#: the largest number of updates in a throttle clause
+MAX_COUNT = 1_000_000
+#: the longest throttle period or delay: ten years
+MAX_DURATION_MS = 10 * 366 * 24 * 3_600_000
 EXPECTED_NAMES = {
     "MAP": "'map'", "FROM": "'from'", "TO": "'to'", "INSERT": "'insert'", "KEY": "'key'", "AT": "'at'",
     "DEFAULT": "'default'", "PATCH": "'patch'", "AS": "'as'", "WITH": "'with'", "PROPERTIES": "'properties'",
@@ -115,7 +120,38 @@ class ViewSemanticError(ViewSpecError):
 _GRAMMAR = Lark.open_from_package(
     "views", "view.lark", parser="lalr", lexer="contextual", propagate_positions=True, maybe_placeholders=True
 )
-_COMMENT = re.compile(r"^[ \t]*#[^\n]*", re.MULTILINE)
+#: what a backslash escapes in quoted text; any other backslash stays as it is
+ESCAPABLE = frozenset("'\"<\\")
+
+
+def _blank_comments(text: str) -> str:
+    """Blank out comment lines (those starting with '#' outside quoted text), keeping positions."""
+    out = list(text)
+    quote: str | None = None
+    line_start = True
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if quote is not None:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = None
+        elif line_start and c == "#":
+            end = text.find("\n", i)
+            end = len(text) if end < 0 else end
+            out[i:end] = " " * (end - i)
+            i = end
+            continue
+        elif c in "'\"":
+            quote = c
+        if c == "\n":
+            line_start = True
+        elif c not in " \t\r":
+            line_start = False
+        i += 1
+    return "".join(out)
 
 
 @lru_cache(maxsize=512)
@@ -123,7 +159,7 @@ def parse_view(text: str) -> ViewSpec:
     """Parse and check a specification; raise :class:`ViewSpecError` if it is invalid."""
     if not isinstance(text, str):
         raise ViewSyntaxError(f"a specification is text, not {type(text).__name__}", "", 1, 1)
-    blanked = _COMMENT.sub(lambda m: " " * len(m.group(0)), text)
+    blanked = _blank_comments(text)
     try:
         tree = _GRAMMAR.parse(blanked)
     except UnexpectedEOF as e:
@@ -191,7 +227,7 @@ class _Builder:
         escaped: list[bool] = []
         i = 1
         while i < len(raw) - 1:
-            if raw[i] == "\\":
+            if raw[i] == "\\" and raw[i + 1] in ESCAPABLE:
                 chars.append(raw[i + 1])
                 offsets.append(start + i)
                 escaped.append(True)
@@ -274,7 +310,10 @@ class _Builder:
         if token.type == "LITERAL":
             return {"true": True, "false": False, "null": None}[str(token)]
         number = str(token)
-        return float(number) if any(c in number for c in ".eE") else int(number)
+        value: int | float = float(number) if any(c in number for c in ".eE") else int(number)
+        if isinstance(value, float) and not math.isfinite(value) or isinstance(value, int) and abs(value) >= 2**63:
+            raise self.error(f"the default {number} is out of range", token.start_pos or 0)
+        return value
 
     def _patch(self, tokens: list[Any]) -> Patch:
         text = self.free(tokens[1])
@@ -310,21 +349,27 @@ class _Builder:
                 raise self.error(str(e), value_token.start_pos or 0) from None
         return {"properties": tuple(pairs.items())}
 
-    def _number(self, token: Token, what: str) -> int:
+    def _number(self, token: Token, what: str, limit: int = MAX_COUNT) -> int:
         value = int(str(token))
         if value <= 0:
             raise self.error(f"{what} must be a positive whole number", token.start_pos or 0)
+        if value > limit:
+            raise self.error(f"{what} may be at most {limit}", token.start_pos or 0)
         return value
+
+    def _duration(self, amount: Token, unit: Token, what: str) -> int:
+        size = UNIT_MS[str(unit).lower().rstrip("s")]
+        return self._number(amount, what, MAX_DURATION_MS // size) * size
 
     def _throttle(self, tokens: list[Any]) -> dict[str, Any]:
         _, _, updates, _, _, count, unit = tokens
         n = self._number(updates, "the number of updates")
-        periods = self._number(count, "the period") if count is not None else 1
-        return {"throttle": Throttle(n, periods * UNIT_MS[str(unit).lower().rstrip("s")])}
+        period = self._duration(count, unit, "the period") if count is not None else UNIT_MS[str(unit).lower().rstrip("s")]
+        return {"throttle": Throttle(n, period)}
 
     def _delay(self, tokens: list[Any]) -> dict[str, Any]:
         _, _, amount, unit = tokens
-        return {"delay_ms": self._number(amount, "the delay") * UNIT_MS[str(unit).lower().rstrip("s")]}
+        return {"delay_ms": self._duration(amount, unit, "the delay")}
 
     def _preserve(self, tokens: list[Any]) -> dict[str, Any]:
         return {"preserve_topics": True}
@@ -399,7 +444,7 @@ class _Builder:
                 raise self.error("<path()> takes a start index and an optional number of segments", here)
             numbers = []
             for arg, at in args:
-                if not arg.isdigit():
+                if not re.fullmatch(r"[0-9]{1,9}", arg):
                     raise self.error(f"<path()> takes whole numbers, not {arg!r}", self._offset(text, at))
                 numbers.append(int(arg))
             if len(numbers) == 2 and numbers[1] < 1:

@@ -119,7 +119,8 @@ class Insert:
             text += f" key {_quote(format_pointer(self.key))}"
         text += f" at {_quote(format_pointer(self.at))}"
         if self.default is not NO_DEFAULT:
-            text += f" default {json.dumps(self.default)}"
+            default = self.default
+            text += f" default {_quote(default) if isinstance(default, str) else json.dumps(default)}"
         return text
 
 
@@ -191,7 +192,7 @@ class ViewSpec:
     def __str__(self) -> str:
         words = [f"map {_quote(str(self.selector))}"]
         if self.remote is not None:
-            words.append(f"from {self.remote}")
+            words.append(f"from {_quote(self.remote)}")
         words.append(f"to {self.target}")
         words += [str(s) for s in self.steps]
         if self.properties:

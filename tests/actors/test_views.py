@@ -313,16 +313,14 @@ async def test_throttle(admin: canopy.Session, views: Any, prefix: str) -> None:
     await views("throttled", f"map ?{p}/a// to {p}/b/<path(3)> throttle to 1 update every 2 seconds")
     async with admin.topics.subscribe(f">{p}/b/x") as sub:
         assert (await sub.next(15)).value == 0
-        started = time.monotonic()
         for i in range(1, 21):
             await admin.topics.set(f"{p}/a/x", i)
-        first = await sub.next(15)
-        second = await sub.next(15)
-        elapsed = time.monotonic() - started
-        # the first update passes; the last of the burst comes when the period ends
-        assert first.value == 1
-        assert second.value == 20
-        assert elapsed >= 1.5, elapsed
+        # the creation counted as this period's update: at most the first of the burst passes
+        # (if the period had already ended) and the last one comes when the period ends
+        seen = [(await sub.next(15)).value]
+        if seen[0] != 20:
+            seen.append((await sub.next(15)).value)
+        assert seen in ([20], [1, 20]), seen
         with pytest.raises(TimeoutError):
             await sub.next(2.5)
 

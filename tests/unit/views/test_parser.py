@@ -122,6 +122,10 @@ def test_comments_keep_positions() -> None:
         ("map a to b insert c/<expand()> at /x", 1, 21, "only be used in the path mapping"),
         ("map a to b as <value(/x)> as <value(/y)>", 1, 27, "only once"),
         ("map a to b/<path(1", 1, 12, "unexpected '<path(1'"),
+        ("map a to b throttle to 9223372036854775808 updates every second", 1, 24, "at most"),
+        ("map a to b delay by 3000000000000 hours", 1, 21, "at most"),
+        ("map a to b insert c at /x default 1e999", 1, 35, "out of range"),
+        ("map a to b/<path(\u00b2)>", 1, 18, "whole numbers"),
         ("map a to 'b/<path(1'", 1, 13, "not closed"),
     ],
 )
@@ -173,7 +177,7 @@ def templates(draw: st.DrawFn, allow_expand: bool = True) -> Template:
 @given(
     target=templates(),
     inserts=st.lists(st.tuples(templates(allow_expand=False), pointer.filter(bool), st.none() | pointer,
-                               st.none() | st.text(max_size=4) | st.integers()), max_size=2),
+                               st.none() | st.text(max_size=4) | st.integers(-(2**62), 2**62)), max_size=2),
     throttle=st.none() | st.tuples(st.integers(1, 9), st.sampled_from([1000, 60_000, 7_200_000])),
     delay=st.none() | st.sampled_from([1000, 300_000, 3_600_000]),
     preserve=st.booleans(),
