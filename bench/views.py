@@ -12,7 +12,7 @@ baseline from the same run:
   counter on every reference topic. Printed: reference-topic updates/s
   (1,000 x updates / elapsed) and source updates/s. Baseline: the same
   1,000 x updates ``set`` calls on 1,000 plain JSON topics from the client
-  (up to ``WINDOW`` outstanding), until a subscriber sees the last counter
+  (up to 2,000 outstanding), until a subscriber sees the last counter
   on every one of them.
 * *Mirror materialisation.* ``--topics`` INT64 source topics under ``src/``
   (``add_and_set``, pipelined in chunks of ``CHUNK``), then
@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +50,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from broker import ADMIN, start_server, stop_server  # noqa: E402
 from peers import free_port  # noqa: E402
+from timeseries import pump  # noqa: E402  (up to 2,000 calls outstanding)
 
 import canopy  # noqa: E402
 
 ITEMS = 1000
-WINDOW = 2000  # outstanding sets in the baseline
 CHUNK = 2000  # add_and_set calls gathered at once
 POLL = 0.5  # seconds between fetches while waiting for reference topics
 SOURCE = "bench/expand/source"
@@ -149,17 +149,6 @@ class Latest:
                         self.all_reached.set()
 
         return asyncio.ensure_future(read())
-
-
-async def pump(n: int, call: Callable[[int], Awaitable[object]]) -> None:
-    """Run ``call(i)`` for i < n with up to WINDOW outstanding."""
-    outstanding: deque[asyncio.Future[object]] = deque()
-    for i in range(n):
-        outstanding.append(asyncio.ensure_future(call(i)))
-        if len(outstanding) >= WINDOW:
-            await outstanding.popleft()
-    while outstanding:
-        await outstanding.popleft()
 
 
 async def wait_for_count(s: Any, selector: str, want: int, deadline: float) -> int:
