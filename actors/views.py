@@ -140,11 +140,6 @@ class ViewEvaluatorActor:
             "operations": sum(c.operations for c in self.channels),
         }
 
-    async def reference_paths(self, name: str) -> list[str]:
-        """The reference paths a view claims now (for tests and `canopy view list --json`)."""
-        view = self.engine.views.get(name)
-        return sorted(view.emitted) if view is not None else []
-
     # -- events from partitions --------------------------------------------------------
 
     async def deliver(self, partition: int, sequence: int, blob: bytes) -> None:

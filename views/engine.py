@@ -106,9 +106,6 @@ class Changes:
     #: (due ms, view name, routing path, operation) for delayed views
     delayed: list[tuple[int, str, str, list[Any]]] = field(default_factory=list)
 
-    def __bool__(self) -> bool:
-        return bool(self.register or self.unregister or self.operations or self.delayed)
-
 
 @dataclass
 class _View:
@@ -123,7 +120,11 @@ class _View:
     emitted: dict[str, Output] = field(default_factory=dict)
     #: source path -> insertion paths its derivation read
     reads: dict[str, set[str]] = field(default_factory=dict)
-    remote_inactive: bool = False
+
+    @property
+    def remote_inactive(self) -> bool:
+        """Remote views wait for the remote servers of the fan-out issue."""
+        return self.spec.remote is not None
 
 
 def _wire(spec: TopicSpecification) -> tuple[str, dict[str, str]]:
@@ -151,7 +152,7 @@ class ViewEngine:
         spec = definition.spec
         old = self.views.get(definition.name)
         throttle = Throttle[str, Output](spec.throttle.updates, spec.throttle.period_ms) if spec.throttle else None
-        view = _View(definition, spec, throttle, remote_inactive=spec.remote is not None)
+        view = _View(definition, spec, throttle)
         if not view.remote_inactive:
             self._want(str(spec.selector))
         if old is not None:

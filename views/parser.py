@@ -463,12 +463,3 @@ class _Builder:
         if len(pointers) > 2:
             raise self.error("<expand()> takes at most two JSON pointers", here)
         return Expand(pointers[0] if pointers else (), pointers[1] if len(pointers) == 2 else None)
-
-
-def reparse(spec: ViewSpec) -> ViewSpec:
-    """Parse the canonical text of a spec (used by tests and when loading stored views)."""
-    return parse_view(str(spec))
-
-
-def constant_text(value: Any) -> str:
-    return json.dumps(value)

@@ -84,10 +84,6 @@ class Template:
     parts: tuple[Part, ...]
 
     @property
-    def expands(self) -> int:
-        return sum(isinstance(p, Expand) for p in self.parts)
-
-    @property
     def reads_value(self) -> bool:
         return any(isinstance(p, (Scalar, Expand)) for p in self.parts)
 

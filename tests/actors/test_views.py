@@ -3,7 +3,6 @@ example, lifecycle, conflicts, throttle, delay, security and errors."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -399,7 +398,15 @@ async def test_remote_views_are_stored_inactive(admin: canopy.Session, views: An
     assert view.state.startswith("inactive")
     listed = {v.name: v for v in await admin.views.list()}
     assert listed[view.name].state.startswith("inactive")
-    assert json.loads(json.dumps(listed[view.name].specification)) == view.specification
+    assert listed[view.name].specification == f"map ?{prefix}/a/ from Server1 to {prefix}/b/<path(3)>"
+    # an inactive view makes nothing, even when its selector matches local topics
+    await admin.topics.add_and_set(f"{prefix}/a/x", 1)
+    await admin.views.create(f"{prefix}:local", f"map ?{prefix}/a/ to {prefix}/c/<path(3)>")
+    try:
+        await until(admin, f"?{prefix}/c//", {f"{prefix}/c/x": 1})
+        assert await tree(admin, f"?{prefix}/b//") == {}
+    finally:
+        await admin.views.remove(f"{prefix}:local")
 
 
 async def test_time_series_sources(admin: canopy.Session, views: Any, prefix: str) -> None:
