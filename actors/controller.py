@@ -20,7 +20,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors import gateway, partition, session_trees, views
 from cluster import names
-from cluster.configuration import SECURITY_FILE, ConfigurationFile
+from replication.configuration import SECURITY_FILE, ConfigurationFile
 from sessions.security import ADMINISTRATOR, SecurityStore, default_store
 
 START_TIMEOUT = 120.0

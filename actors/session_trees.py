@@ -14,7 +14,7 @@ from typing import Any
 
 import ray
 
-from cluster.configuration import SESSION_TREES_FILE, ConfigurationFile
+from replication.configuration import SESSION_TREES_FILE, ConfigurationFile
 from sessions.trees import BranchMappingTable, SessionTrees
 
 

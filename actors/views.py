@@ -25,8 +25,8 @@ import ray
 
 from actors.channel import PartitionChannel, Resequencer
 from actors.operations import detached
-from cluster.configuration import VIEWS_FILE, ConfigurationFile
-from cluster.delay_store import DelayStore
+from replication.configuration import VIEWS_FILE, ConfigurationFile
+from actors.delay_store import DelayStore
 from cluster.partitioning import partition_of, partitions_for
 from sessions.security import PathPermission, SecurityStore
 from topics.selectors import parse_selector

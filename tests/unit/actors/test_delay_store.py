@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.delay_store import STORE_FILE, DelayStore
+from actors.delay_store import STORE_FILE, DelayStore
 
 
 @pytest.fixture
