@@ -1,72 +1,184 @@
 """PartitionActor: the Ray shell around one :class:`~topics.store.TopicStore`.
 
-A partition is a plain (single-threaded) actor, so the operations of one
-gateway run in the order that gateway sent them. Each :meth:`apply` call
-carries a msgpack batch of operations and returns a msgpack batch of
-results; the events the batch produced leave in one ``deliver`` call per
-interested gateway, numbered per gateway so the gateway can restore their
-order (an async actor may start calls out of order).
+Ray places and supervises the partition; the data plane reaches it over TCP
+(:mod:`actors.link`). :meth:`PartitionActor.attach` starts, once, a stream
+server on this node's address and hands out that address with a secret; a
+link connects, says :class:`~topics.protocol.Hello` with the secret, and
+then sends batches. Everything runs on the actor's one event loop, so
+batches from all links apply one at a time, each in order.
+
+For each batch the partition answers the sending link with one
+:class:`~topics.protocol.Done` (its results, preceded by the events it made
+for that link) and writes the events it made for every other link as one
+:class:`~topics.protocol.Events` frame each; an event is encoded once
+however many links it goes to. When a link's stream closes, the partition
+forgets that link's registrations.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import secrets
+import socket
 import time
 from typing import Any
 
-import msgpack
 import ray
 
+from topics.protocol import (
+    Batch,
+    Done,
+    Events,
+    Failed,
+    FrameReader,
+    Hello,
+    ProtocolError,
+    TopicEvent,
+    decode_operation,
+    encode_event,
+    encode_frame,
+    encode_result,
+)
 from topics.store import TopicStore
+
+log = logging.getLogger("canopy.partition")
+
+
+class _Peer(asyncio.Protocol):
+    """One link's stream into this partition."""
+
+    def __init__(self, partition: PartitionActor) -> None:
+        self.partition = partition
+        self.reader = FrameReader()
+        self.transport: asyncio.Transport | None = None
+        self.link: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.reader.feed(data)
+            for frame in self.reader.frames():
+                if self.link is None:
+                    self.partition.hello(self, frame)
+                elif isinstance(frame, Batch):
+                    self.partition.apply(self, frame)
+                else:
+                    raise ProtocolError(f"a link does not send {type(frame).__name__} after its hello")
+        except ProtocolError as e:
+            log.error("partition %d: dropping link %s: %s", self.partition.index, self.link, e)
+            assert self.transport is not None
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.partition.forget(self)
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
 
 
 class PartitionActor:
-    def __init__(self, index: int, count: int) -> None:
+    """``host``: the address to serve links on (default: this Ray node's)."""
+
+    def __init__(self, index: int, count: int, host: str | None = None) -> None:
         self.index = index
         self.count = count
+        self.host = host
         self.store = TopicStore(clock=lambda: time.time_ns() // 1_000_000)
-        self._gateways: dict[str, Any] = {}
-        self._sequence: dict[str, int] = {}
+        self._secret = secrets.token_urlsafe(24)
+        self._links: dict[str, _Peer] = {}
+        self._server: asyncio.Server | None = None
+        self._address: dict[str, Any] | None = None
+        self._starting = asyncio.Lock()
         self._batches = 0
         self._operations = 0
 
-    def attach_gateway(self, gateway_id: str, handle: Any) -> None:
-        self._gateways[gateway_id] = handle
-        self._sequence.setdefault(gateway_id, 0)
+    async def attach(self, link_id: str) -> dict[str, Any]:
+        """Where link ``link_id`` connects: host, port and the secret to say."""
+        async with self._starting:
+            if self._address is None:
+                host = self.host or ray.util.get_node_ip_address()
+                self._server = await asyncio.get_running_loop().create_server(
+                    lambda: _Peer(self), host, 0, reuse_address=True
+                )
+                port = self._server.sockets[0].getsockname()[1]
+                self._address = {"host": host, "port": port, "secret": self._secret}
+        return self._address
 
-    def detach_gateway(self, gateway_id: str) -> int:
-        self._gateways.pop(gateway_id, None)
-        self._sequence.pop(gateway_id, None)
-        return self.store.drop_gateway(gateway_id)
+    # -- the stream side (called from the peers' protocol callbacks) -----------------------
 
-    def apply(self, gateway_id: str, batch: bytes) -> bytes:
-        operations = msgpack.unpackb(batch, raw=False, use_list=True)
-        results = self.store.apply(gateway_id, operations)
+    def hello(self, peer: _Peer, frame: Any) -> None:
+        if not isinstance(frame, Hello) or not secrets.compare_digest(str(frame.secret), self._secret):
+            raise ProtocolError("the first frame must be a hello with this partition's secret")
+        old = self._links.get(frame.link)
+        if old is not None and old is not peer:
+            self.forget(old)
+            if old.transport is not None:
+                old.transport.abort()
+        peer.link = frame.link
+        self._links[frame.link] = peer
+
+    def apply(self, peer: _Peer, batch: Batch) -> None:
+        assert peer.link is not None
+        store = self.store
+        results = []
+        for item in batch.operations:
+            try:
+                op = decode_operation(item)
+            except ProtocolError as e:
+                results.append(encode_result(Failed(e.code, str(e))))
+                continue
+            results.append(encode_result(store.apply_one(peer.link, op)))
         self._batches += 1
         self._operations += len(results)
-        self._flush()
-        return msgpack.packb(results, use_bin_type=True)  # type: ignore[no-any-return]
+        events = store.drain_events()
+        encoded: dict[int, list[Any]] = {}
+        own = events.pop(peer.link, None)
+        done = Done(batch.sequence, results, _encoded(own, encoded) if own else [], time.perf_counter_ns())
+        peer.write(encode_frame(done))
+        for link, made in events.items():
+            target = self._links.get(link)
+            if target is not None:
+                target.write(encode_frame(Events(_encoded(made, encoded))))
 
-    def _flush(self) -> None:
-        for gateway_id, events in self.store.drain_events().items():
-            handle = self._gateways.get(gateway_id)
-            if handle is None:
-                continue
-            self._sequence[gateway_id] += 1
-            handle.deliver.remote(
-                self.index, self._sequence[gateway_id], msgpack.packb(events, use_bin_type=True)
-            )
+    def forget(self, peer: _Peer) -> None:
+        if peer.link is not None and self._links.get(peer.link) is peer:
+            del self._links[peer.link]
+            self.store.drop_gateway(peer.link)
 
-    def stats(self) -> dict[str, Any]:
+    # -- control -----------------------------------------------------------------------------
+
+    async def stats(self) -> dict[str, Any]:
         return {
             "partition": self.index,
             "pid": os.getpid(),
+            "address": self._address and {k: v for k, v in self._address.items() if k != "secret"},
             "topics": len(self.store.tree),
             "registrations": len(self.store.index),
-            "gateways": sorted(self._gateways),
+            "links": sorted(self._links),
             "batches": self._batches,
             "operations": self._operations,
         }
+
+
+def _encoded(events: list[TopicEvent], memo: dict[int, list[Any]]) -> list[Any]:
+    """Encode ``events``, each once per batch however many links get it."""
+    out = []
+    for event in events:
+        key = id(event)
+        item = memo.get(key)
+        if item is None:
+            item = memo[key] = encode_event(event)
+        out.append(item)
+    return out
 
 
 def remote_class() -> Any:

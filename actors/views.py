@@ -1,10 +1,9 @@
 """ViewEvaluatorActor: the Ray shell around the :class:`~views.engine.ViewEngine`.
 
-It attaches to every partition as one more "gateway" (id ``views``), so the
-partitions stream it the events of the selectors the engine registers, in
-batches, numbered per partition; it sends the engine's reference-topic
-claims back through one batching :class:`~actors.channel.PartitionChannel`
-per partition. It owns the topic views: validates, numbers (precedence),
+It holds one :class:`~actors.link.PartitionLink` (link id ``views``), so the
+partitions stream it the events of the selectors the engine registers, each
+partition's in order, and it sends the engine's reference-topic claims back
+over the same streams. It owns the topic views: validates, numbers (precedence),
 persists them (``views.json`` in the data directory) and restores them at
 start. Timers release throttled values and the delayed claims of delayed
 views, which wait in a :class:`~cluster.delay_store.DelayStore` on disk
@@ -23,14 +22,12 @@ from typing import Any
 import msgpack
 import ray
 
-from actors.channel import PartitionChannel, Resequencer
-from actors.operations import detached
-from replication.configuration import VIEWS_FILE, ConfigurationFile
 from actors.delay_store import DelayStore
-from cluster.partitioning import partition_of, partitions_for
+from actors.link import PartitionLink
+from replication.configuration import VIEWS_FILE, ConfigurationFile
 from sessions.security import PathPermission, SecurityStore
+from topics.protocol import Operation, Register, TopicEvent, Unregister, decode_operation, encode_operation
 from topics.selectors import parse_selector
-from topics.store import OP_REGISTER, OP_UNREGISTER
 from views.engine import Changes, ViewDefinition, ViewEngine
 from views.parser import parse_view
 
@@ -58,11 +55,10 @@ class ViewEvaluatorActor:
         self.config = config
         self._file = ConfigurationFile(config["data_dir"], VIEWS_FILE)
         self.engine = ViewEngine(_permitted(SecurityStore.from_dict(security)))
-        self.channels = [
-            PartitionChannel(i, p, GATEWAY_ID, config["max_in_flight"], config["max_batch"], 0.0)
-            for i, p in enumerate(partitions)
-        ]
-        self.resequencer = Resequencer(len(partitions))
+        self.link = PartitionLink(
+            GATEWAY_ID, partitions, self._on_events,
+            max_in_flight=config["max_in_flight"], max_batch=config["max_batch"],
+        )
         self.delay = DelayStore(Path(config["data_dir"]) / "delay_store")
         self._tokens = 0
         self._next_precedence = 1
@@ -71,8 +67,7 @@ class ViewEvaluatorActor:
 
     async def start(self) -> int:
         """Attach to the partitions and restore the stored views; return how many."""
-        me = ray.get_runtime_context().current_actor
-        await asyncio.gather(*(p.attach_gateway.remote(GATEWAY_ID, me) for p in self.partitions))
+        await self.link.attach()
         stored = self._file.load() or []
         for data in stored:
             definition = ViewDefinition.from_wire(data)
@@ -136,47 +131,41 @@ class ViewEvaluatorActor:
             "topics": len(self.engine.topics),
             "references": sum(len(v.emitted) for v in self.engine.views.values()),
             "delayed": len(self.delay),
-            "calls": sum(c.calls for c in self.channels),
-            "operations": sum(c.operations for c in self.channels),
+            **self.link.stats(),
         }
 
     # -- events from partitions --------------------------------------------------------
 
-    async def deliver(self, partition: int, sequence: int, blob: bytes) -> None:
-        for ready in self.resequencer.accept(partition, sequence, blob):
-            try:
-                events = msgpack.unpackb(ready, raw=False, use_list=True)
-                self._carry(self.engine.on_events(events, _now()))
-            except Exception:  # a bad batch must not stall the stream behind it
-                log.exception("could not apply a batch of partition events")
+    def _on_events(self, partition: int, events: list[TopicEvent]) -> None:
+        self._carry(self.engine.on_events(events, _now()))
 
     # -- carrying out the engine's changes --------------------------------------------
 
     def _carry(self, changes: Changes) -> None:
-        count = len(self.channels)
+        link = self.link
         for text in changes.unregister:
-            for i in partitions_for(parse_selector(text), count):
-                detached(self.channels[i].submit([OP_UNREGISTER, text]))
+            for i in link.partitions_for(parse_selector(text)):
+                link.submit(i, Unregister(text))
         for text in changes.register:
             self._tokens += 1
-            for i in partitions_for(parse_selector(text), count):
-                detached(self.channels[i].submit([OP_REGISTER, text, self._tokens]))
+            for i in link.partitions_for(parse_selector(text)):
+                link.submit(i, Register(text, self._tokens))
         for path, operation in changes.operations:
             self._submit(path, operation)
         if changes.delayed:
             self.delay.push_many(
-                (due, view, msgpack.packb([path, operation], use_bin_type=True))
+                (due, view, msgpack.packb([path, encode_operation(operation)], use_bin_type=True))
                 for due, view, path, operation in changes.delayed
             )
         if (changes.delayed or self.engine.next_release() is not None) and self._wakeup is not None:
             self._wakeup.set()
 
-    def _submit(self, path: str | None, operation: list[Any]) -> None:
+    def _submit(self, path: str | None, operation: Operation) -> None:
         if path is None:
-            for channel in self.channels:
-                detached(channel.submit(operation))
+            for i in range(self.link.count):
+                self.link.submit(i, operation)
         else:
-            detached(self.channels[partition_of(path, len(self.channels))].submit(operation))
+            self.link.route(path, operation)
 
     async def _tick(self) -> None:
         assert self._wakeup is not None
@@ -187,7 +176,7 @@ class ViewEvaluatorActor:
                 self._carry(self.engine.release(now))
                 for _view, payload in self.delay.pop_due(now):
                     path, operation = msgpack.unpackb(payload, raw=False, use_list=True)
-                    self._submit(path, operation)
+                    self._submit(path, decode_operation(operation))
             except Exception:
                 log.exception("releasing throttled or delayed view updates failed")
             due = [d for d in (self.engine.next_release(), self.delay.next_due()) if d is not None]
@@ -200,6 +189,7 @@ class ViewEvaluatorActor:
     async def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        self.link.close()
         self.delay.close()
 
 

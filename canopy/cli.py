@@ -1,8 +1,7 @@
-"""The ``canopy`` command line.
+"""The ``canopy`` command line: the client verbs.
 
 ::
 
-    canopy serve [--config FILE] [--address auto|HOST:PORT] [--port 8080] ...
     canopy topic add PATH --type T [--property K=V]...
     canopy topic set PATH VALUE [--type T]
     canopy topic remove SELECTOR
@@ -45,6 +44,10 @@ when VALUE is not JSON. ``--json`` prints one JSON object per line
 (``{"path", "type", "value"}``, plus ``"properties"`` when asked and
 ``"event"`` for subscriptions; BINARY values in base64). Errors print one
 line to stderr and exit with status 1.
+
+The server verbs (``canopy serve``) are not defined here: the client needs
+no server code. The ``canopy`` console script is :func:`cluster.cli.main`,
+which passes them to :func:`main` as an extension of this parser.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ import base64
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -355,61 +358,30 @@ def _hub(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from cluster import config as config_module
-    from cluster.serve import ServeError, serve
-
-    overrides = {
-        key: getattr(args, key)
-        for key in (
-            "address", "namespace", "host", "port", "partitions", "data_dir", "queue_limit",
-            "backpressure_threshold", "max_frame_size", "hub_root", "max_in_flight", "max_batch",
-            "batch_window_ms",
-        )
-    }
-    if os.environ.get("CANOPY_ADMIN_PASSWORD"):
-        overrides["admin_password"] = os.environ["CANOPY_ADMIN_PASSWORD"]
-    try:
-        config = config_module.load(args.config, overrides)
-        return serve(config)
-    except (config_module.ConfigError, ServeError) as e:
-        print(f"canopy serve: {e}", file=sys.stderr)
-        return 1
-
-
 def _demo(args: argparse.Namespace) -> int:
     from canopy.demo import run
 
     return run()
 
 
-def _parser() -> argparse.ArgumentParser:
+#: Adds verbs to the ``canopy`` subcommands (``commands.add_parser(VERB, ...)``), each with a
+#: ``run(args)`` default that returns the exit status.
+Extension = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+
+def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
+    """The ``canopy`` parser: the verbs of ``extensions`` (listed first), then the client verbs."""
     parser = argparse.ArgumentParser(prog="canopy", description="canopy real-time data broker")
     parser.add_argument("--version", action="version", version=f"canopy {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    for extend in extensions:
+        extend(commands)
 
     client = argparse.ArgumentParser(add_help=False)
     client.add_argument("--url", default=os.environ.get("CANOPY_URL", "ws://127.0.0.1:8080"))
     client.add_argument("--principal", default=os.environ.get("CANOPY_PRINCIPAL"))
     client.add_argument("--password", default=os.environ.get("CANOPY_PASSWORD"))
     client.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each answer")
-
-    serve = commands.add_parser("serve", help="run the broker")
-    serve.add_argument("--config", help="TOML configuration file")
-    serve.add_argument("--address", help="join this Ray cluster (auto or HOST:PORT) instead of an embedded one")
-    serve.add_argument("--namespace")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--partitions", type=int)
-    serve.add_argument("--data-dir", dest="data_dir")
-    serve.add_argument("--queue-limit", dest="queue_limit", type=int)
-    serve.add_argument("--backpressure-threshold", dest="backpressure_threshold", type=int)
-    serve.add_argument("--max-frame-size", dest="max_frame_size", type=int)
-    serve.add_argument("--hub-root", dest="hub_root")
-    serve.add_argument("--max-in-flight", dest="max_in_flight", type=int)
-    serve.add_argument("--max-batch", dest="max_batch", type=int)
-    serve.add_argument("--batch-window-ms", dest="batch_window_ms", type=int)
-    serve.set_defaults(run=_serve)
 
     commands.add_parser("demo", help="walk through the pure topic model").set_defaults(run=_demo)
 
@@ -551,8 +523,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, extensions: Sequence[Extension] = ()) -> int:
+    """Run one ``canopy`` command (a client verb or one of ``extensions``); return its exit status.
+
+    A :class:`CanopyError` or a timeout is reported as one line on stderr, with status 1.
+    """
+    args = build_parser(*extensions).parse_args(argv)
     try:
         return int(args.run(args))
     except CanopyError as e:

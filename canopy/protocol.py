@@ -112,7 +112,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -141,16 +141,14 @@ class ProtocolError(Exception):
         self.correlation_id = correlation_id
 
 
-@dataclass(frozen=True)
-class Hello:
+class Hello(NamedTuple):
     version: int
     principal: str | None
     password: str | None
     properties: dict[str, str]
 
 
-@dataclass(frozen=True)
-class Welcome:
+class Welcome(NamedTuple):
     version: int
     session_id: str
     properties: dict[str, str]
@@ -158,28 +156,24 @@ class Welcome:
     hub_root: str
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):
     cid: int
     op: str
     args: list[Any]
 
 
-@dataclass(frozen=True)
-class Response:
+class Response(NamedTuple):
     cid: int
     result: Any
 
 
-@dataclass(frozen=True)
-class Error:
+class Error(NamedTuple):
     cid: int
     code: str
     message: str
 
 
-@dataclass(frozen=True)
-class Subscribed:
+class Subscribed(NamedTuple):
     alias: int
     path: str
     type: str
@@ -187,26 +181,22 @@ class Subscribed:
     value: bytes | None
 
 
-@dataclass(frozen=True)
-class Value:
+class Value(NamedTuple):
     alias: int
     value: bytes
 
 
-@dataclass(frozen=True)
-class Unsubscribed:
+class Unsubscribed(NamedTuple):
     alias: int
     reason: str
 
 
-@dataclass(frozen=True)
-class Close:
+class Close(NamedTuple):
     code: str
     message: str
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     """A time series event (an edit when ``original_sequence`` is set)."""
 
     alias: int
@@ -245,31 +235,28 @@ def frame(messages: list[bytes]) -> bytes:
     return header + b"".join(messages)
 
 
+_CODES: dict[type[Any], int] = {
+    Hello: HELLO, Welcome: WELCOME, Request: REQUEST, Response: RESPONSE, Error: ERROR,
+    Subscribed: SUBSCRIBED, Value: VALUE, Unsubscribed: UNSUBSCRIBED, Close: CLOSE, Event: EVENT,
+}
+
+
+def _fields(message: Message) -> list[Any]:
+    code = _CODES.get(type(message))
+    if code is None:
+        raise TypeError(f"not a protocol message: {message!r}")
+    return [code, *message]
+
+
 def encode(message: Message) -> bytes:
     """Encode one message."""
-    m = message
-    if isinstance(m, Value):
-        return pack([VALUE, m.alias, m.value])
-    if isinstance(m, Response):
-        return pack([RESPONSE, m.cid, m.result])
-    if isinstance(m, Request):
-        return pack([REQUEST, m.cid, m.op, m.args])
-    if isinstance(m, Subscribed):
-        return pack([SUBSCRIBED, m.alias, m.path, m.type, m.properties, m.value])
-    if isinstance(m, Unsubscribed):
-        return pack([UNSUBSCRIBED, m.alias, m.reason])
-    if isinstance(m, Error):
-        return pack([ERROR, m.cid, m.code, m.message])
-    if isinstance(m, Hello):
-        return pack([HELLO, m.version, m.principal, m.password, m.properties])
-    if isinstance(m, Welcome):
-        return pack([WELCOME, m.version, m.session_id, m.properties, m.max_frame_size, m.hub_root])
-    if isinstance(m, Close):
-        return pack([CLOSE, m.code, m.message])
-    if isinstance(m, Event):
-        return pack([EVENT, m.alias, m.sequence, m.timestamp, m.author, m.value,
-                     m.original_sequence, m.original_timestamp, m.original_author])
-    raise TypeError(f"not a protocol message: {message!r}")
+    return pack(_fields(message))
+
+
+def encode_frame(messages: list[Message]) -> bytes:
+    """One frame holding ``messages``, encoded in one pass."""
+    data: bytes = msgpack.packb([_fields(m) for m in messages], use_bin_type=True)
+    return data
 
 
 # -- decoding ----------------------------------------------------------------

@@ -1,148 +1,282 @@
-"""Server configuration: defaults, a TOML file, command-line overrides.
+"""Server settings: declared once, read from defaults, a TOML file, the environment and flags.
 
-Every setting can be given in a TOML file (``canopy serve --config FILE``)
-as a top-level key, and on the command line as ``--key-with-dashes``; the
-command line wins. Unknown keys and values of the wrong type are refused
-with the file and key named.
+Each setting is one field of :class:`ServerConfig`, made with :func:`setting`:
+its name, type and default (the field), its help text, its bounds or check,
+an environment variable that may give it, and whether it is also a
+``canopy serve`` flag (``--queue-limit`` for ``queue_limit``) or only a
+file key (``file_only=`` says why). From that declaration come:
 
-==========================  =======================  ===========================================
-key                         default                  meaning
-==========================  =======================  ===========================================
-address                     (embedded)               Ray to join: ``auto`` or ``HOST:PORT``;
-                                                     unset starts an embedded local Ray
-namespace                   ``canopy``               Ray namespace of this canopy instance
-host                        ``127.0.0.1``            gateway listen address
-port                        ``8080``                 gateway port (gateway *k* of a multi-node
-                                                     cluster listens on port + k)
-partitions                  one per two cores (1..8) number of topic partitions
-data_dir                    ``data``                 data directory (created if missing)
-queue_limit                 ``10000``                values queued per session before the
-                                                     topic's CONFLATION policy decides
-backpressure_threshold      ``1000``                 queued values that count as back pressure
-max_frame_size              ``1048576``              largest WebSocket frame accepted (bytes)
-hub_root                    ``hub``                  topic branch of the OpenAjax hub names
-max_in_flight               ``2``                    gateway→partition calls in flight per partition
-max_batch                   ``2000``                 operations per gateway→partition call
-batch_window_ms             ``0``                    least time between two calls to one partition
-                                                     (a wider window: fewer, larger calls)
-admin_password              (generated)              password of the ``admin`` principal; set at
-                                                     every start when given, else generated and
-                                                     printed once at the first start
-allow_anonymous             (as stored; true)        whether sessions without a principal connect
-countries                   (none)                   ``$Country`` by client address: a table of
-                                                     ``"CIDR" = "CODE"`` (first match wins)
-==========================  =======================  ===========================================
+* :data:`SETTINGS`, one :class:`Setting` per field, in declaration order;
+* validation, on construction and on every override;
+* :func:`load`, the TOML loader: each setting is a top-level key;
+* the ``canopy serve`` flags and ``--help`` (:mod:`cluster.cli`), and
+  :func:`settings_table`, the table of every setting.
+
+Precedence: the defaults, then the TOML file, then the environment, then the
+flags. Unknown keys, values of the wrong type and values out of bounds raise
+:class:`ConfigError` naming the source (the file, ``$VARIABLE`` or
+``command line``) and the setting.
+
+This is a leaf module that actors import too: it needs no Ray.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import textwrap
 import tomllib
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Callable, Mapping
+from dataclasses import Field, asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from cluster.partitioning import default_partition_count
 from topics import paths
 from topics.errors import PathError
 
+_DECLARATION = "canopy.setting"
+_KINDS = {int: "an integer", str: "a string", bool: "true or false", dict: "a table"}
+
 
 class ConfigError(ValueError):
-    """An invalid setting; the message names the setting and its source."""
+    """An invalid setting; the message names its source and the setting."""
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    shown: str | None = None,
+    low: int | None = None,
+    high: int | None = None,
+    check: Callable[[Any], str | None] | None = None,
+    env: str | None = None,
+    file_only: str | None = None,
+    metavar: str | None = None,
+) -> Any:
+    """Declare one field of :class:`ServerConfig` as a setting.
+
+    ``shown`` is how the default reads in help text (when not the value
+    itself); ``low``/``high`` bound an integer; ``check`` returns what is
+    wrong with a value (a phrase that follows the setting's name) or None;
+    ``env`` names an environment variable that may give the setting;
+    ``file_only`` is the reason a setting has no flag.
+    """
+    declared: dict[str, Any] = dict(
+        help=help, shown=shown, low=low, high=high, check=check, env=env, file_only=file_only, metavar=metavar
+    )
+    return field(default=default, metadata={_DECLARATION: declared})
+
+
+def _not_empty(value: str) -> str | None:
+    return None if value else "may not be empty"
+
+
+def _topic_path(value: str) -> str | None:
+    try:
+        paths.normalise(value)
+    except PathError as e:
+        return f"is not a topic path: {e}"
+    return None
+
+
+def _password(value: str) -> str | None:
+    return None if len(value) >= 8 else "must have at least 8 characters"
+
+
+def _country_table(table: dict[str, Any]) -> str | None:
+    for network, code in table.items():
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError as e:
+            return f"has an invalid network: {e}"
+        if not isinstance(code, str):
+            return f"must map {network!r} to a country code string, got {code!r}"
+    return None
 
 
 @dataclass(frozen=True)
 class ServerConfig:
-    address: str | None = None
-    namespace: str = "canopy"
-    host: str = "127.0.0.1"
-    port: int = 8080
-    partitions: int = default_partition_count(os.cpu_count())
-    data_dir: str = "data"
-    queue_limit: int = 10_000
-    backpressure_threshold: int = 1_000
-    max_frame_size: int = 1_048_576
-    hub_root: str = "hub"
-    max_in_flight: int = 2
-    max_batch: int = 2_000
-    batch_window_ms: int = 0
-    admin_password: str | None = None
-    allow_anonymous: bool | None = None
-    countries: dict[str, str] | None = None
+    """One canopy instance's settings; construction validates them."""
+
+    address: str | None = setting(
+        None, "the Ray cluster to join: auto or HOST:PORT; unset starts an embedded local Ray",
+        shown="embedded Ray", metavar="auto|HOST:PORT",
+    )
+    namespace: str = setting("canopy", "Ray namespace of this canopy instance", check=_not_empty, metavar="NAME")
+    host: str = setting("127.0.0.1", "gateway listen address")
+    port: int = setting(
+        8080, "gateway port; gateway k of a multi-node cluster listens on port + k", low=0, high=65535
+    )
+    partitions: int = setting(
+        default_partition_count(os.cpu_count()), "number of topic partitions",
+        shown="one per two cores, up to 8", low=1, high=1024, metavar="N",
+    )
+    data_dir: str = setting("data", "data directory, created if missing", metavar="DIR")
+    queue_limit: int = setting(
+        10_000, "values queued per session before the topic's CONFLATION policy decides", low=1
+    )
+    backpressure_threshold: int = setting(1_000, "queued values that count as back pressure", low=1)
+    max_frame_size: int = setting(
+        1_048_576, "largest WebSocket frame accepted, in bytes", low=1024, high=256 * 1024 * 1024
+    )
+    hub_root: str = setting("hub", "topic branch of the OpenAjax hub names", check=_topic_path, metavar="BRANCH")
+    max_in_flight: int = setting(2, "gateway-to-partition calls in flight per partition", low=1, high=64)
+    max_batch: int = setting(2_000, "operations per gateway-to-partition call", low=1)
+    batch_window_ms: int = setting(
+        0, "least time between two calls to one partition; a wider window makes fewer, larger calls", low=0, high=1000
+    )
+    admin_password: str | None = setting(
+        None, "password of the admin principal: set at every start when given, else generated and printed "
+        "once at the first start", shown="generated", check=_password, env="CANOPY_ADMIN_PASSWORD",
+        file_only="a secret: a command line is visible to every user of the machine",
+    )
+    allow_anonymous: bool | None = setting(
+        None, "whether sessions without a principal may connect", shown="as stored; true at the first start",
+        file_only="it changes the stored security policy; `canopy security anonymous` is the command for that",
+    )
+    countries: dict[str, str] | None = setting(
+        None, '$Country by client address: a table of "CIDR" = "CODE" (first match wins)', shown="none",
+        check=_country_table, file_only="a table",
+    )
 
     def __post_init__(self) -> None:
         self.validate("configuration")
 
     def validate(self, source: str) -> None:
-        def positive(name: str, limit: int | None = None) -> None:
-            value = getattr(self, name)
-            if value < 1 or (limit is not None and value > limit):
-                bound = f" and at most {limit}" if limit else ""
-                raise ConfigError(f"{source}: {name} must be at least 1{bound}, got {value}")
-
-        positive("partitions", 1024)
-        positive("queue_limit")
-        positive("backpressure_threshold")
-        positive("max_in_flight", 64)
-        positive("max_batch")
-        if not 0 <= self.batch_window_ms <= 1000:
-            raise ConfigError(f"{source}: batch_window_ms must be 0..1000, got {self.batch_window_ms}")
-        if not 1024 <= self.max_frame_size <= 256 * 1024 * 1024:
-            raise ConfigError(f"{source}: max_frame_size must be between 1 KiB and 256 MiB")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"{source}: port must be 0..65535, got {self.port}")
-        if not self.namespace:
-            raise ConfigError(f"{source}: namespace may not be empty")
-        try:
-            paths.normalise(self.hub_root)
-        except PathError as e:
-            raise ConfigError(f"{source}: hub_root: {e}") from None
-        if self.admin_password is not None and len(self.admin_password) < 8:
-            raise ConfigError(f"{source}: admin_password must have at least 8 characters")
-        for network, code in (self.countries or {}).items():
-            try:
-                ipaddress.ip_network(network, strict=False)
-            except ValueError as e:
-                raise ConfigError(f"{source}: countries: {e}") from None
-            if not isinstance(code, str):
-                raise ConfigError(f"{source}: countries: the code for {network!r} must be a string")
+        """Raise :class:`ConfigError`, naming ``source``, for the first invalid setting."""
+        for s in SETTINGS:
+            s.verify(getattr(self, s.name), source)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def with_overrides(self, overrides: dict[str, Any], source: str = "command line") -> ServerConfig:
-        clean = {k: v for k, v in overrides.items() if v is not None}
-        _check_types(clean, source)
-        try:
-            return replace(self, **clean)
-        except ConfigError as e:
-            raise ConfigError(str(e).replace("configuration", source, 1)) from None
+    def with_overrides(self, overrides: Mapping[str, Any], source: str = "command line") -> ServerConfig:
+        """These settings replaced (None means not given); errors name ``source``."""
+        clean = {key: value for key, value in overrides.items() if value is not None}
+        for key, value in clean.items():
+            _named(key, source).verify(value, source)
+        return replace(self, **clean)
 
 
-_TYPES = {f.name: f.type for f in fields(ServerConfig)}
+@dataclass(frozen=True)
+class Setting:
+    """One declared setting: how it is read, checked and described."""
+
+    name: str
+    kind: type[Any]  # int, str, bool or dict (a TOML table)
+    optional: bool  # None is a valid value (meaning: not set)
+    default: Any
+    help: str
+    shown: str | None
+    low: int | None
+    high: int | None
+    check: Callable[[Any], str | None] | None
+    env: str | None
+    file_only: str | None
+    metavar: str | None
+
+    @property
+    def flag(self) -> str | None:
+        """The ``canopy serve`` option, or None for a file-only setting."""
+        return None if self.file_only else "--" + self.name.replace("_", "-")
+
+    @property
+    def default_text(self) -> str:
+        if self.shown is not None:
+            return self.shown
+        return str(self.default).lower() if self.kind is bool else str(self.default)
+
+    @property
+    def bounds(self) -> str | None:
+        if self.low is None and self.high is None:
+            return None
+        if self.high is None:
+            return f"at least {self.low}"
+        if self.low is None:
+            return f"at most {self.high}"
+        return f"at least {self.low} and at most {self.high}"
+
+    @property
+    def description(self) -> str:
+        """The help text with the default, the bounds and the environment variable."""
+        text = f"{self.help} (default: {self.default_text}"
+        text += f"; {self.bounds})" if self.bounds else ")"
+        return text + (f"; also ${self.env}" if self.env else "")
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with ``value`` (a phrase that follows the setting's name), or None."""
+        if value is None and self.optional:
+            return None
+        if not isinstance(value, self.kind) or (self.kind is int and isinstance(value, bool)):
+            return f"must be {_KINDS[self.kind]}, got {value!r}"
+        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            return f"must be {self.bounds}, got {value!r}"
+        return self.check(value) if self.check is not None else None
+
+    def verify(self, value: Any, source: str) -> None:
+        problem = self.problem(value)
+        if problem is not None:
+            raise ConfigError(f"{source}: {self.name} {problem}")
+
+    def from_text(self, text: str, source: str) -> Any:
+        """The value a flag or an environment variable gives as ``text``."""
+        if self.kind is str:
+            return text
+        if self.kind is int:
+            try:
+                return int(text)
+            except ValueError:
+                raise ConfigError(f"{source}: {self.name} must be an integer, got {text!r}") from None
+        if self.kind is bool and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        raise ConfigError(f"{source}: {self.name} must be {_KINDS[self.kind]}, got {text!r}")
 
 
-def _check_types(values: dict[str, Any], source: str) -> None:
-    for key, value in values.items():
-        if key not in _TYPES:
-            known = ", ".join(sorted(_TYPES))
-            raise ConfigError(f"{source}: unknown setting {key!r}; known settings: {known}")
-        wanted = str(_TYPES[key])
-        if wanted.startswith("int"):
-            ok, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
-        elif wanted.startswith("bool"):
-            ok, kind = isinstance(value, bool), "true or false"
-        elif wanted.startswith("dict"):
-            ok, kind = isinstance(value, dict), "a table"
-        else:
-            ok, kind = isinstance(value, str), "a string"
-        if not ok:
-            raise ConfigError(f"{source}: {key} must be {kind}, got {value!r}")
+def _declare(f: Field[Any], hint: Any) -> Setting:
+    """The :class:`Setting` of a field of :class:`ServerConfig` with type ``hint`` (``int``, ``str | None``...)."""
+    declared = f.metadata.get(_DECLARATION)
+    if declared is None:
+        raise TypeError(f"ServerConfig.{f.name} is not declared with setting()")
+    members = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+    values = [m for m in members if m is not type(None)]
+    kind = get_origin(values[0]) or values[0]
+    if len(values) != 1 or kind not in _KINDS or (kind is dict and declared["file_only"] is None):
+        raise TypeError(f"ServerConfig.{f.name}: no {hint} setting (one of {_KINDS}; a table is file-only)")
+    return Setting(name=f.name, kind=kind, optional=len(values) < len(members), default=f.default, **declared)
 
 
-def load(path: str | os.PathLike[str] | None = None, overrides: dict[str, Any] | None = None) -> ServerConfig:
-    """Defaults, then the TOML file at ``path`` (if any), then ``overrides``."""
+_HINTS = get_type_hints(ServerConfig)
+SETTINGS: tuple[Setting, ...] = tuple(_declare(f, _HINTS[f.name]) for f in fields(ServerConfig))
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def _named(key: str, source: str) -> Setting:
+    found = _BY_NAME.get(key)
+    if found is None:
+        known = ", ".join(sorted(_BY_NAME))
+        raise ConfigError(f"{source}: unknown setting {key!r}; known settings: {known}")
+    return found
+
+
+def _from_environment(environ: Mapping[str, str], config: ServerConfig) -> ServerConfig:
+    """``config`` with the settings whose environment variable is set (not empty) in ``environ``."""
+    for s in SETTINGS:
+        text = environ.get(s.env, "") if s.env else ""
+        if text:
+            source = f"${s.env}"
+            config = config.with_overrides({s.name: s.from_text(text, source)}, source)
+    return config
+
+
+def load(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ServerConfig:
+    """The defaults, then the TOML file at ``path`` (if any), then ``environ``, then ``overrides``."""
     config = ServerConfig()
     if path is not None:
         source = str(path)
@@ -153,6 +287,19 @@ def load(path: str | os.PathLike[str] | None = None, overrides: dict[str, Any] |
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{source}: not valid TOML: {e}") from None
         config = config.with_overrides(data, source)
+    if environ is not None:
+        config = _from_environment(environ, config)
     if overrides:
         config = config.with_overrides(overrides)
     return config
+
+
+def settings_table(settings: tuple[Setting, ...] = SETTINGS, width: int = 100) -> str:
+    """``settings`` as a plain-text table of TOML keys and their descriptions."""
+    key_width = max(len(s.name) for s in settings) + 2
+    lines = []
+    for s in settings:
+        wrapped = textwrap.wrap(s.description, max(width - key_width, 30))
+        lines.append(f"{s.name:<{key_width}}{wrapped[0]}")
+        lines.extend(" " * key_width + rest for rest in wrapped[1:])
+    return "\n".join(lines)

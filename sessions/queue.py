@@ -18,15 +18,18 @@ what happens to *its* values:
 
 Control messages (responses, subscribed/unsubscribed notifications) are
 never dropped or merged and do not count towards the limit; the limit and
-the back-pressure threshold count pending *values*. Messages are
-pre-encoded bytes: the same update encoded once serves every session.
+the back-pressure threshold count pending *values*. Messages are opaque
+objects (deliveries, responses): the same update object serves every
+session, and the owner encodes what :meth:`OutboundQueue.take` hands out.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Callable
 
+from sessions.deliveries import size_of
 from topics.properties import Conflation
 
 __all__ = ["OutboundQueue", "Outcome"]
@@ -68,10 +71,10 @@ class OutboundQueue:
     def under_backpressure(self) -> bool:
         return self._values >= self.backpressure
 
-    def push_control(self, message: bytes) -> None:
+    def push_control(self, message: object) -> None:
         self._items.append([None, message])
 
-    def push_value(self, topic: object, message: bytes, policy: Conflation) -> Outcome:
+    def push_value(self, topic: object, message: object, policy: Conflation) -> Outcome:
         """Queue a topic value under the topic's conflation policy."""
         if policy is Conflation.ALWAYS or (
             policy is Conflation.CONFLATE and self._values >= self.backpressure
@@ -106,12 +109,13 @@ class OutboundQueue:
         self._pending.pop(topic, None)
         return dropped
 
-    def take(self, max_bytes: int = 64 * 1024) -> list[bytes]:
-        """Pop messages from the front, at least one and up to ~``max_bytes``."""
-        out: list[bytes] = []
-        size = 0
+    def take(self, max_bytes: int = 64 * 1024, size: Callable[[object], int] = size_of) -> list[object]:
+        """Pop messages from the front, at least one and up to ~``max_bytes``
+        as ``size`` measures them."""
+        out: list[object] = []
+        total = 0
         items = self._items
-        while items and (not out or size < max_bytes):
+        while items and (not out or total < max_bytes):
             item = items.popleft()
             topic, message = item
             if topic is not None:
@@ -125,7 +129,6 @@ class OutboundQueue:
                     del self._per_topic[topic]
                 if self._pending.get(topic) is item:
                     del self._pending[topic]
-            assert isinstance(message, bytes)
             out.append(message)
-            size += len(message)
+            total += size(message)
         return out

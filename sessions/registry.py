@@ -18,9 +18,11 @@ fill a cache of topics (:attr:`cache`).
 
 **Views.** A topic is shown to a session at a *session path*; a topic may
 show at several (two tables mapping to one branch). Each (topic, session
-path) pair is a *view* with its own alias, and each update is encoded once
-per view and queued, as the same bytes, for every session subscribed to it
-(:class:`~sessions.queue.OutboundQueue`, CONFLATION policies).
+path) pair is a *view* with its own alias, and each update becomes one
+:mod:`~sessions.deliveries` value per view, queued (the same object) for
+every session subscribed to it (:class:`~sessions.queue.OutboundQueue`,
+CONFLATION policies). The registry knows no wire format: the driver turns
+deliveries into protocol messages as it writes them.
 
 A session is subscribed to a view when one of its selectors matches the
 session path and it may READ_TOPIC there (permissions are checked on session
@@ -32,8 +34,9 @@ ones subscribed, without the client doing anything. Other reasons:
 ``REQUESTED``, ``REMOVED``, ``BACK_PRESSURE`` (see the queue).
 
 The driver (the gateway actor) sends the registrations these methods return
-to the partitions, feeds partition events to :meth:`on_events`, and drains
-:meth:`take_dirty` and :meth:`take_closing` to wake writers and end sessions.
+to the partitions, feeds partition events (:mod:`topics.protocol`) to
+:meth:`on_events`, and drains :meth:`take_dirty` and :meth:`take_closing` to
+wake writers and end sessions.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from canopy import protocol as wire
+from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
 from sessions.filters import ROLES_KEY
 from sessions.queue import Outcome, OutboundQueue
 from sessions.security import PathPermission, PermissionDenied, SecurityStore
@@ -51,9 +54,9 @@ from sessions.trees import Resolution, SessionTrees, group_key
 from topics.properties import Conflation
 from topics.selectors import Selector
 from topics.specification import TopicSpecification
-from topics.store import EV_ADD, EV_END, EV_EVENT, EV_REMOVE, EV_SNAPSHOT, EV_VALUE, event_wire
+from topics.protocol import Added, Appended, Changed, End, Removed, Snapshot, TopicEvent
 from topics.sublist import SubscriptionIndex
-from topics.timeseries import DEFAULT_SUBSCRIPTION_RANGE, Event, EventWindow
+from topics.timeseries import DEFAULT_SUBSCRIPTION_RANGE, EventWindow
 from topics.tree import TopicTree
 
 REQUESTED, REMOVED, BACK_PRESSURE = "REQUESTED", "REMOVED", "BACK_PRESSURE"
@@ -113,24 +116,12 @@ class Group:
 class _View:
     alias: int
     session_path: str
-    subscribed: bytes  # the SUBSCRIBED message without its value, see _subscribed_prefix
+    type: str
+    properties: list[list[str]]
     sessions: set[str] = field(default_factory=set)
-    # the last SUBSCRIBED message built and the UNSUBSCRIBED ones: every
-    # session of a view gets the same bytes, so build them once
-    _last: tuple[bytes | None, bytes] | None = None
-    _unsubscribed: dict[str, bytes] = field(default_factory=dict)
 
-    def subscribed_with(self, value: bytes | None) -> bytes:
-        last = self._last
-        if last is None or last[0] is not value:
-            last = self._last = (value, self.subscribed + wire.pack(value))
-        return last[1]
-
-    def unsubscribed(self, reason: str) -> bytes:
-        message = self._unsubscribed.get(reason)
-        if message is None:
-            message = self._unsubscribed[reason] = wire.pack([wire.UNSUBSCRIBED, self.alias, reason])
-        return message
+    def subscribed(self, value: bytes | None) -> Subscribed:
+        return Subscribed(self.alias, self.session_path, self.type, self.properties, value)
 
 
 @dataclass(eq=False)
@@ -308,8 +299,9 @@ class SessionRegistry:
             del self.groups[group.key]
         return unregister
 
-    def send(self, session_id: str, message: bytes) -> None:
-        """Queue a control message (a response, an error) for a session."""
+    def send(self, session_id: str, message: object) -> None:
+        """Queue a control message (a response, an error) for a session; it
+        leaves in order with the session's deliveries."""
         session = self.sessions.get(session_id)
         if session is not None:
             session.queue.push_control(message)
@@ -498,11 +490,9 @@ class SessionRegistry:
     def _view(self, state: _TopicState, session_path: str) -> _View:
         view = state.views.get(session_path)
         if view is None:
-            alias = next(self._aliases)
             spec = state.spec
-            items = [list(i) for i in spec.items]
             view = state.views[session_path] = _View(
-                alias, session_path, _subscribed_prefix(alias, session_path, spec.type.value, items)
+                next(self._aliases), session_path, spec.type.value, [list(i) for i in spec.items]
             )
         return view
 
@@ -519,10 +509,10 @@ class SessionRegistry:
         value = topic.value if topic is not None and topic.value is not None else fresh
         session.views[session_path] = (view.alias, topic_path)
         view.sessions.add(session.id)
-        session.queue.push_control(view.subscribed_with(value))
+        session.queue.push_control(view.subscribed(value))
         if state.window is not None:
             for event in state.window.events():
-                session.queue.push_control(_event_message(view.alias, event))
+                session.queue.push_control(SeriesUpdate(view.alias, event))
         self._dirty.add(session.id)
 
     def _drop_view(self, session: Session, session_path: str) -> tuple[int, _View | None] | None:
@@ -545,36 +535,34 @@ class SessionRegistry:
             return
         alias, view = dropped
         session.queue.drop_topic(alias)
-        message = view.unsubscribed(reason) if view is not None else wire.pack([wire.UNSUBSCRIBED, alias, reason])
-        session.queue.push_control(message)
+        session.queue.push_control(Unsubscribed(alias, reason))
         self._dirty.add(session.id)
 
     # -- partition events ----------------------------------------------------------------
 
-    def on_events(self, events: Iterable[list[Any]]) -> list[int]:
+    def on_events(self, events: Iterable[TopicEvent]) -> list[int]:
         """Apply one ordered batch from a partition; return the registration
         tokens that became live."""
         live: list[int] = []
         for event in events:
-            code = event[0]
-            if code == EV_VALUE:
-                self._value(event[1], event[2])
-            elif code == EV_SNAPSHOT:
-                self._appeared(event[2], event[3], event[4], event[5], snapshot=True)
-            elif code == EV_ADD:
-                self._appeared(event[1], event[2], event[3], event[4], snapshot=False)
-            elif code == EV_EVENT:
-                self._event(event[1], event[2:])
-            elif code == EV_REMOVE:
-                self._removed(event[1])
-            elif code == EV_END:
-                selector = self._pending.get(event[1])
+            if isinstance(event, Changed):
+                self._value(event.path, event.value)
+            elif isinstance(event, Appended):
+                self._event(event)
+            elif isinstance(event, Snapshot):
+                self._appeared(event.path, event.type, event.properties, event.value, snapshot=True)
+            elif isinstance(event, Added):
+                self._appeared(event.path, event.type, event.properties, event.value, snapshot=False)
+            elif isinstance(event, Removed):
+                self._removed(event.path)
+            elif isinstance(event, End):
+                selector = self._pending.get(event.token)
                 if selector is not None:
                     interest = self.interest[selector]
                     interest.outstanding -= 1
                     if interest.outstanding <= 0:
-                        del self._pending[event[1]]
-                        live.append(event[1])
+                        del self._pending[event.token]
+                        live.append(event.token)
         return live
 
     def _spec(self, type_name: str, props: list[list[str]]) -> TopicSpecification:
@@ -620,27 +608,27 @@ class SessionRegistry:
         if not state.spec.dont_retain_value:
             self.cache.set_value(path, value, check=False)
         for view in list(state.views.values()):
-            message = wire.pack([wire.VALUE, view.alias, value])
+            message = Update(view.alias, value)
             for session_id in list(view.sessions):
                 session = self.sessions.get(session_id)
                 if session is not None:
                     self._queue_value(session, state, view, message)
 
-    def _event(self, path: str, fields: list[Any]) -> None:
-        state = self._topics.get(path)
+    def _event(self, appended: Appended) -> None:
+        state = self._topics.get(appended.path)
         if state is None or state.window is None:
             return
-        event = Event(*fields)
+        event = appended.event
         if not state.window.add(event):
             return  # seen already, through another registration
         for view in list(state.views.values()):
-            message = _event_message(view.alias, event)
+            message = SeriesUpdate(view.alias, event)
             for session_id in list(view.sessions):
                 session = self.sessions.get(session_id)
                 if session is not None:
                     self._queue_value(session, state, view, message)
 
-    def _queue_value(self, session: Session, state: _TopicState, view: _View, message: bytes) -> None:
+    def _queue_value(self, session: Session, state: _TopicState, view: _View, message: object) -> None:
         outcome = session.queue.push_value(view.alias, message, state.policy)
         if outcome is Outcome.QUEUED or outcome is Outcome.CONFLATED:
             self._dirty.add(session.id)
@@ -667,18 +655,6 @@ class SessionRegistry:
                         self._unsubscribe_view(session, view.session_path, REMOVED)
         self._topics.pop(path, None)
         self.cache.remove(path)
-
-
-def _subscribed_prefix(alias: int, path: str, type_name: str, props: list[list[str]]) -> bytes:
-    """A SUBSCRIBED message without its last field: append the packed value."""
-    full = wire.pack([wire.SUBSCRIBED, alias, path, type_name, props, None])
-    # the array header says 6 elements; drop the trailing nil (0xc0)
-    assert full[-1:] == b"\xc0"
-    return full[:-1]
-
-
-def _event_message(alias: int, event: Event) -> bytes:
-    return wire.pack([wire.EVENT, alias, *event_wire(event)])
 
 
 __all__ = ["PermissionDenied", "Session", "SessionRegistry", "roles_text"]

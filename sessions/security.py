@@ -370,7 +370,8 @@ class PermissionEvaluator:
         self._globals: dict[frozenset[str], frozenset[GlobalPermission]] = {}
         self._paths: dict[tuple[frozenset[str], str], frozenset[PathPermission]] = {}
 
-    def _closure(self, roles: frozenset[str]) -> tuple[Role, ...]:
+    def closure(self, roles: frozenset[str]) -> tuple[Role, ...]:
+        """The roles and every role they include, transitively (each once)."""
         found = self._closures.get(roles)
         if found is None:
             seen: dict[str, Role] = {}
@@ -390,7 +391,7 @@ class PermissionEvaluator:
     def global_permissions(self, roles: frozenset[str]) -> frozenset[GlobalPermission]:
         found = self._globals.get(roles)
         if found is None:
-            found = self._globals[roles] = frozenset().union(*(r.global_permissions for r in self._closure(roles)))
+            found = self._globals[roles] = frozenset().union(*(r.global_permissions for r in self.closure(roles)))
         return found
 
     def path_permissions(self, roles: frozenset[str], path: str) -> frozenset[PathPermission]:
@@ -399,8 +400,18 @@ class PermissionEvaluator:
         if found is None:
             if len(self._paths) > 100_000:
                 self._paths.clear()
-            found = self._paths[key] = frozenset().union(*(r.at(path) for r in self._closure(roles)))
+            found = self._paths[key] = frozenset().union(*(r.at(path) for r in self.closure(roles)))
         return found
+
+    def uniform_below(self, roles: frozenset[str], path: str) -> bool:
+        """Whether every path below ``path`` has the path permissions ``path``
+        has (no role of the closure assigns any strictly below it)."""
+        below = path + "/" if path else ""
+        return not any(
+            assigned.startswith(below) and assigned != path
+            for role in self.closure(roles)
+            for assigned, _ in role.path_permissions
+        )
 
     def has(self, roles: frozenset[str], permission: GlobalPermission | PathPermission, path: str | None = None) -> bool:
         if isinstance(permission, GlobalPermission):

@@ -6,48 +6,12 @@ A :class:`TopicStore` owns a :class:`~topics.tree.TopicTree` and a
 ids*: a gateway registers a selector once, however many of its sessions use
 it, and fans updates out to those sessions itself.
 
-Operations arrive in batches of plain lists (what msgpack decodes to) and
-:meth:`TopicStore.apply` returns one result per operation, in order. Every
-change produces events for the gateways whose selectors match; they
-accumulate until :meth:`TopicStore.drain_events` hands them out, one list
-per gateway, so a partition makes one call per gateway per batch.
-
-Operations (``[code, ...]``)::
-
-    [OP_ADD, path, type, properties | None]
-    [OP_SET, path, data, raw, type | None, add_if_missing]
-    [OP_REMOVE, selector]
-    [OP_FETCH, selector, with_values, with_properties, types | None, limit | None]
-    [OP_REGISTER, selector, token]
-    [OP_UNREGISTER, selector]
-    [OP_APPEND, path, data, raw, timestamp | None, author]        time series
-    [OP_EDIT, path, original_sequence, data, raw, author, own_only]
-    [OP_QUERY, path, anchor, anchor_value, span, span_value, view, limit | None]
-    [OP_REF_PUT, path, precedence, view, type, properties, value | None, event | None]   reference topics
-    [OP_REF_RESERVE, path, precedence, view]
-    [OP_REF_DROP, path, precedence]
-    [OP_REF_DROP_VIEW, precedence]
-
-Results are ``[OK, payload]`` or ``[FAILED, code, message]``; ``add`` answers
-``"CREATED"`` or ``"EXISTS"``, ``set`` ``"CREATED"`` or ``None``, ``remove``
-the number of topics removed and ``fetch`` a list of
-``[path, type, properties | None, value | None, event_type | None]`` sorted
-by path (the value of a TIME_SERIES topic is its newest event as it now
-reads, encoded with its event type). ``append`` answers ``[sequence,
-timestamp, author]``, ``edit`` the same plus the original's three, and
-``query`` ``[selected_count, [event, ...], event_type]`` (see :class:`~topics.timeseries.RangeQuery`).
-An event travels as ``[sequence, timestamp, author, value, original_sequence,
-original_timestamp, original_author]`` (the last three ``None`` unless it is
-an edit).
-
-Events (``[code, ...]``), in the order the changes happened::
-
-    [EV_SNAPSHOT, token, path, type, properties, value | None]  current state for a registration
-    [EV_END, token]                                               that registration's snapshot is complete
-    [EV_ADD, path, type, properties, value | None]               a topic matching a registration appeared
-    [EV_VALUE, path, value]                                       its value changed
-    [EV_REMOVE, path]                                             it was removed
-    [EV_EVENT, path, *event]                                       a time series event (or edit)
+Operations and events are the typed values of :mod:`topics.protocol`.
+:meth:`TopicStore.apply` applies operations in order and returns one
+:class:`~topics.protocol.Ok` or :class:`~topics.protocol.Failed` per
+operation. Every change produces events for the links whose selectors
+match; they accumulate until :meth:`TopicStore.drain_events` hands them out,
+one list per link, so a partition writes each link once per batch.
 
 A registration's snapshot of a TIME_SERIES topic is followed by the events
 its TIME_SERIES_SUBSCRIPTION_RANGE selects (default: the newest event).
@@ -57,13 +21,13 @@ the newest event's if the clock is behind it, so they never go backwards.
 
 Reference topics (topic views, seed 000) arrive as *claims*: a view with
 a precedence (lower wins: the view created first) claims a path with a
-specification and a value (``OP_REF_PUT``; a TIME_SERIES claim carries
-``event = [value, timestamp, author]`` to append, or ``None`` when nothing
+specification and a value (:class:`~topics.protocol.RefPut`; a TIME_SERIES claim carries
+a :class:`~topics.protocol.RefEvent` to append, or ``None`` when nothing
 new happened). The path is bound to the winning claim's reference topic
 unless a normal topic holds it; when the winner drops its claim, the next
 claim takes the path, and when a normal topic is removed the best claim
 takes its place. A delayed view *reserves* a path first
-(``OP_REF_RESERVE``): an unpublished claim that keeps lower views out but
+(:class:`~topics.protocol.RefReserve`): an unpublished claim that keeps lower views out but
 shows nothing until its first put. Reference topics are read-only: ``set``,
 ``append``, ``edit`` and ``add`` on them fail with
 :class:`~topics.errors.ReferenceTopicError`; ``remove`` skips them (and
@@ -101,14 +65,40 @@ from topics.timeseries import (
     Span,
     ViewKind,
 )
+from topics.protocol import (
+    Added,
+    AddTopic,
+    AppendEvent,
+    Appended,
+    Changed,
+    EditEvent,
+    EditMeta,
+    End,
+    EventMeta,
+    Failed,
+    FetchTopics,
+    Ok,
+    Operation,
+    QueryAnswer,
+    QueryEvents,
+    RefDrop,
+    RefDropView,
+    RefEvent,
+    RefPut,
+    RefReserve,
+    Register,
+    Removed,
+    RemoveTopics,
+    Result,
+    SetValue,
+    Snapshot,
+    TopicEvent,
+    TopicRow,
+    Unregister,
+)
 from topics.tree import Topic, TopicTree
 from topics.types import TopicType
 
-OP_ADD, OP_SET, OP_REMOVE, OP_FETCH, OP_REGISTER, OP_UNREGISTER = 1, 2, 3, 4, 5, 6
-OP_APPEND, OP_EDIT, OP_QUERY = 7, 8, 9
-OP_REF_PUT, OP_REF_RESERVE, OP_REF_DROP, OP_REF_DROP_VIEW = 10, 11, 12, 13
-EV_SNAPSHOT, EV_END, EV_ADD, EV_VALUE, EV_REMOVE, EV_EVENT = 1, 2, 3, 4, 5, 6
-OK, FAILED = 0, 1
 CREATED, EXISTS = "CREATED", "EXISTS"
 
 
@@ -129,18 +119,6 @@ def _spec_wire(spec: TopicSpecification) -> list[list[str]]:
     return [list(item) for item in spec.items]
 
 
-def event_wire(event: Event) -> list[Any]:
-    return [
-        event.sequence,
-        event.timestamp,
-        event.author,
-        event.value,
-        event.original_sequence,
-        event.original_timestamp,
-        event.original_author,
-    ]
-
-
 def _no_clock() -> int:
     raise InvalidValueError("this store has no clock: give every event a timestamp")
 
@@ -157,65 +135,55 @@ class TopicStore:
         self.tree = TopicTree()
         self.index: SubscriptionIndex[str] = SubscriptionIndex()
         self._registrations: dict[str, set[Selector]] = {}
-        self._events: dict[str, list[list[Any]]] = {}
+        self._events: dict[str, list[TopicEvent]] = {}
         #: path -> precedence -> claim of a view on that path
         self.claims: dict[str, dict[int, _Claim]] = {}
         #: path -> precedence of the claim whose reference topic is bound there
         self.references: dict[str, int] = {}
+        self._handlers: dict[type[Any], Callable[[str, Any], Any]] = {
+            SetValue: lambda _, op: self.set(op.path, op.data, op.raw, op.type, op.add_if_missing),
+            AddTopic: lambda _, op: self.add(op.path, op.type, op.properties),
+            RemoveTopics: lambda _, op: self.remove(op.selector),
+            FetchTopics: lambda _, op: self.fetch(op.selector, op.with_values, op.with_properties, op.types, op.limit),
+            Register: lambda link, op: self.register(link, op.selector, op.token),
+            Unregister: lambda link, op: self.unregister(link, op.selector),
+            AppendEvent: lambda _, op: self.append(op.path, op.data, op.raw, op.timestamp, op.author),
+            EditEvent: lambda _, op: self.edit(op.path, op.original_sequence, op.data, op.raw, op.author, op.own_only),
+            QueryEvents: lambda _, op: self.query(
+                op.path, op.anchor, op.anchor_value, op.span, op.span_value, op.view, op.limit
+            ),
+            RefPut: lambda _, op: self.ref_put(
+                op.path, op.precedence, op.view, op.type, op.properties, op.value, op.event
+            ),
+            RefReserve: lambda _, op: self.ref_reserve(op.path, op.precedence, op.view),
+            RefDrop: lambda _, op: self.ref_drop(op.path, op.precedence),
+            RefDropView: lambda _, op: self.ref_drop_view(op.precedence),
+        }
 
     # -- batches -----------------------------------------------------------
 
-    def apply(self, gateway: str, operations: Iterable[Any]) -> list[list[Any]]:
+    def apply(self, link: str, operations: Iterable[Operation]) -> list[Result]:
         """Apply a batch in order; a failing operation changes nothing and
         does not stop the ones after it."""
-        results: list[list[Any]] = []
-        for op in operations:
-            try:
-                results.append([OK, self._dispatch(gateway, op)])
-            except TopicModelError as e:
-                results.append([FAILED, e.code, str(e)])
-            except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
-                results.append([FAILED, OperationError.code, f"malformed operation: {e}"])
-        return results
+        return [self.apply_one(link, op) for op in operations]
 
-    def _dispatch(self, gateway: str, op: Any) -> Any:
-        if not isinstance(op, (list, tuple)) or not op:
-            raise OperationError("an operation is a non-empty list")
-        code, *args = op
-        if code == OP_SET:
-            return self.set(*args)
-        if code == OP_ADD:
-            return self.add(*args)
-        if code == OP_REMOVE:
-            return self.remove(*args)
-        if code == OP_FETCH:
-            return self.fetch(*args)
-        if code == OP_REGISTER:
-            return self.register(gateway, *args)
-        if code == OP_UNREGISTER:
-            return self.unregister(gateway, *args)
-        if code == OP_APPEND:
-            return self.append(*args)
-        if code == OP_EDIT:
-            return self.edit(*args)
-        if code == OP_QUERY:
-            return self.query(*args)
-        if code == OP_REF_PUT:
-            return self.ref_put(*args)
-        if code == OP_REF_RESERVE:
-            return self.ref_reserve(*args)
-        if code == OP_REF_DROP:
-            return self.ref_drop(*args)
-        if code == OP_REF_DROP_VIEW:
-            return self.ref_drop_view(*args)
-        raise OperationError(f"unknown operation code {code!r}")
+    def apply_one(self, link: str, op: Operation) -> Result:
+        handler = self._handlers.get(type(op))
+        if handler is None:
+            return Failed(OperationError.code, f"not an operation: {op!r}")
+        try:
+            return Ok(handler(link, op))
+        except TopicModelError as e:
+            return Failed(e.code, str(e))
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
+            return Failed(OperationError.code, f"malformed operation {type(op).__name__}: {e}")
 
-    def drain_events(self) -> dict[str, list[list[Any]]]:
-        """The events accumulated since the last drain, by gateway id."""
+    def drain_events(self) -> dict[str, list[TopicEvent]]:
+        """The events accumulated since the last drain, by link id."""
         events, self._events = self._events, {}
         return events
 
-    def _emit(self, path: str, event: list[Any]) -> None:
+    def _emit(self, path: str, event: TopicEvent) -> None:
         for gateway in self.index.match(path):
             self._events.setdefault(gateway, []).append(event)
 
@@ -229,7 +197,7 @@ class TopicStore:
         topic, created = self.tree.add(path, spec)
         if not created:
             return EXISTS
-        self._emit(topic.path, [EV_ADD, topic.path, spec.type.value, _spec_wire(spec), None])
+        self._emit(topic.path, Added(topic.path, spec.type.value, _spec_wire(spec), None))
         return CREATED
 
     def set(
@@ -268,10 +236,10 @@ class TopicStore:
             stored = values.accept(spec.type, data, raw=raw)
         if created:
             self._store(topic, stored)
-            self._emit(topic.path, [EV_ADD, topic.path, spec.type.value, _spec_wire(spec), stored])
+            self._emit(topic.path, Added(topic.path, spec.type.value, _spec_wire(spec), stored))
             return CREATED
         self._store(topic, stored)
-        self._emit(topic.path, [EV_VALUE, topic.path, stored])
+        self._emit(topic.path, Changed(topic.path, stored))
         return None
 
     def _store(self, topic: Topic, stored: bytes) -> None:
@@ -286,7 +254,7 @@ class TopicStore:
         removed = [t for t in self.tree.select(sel) if t.path not in self.references]
         for topic in removed:
             self.tree.remove(topic.path)
-            self._emit(topic.path, [EV_REMOVE, topic.path])
+            self._emit(topic.path, Removed(topic.path))
             if topic.path in self.claims:
                 self._rebind(topic.path)
         return len(removed)
@@ -306,7 +274,7 @@ class TopicStore:
         with_properties: bool = False,
         types: list[str] | None = None,
         limit: int | None = None,
-    ) -> list[list[Any]]:
+    ) -> list[TopicRow]:
         sel = parse_selector(selector)
         wanted = {TopicType.parse(t) for t in types} if types else None
         if limit is not None and (not isinstance(limit, int) or limit < 0):
@@ -318,13 +286,13 @@ class TopicStore:
         if limit is not None:
             chosen = chosen[:limit]
         return [
-            [
+            TopicRow(
                 t.path,
                 t.type.value,
                 _spec_wire(t.specification) if with_properties else None,
                 self._value_of(t) if with_values else None,
                 t.specification.event_type.value if t.specification.event_type else None,
-            ]
+            )
             for t in chosen
         ]
 
@@ -354,14 +322,14 @@ class TopicStore:
 
     def append(
         self, path: str, data: bytes, raw: bool, timestamp: int | None = None, author: str = ""
-    ) -> list[Any]:
+    ) -> EventMeta:
         topic, log, event_type = self._series(path)
         stored = values.accept(event_type, data, raw=raw)
         if timestamp is None:
             timestamp = self._now(log)
         event = log.append(stored, timestamp, author)
-        self._emit(topic.path, [EV_EVENT, topic.path, *event_wire(event)])
-        return [event.sequence, event.timestamp, event.author]
+        self._emit(topic.path, Appended(topic.path, event))
+        return EventMeta(event.sequence, event.timestamp, event.author)
 
     def edit(
         self,
@@ -371,7 +339,7 @@ class TopicStore:
         raw: bool,
         author: str = "",
         own_only: bool = False,
-    ) -> list[Any]:
+    ) -> EditMeta:
         """Edit an event; with ``own_only`` only an event ``author`` wrote."""
         topic, log, event_type = self._series(path)
         if not isinstance(original_sequence, int) or isinstance(original_sequence, bool):
@@ -383,9 +351,10 @@ class TopicStore:
             )
         stored = values.accept(event_type, data, raw=raw)
         event = log.edit(original_sequence, stored, self._now(log), author)
-        self._emit(topic.path, [EV_EVENT, topic.path, *event_wire(event)])
-        return [event.sequence, event.timestamp, event.author, event.original_sequence,
-                event.original_timestamp, event.original_author]
+        self._emit(topic.path, Appended(topic.path, event))
+        assert event.original_sequence is not None and event.original_timestamp is not None
+        return EditMeta(event.sequence, event.timestamp, event.author, event.original_sequence,
+                        event.original_timestamp, event.original_author or "")
 
     def query(
         self,
@@ -396,14 +365,14 @@ class TopicStore:
         span_value: int = 0,
         view: str = ViewKind.VALUES.value,
         limit: int | None = None,
-    ) -> list[Any]:
+    ) -> QueryAnswer:
         _, log, event_type = self._series(path, writing=False)
         try:
             q = RangeQuery(Anchor(anchor), anchor_value, Span(span), span_value, ViewKind(view), limit)
         except ValueError as e:
             raise RangeQueryError(f"invalid range query: {e}") from None
         result = log.query(q)
-        return [result.selected_count, [event_wire(e) for e in result.events], event_type.value]
+        return QueryAnswer(result.selected_count, list(result.events), event_type.value)
 
     # -- reference topics (topic views) ------------------------------------
 
@@ -415,7 +384,7 @@ class TopicStore:
         type_name: str,
         properties: dict[str, str] | None,
         value: bytes | None,
-        event: list[Any] | None = None,
+        event: RefEvent | None = None,
     ) -> None:
         spec = TopicSpecification.of(type_name, properties)
         if value is not None:
@@ -465,7 +434,7 @@ class TopicStore:
             if bound == winner and topic.specification == claim.spec:
                 if claim.value is not None and claim.value != topic.value:
                     self._store(topic, claim.value)
-                    self._emit(path, [EV_VALUE, path, claim.value])
+                    self._emit(path, Changed(path, claim.value))
                 return
             self._unbind(path)
         topic, _ = self.tree.add(path, claim.spec)
@@ -473,24 +442,24 @@ class TopicStore:
         if claim.value is not None:
             self._store(topic, claim.value)
         spec = claim.spec
-        self._emit(path, [EV_ADD, path, spec.type.value, _spec_wire(spec), topic.value])
+        self._emit(path, Added(path, spec.type.value, _spec_wire(spec), topic.value))
 
     def _unbind(self, path: str) -> None:
         del self.references[path]
         self.tree.remove(path)
-        self._emit(path, [EV_REMOVE, path])
+        self._emit(path, Removed(path))
 
-    def _ref_append(self, path: str, event: list[Any]) -> None:
+    def _ref_append(self, path: str, event: RefEvent) -> None:
         topic = self.tree.get(path)
         if topic is None or topic.log is None or topic.specification.event_type is None:
             return
-        data, timestamp, author = event
+        data, timestamp, author = event.value, event.timestamp, event.author
         stored = values.validate(topic.specification.event_type, data)
         latest = topic.log.latest
         if latest is not None and timestamp < latest.timestamp:
             timestamp = latest.timestamp
         appended = topic.log.append(stored, timestamp, author)
-        self._emit(path, [EV_EVENT, path, *event_wire(appended)])
+        self._emit(path, Appended(path, appended))
 
     # -- registrations -----------------------------------------------------
 
@@ -501,14 +470,12 @@ class TopicStore:
         out = self._events.setdefault(gateway, [])
         for topic in self.tree.select(sel):
             spec = topic.specification
-            out.append(
-                [EV_SNAPSHOT, token, topic.path, spec.type.value, _spec_wire(spec), topic.value]
-            )
+            out.append(Snapshot(token, topic.path, spec.type.value, _spec_wire(spec), topic.value))
             if topic.log is not None:
                 window = spec.subscription_range or DEFAULT_SUBSCRIPTION_RANGE
                 for event in topic.log.tail(window):
-                    out.append([EV_EVENT, topic.path, *event_wire(event)])
-        out.append([EV_END, token])
+                    out.append(Appended(topic.path, event))
+        out.append(End(token))
 
     def unregister(self, gateway: str, selector: str) -> None:
         sel = parse_selector(selector)

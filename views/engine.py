@@ -6,8 +6,8 @@ The engine reads the partitions' event stream (the format of
 source selector and, as literal paths, the topics its inserts read. It keeps
 the topics it has seen, re-derives a source when it or a topic it inserts
 from changes (:func:`views.evaluate.derive`), and turns the difference into
-reference-topic claims for the partitions (``OP_REF_PUT``, ``OP_REF_DROP``,
-``OP_REF_RESERVE``, ``OP_REF_DROP_VIEW``): only what changed is sent.
+reference-topic claims for the partitions (:class:`~topics.protocol.RefPut`,
+``RefDrop``, ``RefReserve``, ``RefDropView``): only what changed is sent.
 
 Rules kept here (seed 000):
 
@@ -46,16 +46,19 @@ from typing import Any
 from sessions.security import PathPermission
 from topics.selectors import parse_selector
 from topics.specification import TopicSpecification
-from topics.store import (
-    EV_ADD,
-    EV_EVENT,
-    EV_REMOVE,
-    EV_SNAPSHOT,
-    EV_VALUE,
-    OP_REF_DROP,
-    OP_REF_DROP_VIEW,
-    OP_REF_PUT,
-    OP_REF_RESERVE,
+from topics.protocol import (
+    Added,
+    Appended,
+    Changed,
+    Operation,
+    RefDrop,
+    RefDropView,
+    RefEvent,
+    RefPut,
+    RefReserve,
+    Removed,
+    Snapshot,
+    TopicEvent,
 )
 from topics.sublist import SubscriptionIndex
 from topics.types import TopicType
@@ -102,9 +105,9 @@ class Changes:
     register: list[str] = field(default_factory=list)
     unregister: list[str] = field(default_factory=list)
     #: (routing path or None for every partition, operation)
-    operations: list[tuple[str | None, list[Any]]] = field(default_factory=list)
+    operations: list[tuple[str | None, Operation]] = field(default_factory=list)
     #: (due ms, view name, routing path, operation) for delayed views
-    delayed: list[tuple[int, str, str, list[Any]]] = field(default_factory=list)
+    delayed: list[tuple[int, str, str, Operation]] = field(default_factory=list)
 
 
 @dataclass
@@ -167,7 +170,7 @@ class ViewEngine:
             # the replacement keeps the precedence: its claims overwrite the old ones in
             # place, and only the paths it no longer claims are dropped
             for path in old.emitted.keys() - view.emitted.keys():
-                self._changes.operations.append((path, [OP_REF_DROP, path, definition.precedence]))
+                self._changes.operations.append((path, RefDrop(path, definition.precedence)))
         return self._take()
 
     def remove_view(self, name: str, now: int) -> Changes:
@@ -186,7 +189,7 @@ class ViewEngine:
             for path in reads:
                 self._unread(path, name, source_path)
         if drop:
-            self._changes.operations.append((None, [OP_REF_DROP_VIEW, view.definition.precedence]))
+            self._changes.operations.append((None, RefDropView(view.definition.precedence)))
 
     def definitions(self) -> list[ViewDefinition]:
         return sorted((v.definition for v in self.views.values()), key=lambda d: d.precedence)
@@ -207,32 +210,32 @@ class ViewEngine:
 
     # -- events ------------------------------------------------------------------------
 
-    def on_events(self, events: list[list[Any]], now: int) -> Changes:
-        """Apply a batch of partition events (``topics.store`` format)."""
+    def on_events(self, events: list[TopicEvent], now: int) -> Changes:
+        """Apply a batch of partition events (:mod:`topics.protocol`)."""
         self._now = now
         for event in events:
-            code = event[0]
-            if code == EV_SNAPSHOT:
-                _, _token, path, type_name, properties, value = event
-                self._topic(path, Source(path, TopicSpecification.of(type_name, dict(properties)), value))
-            elif code == EV_ADD:
-                _, path, type_name, properties, value = event
-                self._topic(path, Source(path, TopicSpecification.of(type_name, dict(properties)), value))
-            elif code == EV_VALUE:
-                _, path, value = event
-                known = self.topics.get(path)
+            if isinstance(event, Changed):
+                known = self.topics.get(event.path)
                 if known is not None:
-                    self._topic(path, Source(path, known.specification, value), [value, now, ""])
-            elif code == EV_REMOVE:
-                self._topic(event[1], None)
-            elif code == EV_EVENT:
-                path, _seq, timestamp, author, value, original = event[1:7]
-                known = self.topics.get(path)
-                if known is not None and original is None:
-                    self._topic(path, Source(path, known.specification, value), [value, timestamp, author])
+                    source = Source(event.path, known.specification, event.value)
+                    self._topic(event.path, source, RefEvent(event.value, now, ""))
+            elif isinstance(event, (Snapshot, Added)):
+                spec = TopicSpecification.of(event.type, dict(event.properties))
+                self._topic(event.path, Source(event.path, spec, event.value))
+            elif isinstance(event, Removed):
+                self._topic(event.path, None)
+            elif isinstance(event, Appended):
+                known = self.topics.get(event.path)
+                appended = event.event
+                if known is not None and appended.original_sequence is None:
+                    self._topic(
+                        event.path,
+                        Source(event.path, known.specification, appended.value),
+                        RefEvent(appended.value, appended.timestamp, appended.author),
+                    )
         return self._take()
 
-    def _topic(self, path: str, source: Source | None, event: list[Any] | None = None) -> None:
+    def _topic(self, path: str, source: Source | None, event: RefEvent | None = None) -> None:
         if source is None:
             if self.topics.pop(path, None) is None:
                 return
@@ -250,7 +253,7 @@ class ViewEngine:
 
     # -- derivation --------------------------------------------------------------------
 
-    def _derive(self, view: _View, source_path: str, source: Source | None, event: list[Any] | None = None) -> None:
+    def _derive(self, view: _View, source_path: str, source: Source | None, event: RefEvent | None = None) -> None:
         name = view.definition.name
         roles = view.definition.roles
         outputs: list[Output] = []
@@ -290,7 +293,7 @@ class ViewEngine:
         else:
             view.derived.pop(source_path, None)
 
-    def _publish(self, view: _View, path: str, event: list[Any] | None) -> None:
+    def _publish(self, view: _View, path: str, event: RefEvent | None) -> None:
         claimants = view.claimants.get(path)
         output = next(iter(claimants.values())) if claimants else None
         emitted = view.emitted.get(path)
@@ -299,33 +302,34 @@ class ViewEngine:
                 del view.emitted[path]
                 if view.throttle is not None:
                     view.throttle.forget(path)
-                self._send(view, path, [OP_REF_DROP, path, view.definition.precedence])
+                self._send(view, path, RefDrop(path, view.definition.precedence))
             return
         ts = output.specification.type is TopicType.TIME_SERIES
         if emitted == output and event is None:
             return
         if ts and emitted is None and event is None and output.value is not None:
-            event = [output.value, self._now, ""]  # a new time series starts with the current value
+            event = RefEvent(output.value, self._now, "")  # a new time series starts with the current value
         view.emitted[path] = output
         if view.throttle is not None and not ts:
             # a creation is never held, but it counts as a publication
             if not view.throttle.offer(path, output, self._now) and emitted is not None:
                 return
         if emitted is None and view.spec.delay_ms is not None:
-            self._changes.operations.append((path, [OP_REF_RESERVE, path, view.definition.precedence, view.definition.name]))
+            self._changes.operations.append((path, RefReserve(path, view.definition.precedence, view.definition.name)))
         self._send(view, path, self._put(view, output, event if ts else None))
 
-    def _put(self, view: _View, output: Output, event: list[Any] | None) -> list[Any]:
+    def _put(self, view: _View, output: Output, event: RefEvent | None) -> RefPut:
         type_name, properties = _wire(output.specification)
         ts = output.specification.type is TopicType.TIME_SERIES
         if ts and event is not None:
-            event = [output.value, event[1], event[2]]
-        return [
-            OP_REF_PUT, output.path, view.definition.precedence, view.definition.name,
+            assert output.value is not None
+            event = RefEvent(output.value, event.timestamp, event.author)
+        return RefPut(
+            output.path, view.definition.precedence, view.definition.name,
             type_name, properties, None if ts else output.value, event,
-        ]
+        )
 
-    def _send(self, view: _View, path: str, operation: list[Any]) -> None:
+    def _send(self, view: _View, path: str, operation: Operation) -> None:
         delay = view.spec.delay_ms
         if delay is None:
             self._changes.operations.append((path, operation))

@@ -18,6 +18,12 @@ Differences from a plain RFC 6902 implementation:
 Application never mutates its input and is atomic: it returns the fully
 patched document or raises :class:`PatchFailed`. The result shares the parts
 no operation touched with the input (see :mod:`views.pointer`).
+
+Not built on jsonpatch: ``JsonPatch.apply`` deep-copies the whole document
+before the first operation (in place, it mutates the input), which makes a
+typical view patch 3-130x slower than here, where only the containers along
+each path are copied (figures: bench/json_patch.py). jsonpatch is the oracle
+in tests/unit/views/test_patch.py.
 """
 
 from __future__ import annotations

@@ -1,11 +1,23 @@
-"""The pure packages import no Ray, no asyncio, no PySpark and do no I/O."""
+"""The pure packages import no Ray, no asyncio, no PySpark and do no I/O; the client stands alone.
+
+The layers, each importing only those before it: topics <- sessions <- views
+<- canopy (the client) <- replication/fanout/history (distributed logic) <-
+actors (the Ray shells) <- cluster; the actors may use cluster's small leaf
+modules (names, partitioning, settings).
+The client installs without the server extra, so nothing it imports may need
+Ray, PySpark or a server package.
+"""
 
 from __future__ import annotations
 
 import ast
+import json
 import pathlib
+import re
 import subprocess
 import sys
+import tomllib
+from typing import NamedTuple
 
 import pytest
 
@@ -35,27 +47,96 @@ FORBIDDEN = {
 TRANSITIVE = FORBIDDEN - {"time", "threading"}
 
 
+# Each project package, and the project packages above it in the layering.
+LAYERS = ["topics", "sessions", "views", "canopy", "replication", "fanout", "history", "actors", "cluster"]
+ABOVE = {
+    "topics": LAYERS[1:],
+    "sessions": LAYERS[2:],
+    "views": LAYERS[3:],
+    "canopy": LAYERS[4:],
+    "replication": ["actors", "cluster"],
+    "fanout": ["actors", "cluster"],
+    "history": ["actors", "cluster"],
+    "actors": ["cluster"],
+}
+#: the modules of a layer above that a package may use all the same
+LEAVES = {"actors": {"cluster.names", "cluster.partitioning", "cluster.config"}}
+# What only the server extra installs: the client may not import it, even lazily.
+SERVER_ONLY = {"ray", "pyspark", "py4j", "lark", "jsonpatch", "jsonpointer"}
+CLIENT_MODULES = ["canopy", "canopy.client", "canopy.sync", "canopy.cli", "canopy.errors", "canopy.protocol",
+                  "canopy.demo", "cluster.cli"]
+
+
 def _modules(package: str) -> list[pathlib.Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
+class Import(NamedTuple):
+    where: str  # FILE:LINE
+    module: str
+
+    @property
+    def top(self) -> str:
+        return self.module.split(".")[0]
+
+
+def _imports(package: str) -> list[Import]:
+    """Every absolute import in ``package``, at any depth (a lazy import counts)."""
+    found: list[Import] = []
+    for file in _modules(package):
+        where = str(file.relative_to(ROOT))
+        for node in ast.walk(ast.parse(file.read_text(), str(file))):
+            if isinstance(node, ast.Import):
+                found.extend(Import(f"{where}:{node.lineno}", a.name) for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                # ``from cluster import names`` uses cluster.names
+                found.extend(Import(f"{where}:{node.lineno}", f"{node.module}.{a.name}") for a in node.names)
+    return found
+
+
 @pytest.mark.parametrize("package", PURE)
 def test_no_forbidden_import_statements(package: str) -> None:
-    offenders = []
+    offenders = [f"{i.where} imports {i.module}" for i in _imports(package) if i.top in FORBIDDEN]
     for file in _modules(package):
-        tree = ast.parse(file.read_text(), str(file))
-        for node in ast.walk(tree):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            for name in names:
-                if name.split(".")[0] in FORBIDDEN:
-                    offenders.append(f"{file.relative_to(ROOT)}:{node.lineno} imports {name}")
+        for node in ast.walk(ast.parse(file.read_text(), str(file))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
                 offenders.append(f"{file.relative_to(ROOT)}:{node.lineno} calls open()")
     assert offenders == []
+
+
+@pytest.mark.parametrize("package", sorted(ABOVE))
+def test_nothing_imports_a_layer_above_it(package: str) -> None:
+    forbidden = set(ABOVE[package]) | ({"ray", "pyspark", "py4j"} if package == "canopy" else set())
+    allowed = LEAVES.get(package, set())
+    offenders = [
+        f"{i.where} imports {i.module}"
+        for i in _imports(package)
+        if i.top in forbidden and not any(i.module == a or i.module.startswith(a + ".") for a in allowed)
+    ]
+    assert offenders == []
+
+
+def test_the_client_needs_only_the_base_dependencies() -> None:
+    """What importing the client loads comes from the standard library, the project or a base dependency."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    base = {re.match(r"[A-Za-z0-9._-]+", req).group().lower() for req in project["dependencies"]}  # type: ignore[union-attr]
+    code = (
+        "import importlib, importlib.metadata, json, sys\n"
+        "before = set(sys.modules)\n"
+        f"for name in {CLIENT_MODULES!r}:\n"
+        "    importlib.import_module(name)\n"
+        "import canopy\n"
+        "canopy.connect, canopy.connect_sync, canopy.TopicType\n"
+        "owners = importlib.metadata.packages_distributions()\n"
+        "loaded = {m.split('.')[0] for m in set(sys.modules) - before}\n"
+        "print(json.dumps({m: owners.get(m, []) for m in sorted(loaded)}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    loaded: dict[str, list[str]] = json.loads(out.stdout)
+    server = sorted(m for m in loaded if m in SERVER_ONLY or m in LAYERS[4:-1] or m in ("sessions", "views"))
+    assert server == [], f"the client imports server-side modules: {server}"
+    foreign = {m: d for m, d in loaded.items() if d and not {x.lower() for x in d} & (base | {"canopy"})}
+    assert foreign == {}, f"the client imports modules outside its base dependencies {sorted(base)}: {foreign}"
 
 
 def test_importing_the_pure_packages_loads_no_forbidden_module() -> None:

@@ -1,12 +1,21 @@
 from __future__ import annotations
 
+import argparse
+import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from cluster.config import ConfigError, ServerConfig, load
+from canopy.cli import build_parser
+from cluster import cli
+from cluster.config import SETTINGS, ConfigError, ServerConfig, Setting, load, settings_table
 from cluster.partitioning import default_partition_count, partition_of, partitions_for
 from topics.selectors import parse_selector
+
+ROOT = Path(__file__).resolve().parents[3]
+FILE_ONLY = {"admin_password", "allow_anonymous", "countries"}
 
 
 def test_defaults() -> None:
@@ -29,9 +38,16 @@ def test_file_then_overrides(tmp_path: Path) -> None:
         ("port = 'x'", "port must be an integer"),
         ("port = true", "port must be an integer"),
         ("partitions = 0", "partitions must be at least 1"),
-        ("port = 70000", "port must be 0..65535"),
-        ("hub_root = '//'", "hub_root"),
-        ("max_frame_size = 10", "max_frame_size"),
+        ("port = 70000", "port must be at least 0 and at most 65535, got 70000"),
+        ("hub_root = '//'", "hub_root is not a topic path"),
+        ("max_frame_size = 10", "max_frame_size must be at least 1024"),
+        ("batch_window_ms = 1001", "batch_window_ms must be at least 0 and at most 1000"),
+        ("namespace = ''", "namespace may not be empty"),
+        ("admin_password = 'short'", "admin_password must have at least 8 characters"),
+        ("allow_anonymous = 1", "allow_anonymous must be true or false"),
+        ("countries = 'DE'", "countries must be a table"),
+        ("[countries]\n'10.0.0.0/33' = 'DE'", "countries has an invalid network"),
+        ("[countries]\n'10.0.0.0/8' = 1", "countries must map '10.0.0.0/8' to a country code string"),
         ("port = [", "not valid TOML"),
     ],
 )
@@ -51,6 +67,106 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_bad_override() -> None:
     with pytest.raises(ConfigError, match="command line: queue_limit must be at least 1"):
         ServerConfig().with_overrides({"queue_limit": 0})
+
+
+def test_construction_validates() -> None:
+    with pytest.raises(ConfigError, match="configuration: port must be an integer, got '80'"):
+        ServerConfig(port="80")  # type: ignore[arg-type]
+    assert ServerConfig(countries={"10.0.0.0/8": "DE"}, allow_anonymous=False).countries == {"10.0.0.0/8": "DE"}
+
+
+def test_the_environment_gives_the_settings_that_name_a_variable(tmp_path: Path) -> None:
+    assert load(environ={"CANOPY_ADMIN_PASSWORD": "long enough"}).admin_password == "long enough"
+    assert load(environ={"CANOPY_ADMIN_PASSWORD": ""}).admin_password is None  # empty: not set
+    with pytest.raises(ConfigError, match=r"^\$CANOPY_ADMIN_PASSWORD: admin_password must have at least 8"):
+        load(environ={"CANOPY_ADMIN_PASSWORD": "short"})
+    path = tmp_path / "canopy.toml"
+    path.write_text("admin_password = 'from the file'\n")
+    assert load(path, environ={"CANOPY_ADMIN_PASSWORD": "from the environment"}).admin_password == (
+        "from the environment"
+    )
+
+
+# -- one declaration: the loader, the `canopy serve` flags, the help and the README agree ------------
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    root = build_parser(cli.add_serve)
+    commands = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
+    serve: argparse.ArgumentParser = commands.choices["serve"]
+    return serve
+
+
+def _sample(s: Setting) -> Any:
+    """A valid value for ``s`` other than its default."""
+    if s.kind is int:
+        value = (s.default if s.default is not None else s.low or 0) + 1
+        return min(value, s.high) if s.high is not None else value
+    if s.kind is bool:
+        return not s.default
+    return f"sample-{s.name}"
+
+
+def test_every_setting_is_a_flag_or_deliberately_file_only() -> None:
+    assert {s.name for s in SETTINGS if s.flag is None} == FILE_ONLY
+    assert all(s.file_only for s in SETTINGS if s.flag is None)  # each says why
+    options = {a.option_strings[0]: a.dest for a in _serve_parser()._actions if a.option_strings}
+    assert options.pop("-h") == "help" and options.pop("--config") == "config"
+    assert options == {s.flag: s.name for s in SETTINGS if s.flag is not None}
+    assert {s.name for s in SETTINGS} == set(ServerConfig.__dataclass_fields__)
+
+
+def test_the_flags_and_the_file_give_the_same_configuration(tmp_path: Path) -> None:
+    flagged = [s for s in SETTINGS if s.flag is not None]
+    args = _serve_parser().parse_args([part for s in flagged for part in (str(s.flag), str(_sample(s)))])
+    from_flags = {s.name: getattr(args, s.name) for s in flagged}
+    assert from_flags == {s.name: _sample(s) for s in flagged}
+
+    path = tmp_path / "same.toml"
+    path.write_text("".join(f"{name} = {json.dumps(value)}\n" for name, value in from_flags.items()))
+    assert load(None, from_flags) == load(path) != ServerConfig()
+
+    unset = _serve_parser().parse_args([])  # flags not given leave the file's values alone
+    assert load(path, {s.name: getattr(unset, s.name) for s in flagged}) == load(path)
+
+
+def test_flag_values_are_checked_like_file_values(tmp_path: Path) -> None:
+    path = tmp_path / "canopy.toml"
+    path.write_text("partitions = 0\n")
+    with pytest.raises(ConfigError) as from_file:
+        load(path)
+    with pytest.raises(ConfigError) as from_flag:
+        load(None, {"partitions": 0})
+    assert str(from_file.value).replace(str(path), "command line") == str(from_flag.value)
+
+
+def test_serve_help_shows_every_setting() -> None:
+    text = _serve_parser().format_help()
+    for s in SETTINGS:
+        assert (s.flag or s.name) in text
+    assert all(s.name in settings_table() for s in SETTINGS)
+
+
+def test_serve_without_the_server_installed_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "server_installed", lambda: False)
+    assert cli.main(["serve", "--port", "0"]) == 2
+    assert capsys.readouterr().err == "canopy serve: the server is not installed: pip install 'canopy[server]'\n"
+
+
+def test_the_readme_lists_every_serve_flag_and_file_only_setting() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Running the broker: `canopy serve`", 1)[1].split("\n## ", 1)[0]
+    synopsis = section.split("```", 2)[1]
+    assert set(re.findall(r"--[a-z][a-z-]*", synopsis)) == {"--config"} | {s.flag for s in SETTINGS if s.flag}
+    shown = dict(re.findall(r"\[(--[a-z-]+) ([^\]]+)\]", synopsis))
+    for s in SETTINGS:
+        if s.flag is not None:  # each flag shows its default, or a placeholder when the default varies
+            assert shown[s.flag] in (str(s.default), s.metavar or "N"), (s.flag, shown[s.flag])
+    for s in SETTINGS:
+        if s.flag is None:
+            assert f"`{s.name}" in section or f"`[{s.name}]`" in section, s.name
 
 
 def test_partitioning_is_stable_and_spread() -> None:

@@ -5,12 +5,12 @@ from typing import Any
 import cbor2
 import pytest
 
-from canopy import protocol as wire
+from sessions.deliveries import Subscribed, Unsubscribed, Update
 from sessions.registry import SessionRegistry
 from sessions.security import PermissionDenied, SecurityStore, default_store
 from sessions.trees import BranchMappingTable, SessionTrees
 from topics.selectors import Selector, parse_selector
-from topics.store import EV_ADD, EV_END, EV_REMOVE, EV_SNAPSHOT, EV_VALUE
+from topics.protocol import Added, Changed, End, Removed, Snapshot, TopicEvent
 
 
 def cb(value: Any) -> bytes:
@@ -29,8 +29,8 @@ def messages(registry: SessionRegistry, sid: str) -> list[Any]:
         batch = queue.take()
         if not batch:
             return out
-        for m in wire.decode(wire.frame(batch)):
-            if isinstance(m, wire.Subscribed):
+        for m in batch:
+            if isinstance(m, Subscribed):
                 aliases[m.alias] = m.path
             out.append(m)
 
@@ -39,12 +39,12 @@ def summary(registry: SessionRegistry, sid: str) -> list[tuple[Any, ...]]:
     out: list[tuple[Any, ...]] = []
     aliases: dict[int, str] = registry.__dict__.setdefault("_test_aliases", {})
     for m in messages(registry, sid):
-        if isinstance(m, wire.Subscribed):
+        if isinstance(m, Subscribed):
             aliases[m.alias] = m.path
             out.append(("sub", m.path, cbor2.loads(m.value) if m.value else None))
-        elif isinstance(m, wire.Value):
+        elif isinstance(m, Update):
             out.append(("val", aliases.get(m.alias, m.alias), cbor2.loads(m.value)))
-        elif isinstance(m, wire.Unsubscribed):
+        elif isinstance(m, Unsubscribed):
             out.append(("unsub", aliases.get(m.alias, m.alias), m.reason))
         else:
             out.append((type(m).__name__,))
@@ -54,11 +54,11 @@ def summary(registry: SessionRegistry, sid: str) -> list[tuple[Any, ...]]:
 def feed_snapshot(r: SessionRegistry, regs: list[tuple[Selector, int]], topics: dict[str, tuple[str, Any]]) -> None:
     """Answer registrations the way partitions would, from a dict path -> (type, value)."""
     for selector, token in regs:
-        events: list[list[Any]] = []
+        events: list[TopicEvent] = []
         for path, (type_name, value) in topics.items():
             if selector.matches(path):
-                events.append([EV_SNAPSHOT, token, path, type_name, [], cb(value) if value is not None else None])
-        events.append([EV_END, token])
+                events.append(Snapshot(token, path, type_name, [], cb(value) if value is not None else None))
+        events.append(End(token))
         r.on_events(events)
 
 
@@ -68,9 +68,9 @@ def test_first_subscription_registers_then_snapshot_makes_it_live() -> None:
     regs, waits = r.subscribe("s1", sel("?a/.*"))
     assert [str(s) for s, _ in regs] == ["?a/.*"] and waits == [regs[0][1]]
     token = regs[0][1]
-    assert r.on_events([[EV_SNAPSHOT, token, "a/x", "INT64", [], cb(1)], [EV_END, token]]) == []
+    assert r.on_events([Snapshot(token, "a/x", "INT64", [], cb(1)), End(token)]) == []
     assert summary(r, "s1") == [("sub", "a/x", 1)]
-    assert r.on_events([[EV_END, token]]) == [token]
+    assert r.on_events([End(token)]) == [token]
     assert r.is_live(token)
 
 
@@ -92,7 +92,7 @@ def test_values_fan_out_once_encoded() -> None:
     regs, _ = r.subscribe("s1", sel("?a/.*"))
     r.subscribe("s2", sel("?a/.*"))
     token = regs[0][1]
-    r.on_events([[EV_ADD, "a/x", "STRING", [], None], [EV_END, token], [EV_VALUE, "a/x", cb("1")]])
+    r.on_events([Added("a/x", "STRING", [], None), End(token), Changed("a/x", cb("1"))])
     assert messages(r, "s1") == messages(r, "s2")
 
 
@@ -115,7 +115,7 @@ def test_removed_topics_unsubscribe_with_reason() -> None:
     regs, _ = r.subscribe("s", sel("?a/.*"))
     feed_snapshot(r, regs, {"a/x": ("STRING", None)})
     messages(r, "s")
-    r.on_events([[EV_REMOVE, "a/x"]])
+    r.on_events([Removed("a/x")])
     assert summary(r, "s") == [("unsub", "a/x", "REMOVED")]
     assert len(r.cache) == 0
 
@@ -125,8 +125,8 @@ def test_conflation_always() -> None:
     r.open("s", "", {})
     regs, _ = r.subscribe("s", sel(">t"))
     token = regs[0][1]
-    r.on_events([[EV_SNAPSHOT, token, "t", "INT64", [["CONFLATION", "always"]], cb(0)], [EV_END, token]])
-    r.on_events([[EV_VALUE, "t", cb(i)] for i in range(1, 6)])
+    r.on_events([Snapshot(token, "t", "INT64", [["CONFLATION", "always"]], cb(0)), End(token)])
+    r.on_events([Changed("t", cb(i)) for i in range(1, 6)])
     assert summary(r, "s") == [("sub", "t", 0), ("val", "t", 5)]
 
 
@@ -135,10 +135,10 @@ def test_unsubscribe_policy_under_backpressure_until_resubscribe() -> None:
     r.open("s", "", {})
     regs, _ = r.subscribe("s", sel(">t"))
     token = regs[0][1]
-    r.on_events([[EV_SNAPSHOT, token, "t", "INT64", [["CONFLATION", "unsubscribe"]], cb(0)], [EV_END, token]])
-    r.on_events([[EV_VALUE, "t", cb(i)] for i in range(1, 5)])
+    r.on_events([Snapshot(token, "t", "INT64", [["CONFLATION", "unsubscribe"]], cb(0)), End(token)])
+    r.on_events([Changed("t", cb(i)) for i in range(1, 5)])
     assert summary(r, "s") == [("sub", "t", 0), ("unsub", "t", "BACK_PRESSURE")]
-    r.on_events([[EV_VALUE, "t", cb(9)]])
+    r.on_events([Changed("t", cb(9))])
     assert summary(r, "s") == []
     r.subscribe("s", sel(">t"))
     assert summary(r, "s") == [("sub", "t", 9)]
@@ -149,8 +149,8 @@ def test_overflow_marks_the_session_for_closing() -> None:
     r.open("s", "", {})
     regs, _ = r.subscribe("s", sel(">t"))
     token = regs[0][1]
-    r.on_events([[EV_SNAPSHOT, token, "t", "INT64", [["CONFLATION", "off"]], None], [EV_END, token]])
-    r.on_events([[EV_VALUE, "t", cb(i)] for i in range(5)])
+    r.on_events([Snapshot(token, "t", "INT64", [["CONFLATION", "off"]], None), End(token)])
+    r.on_events([Changed("t", cb(i)) for i in range(5)])
     closing = r.take_closing()
     assert list(closing) == ["s"] and closing["s"][0] == "QUEUE_LIMIT"
 
@@ -175,8 +175,8 @@ def test_dont_retain_value_topics_are_not_cached_with_values() -> None:
     r.open("s2", "", {})
     regs, _ = r.subscribe("s1", sel(">t"))
     token = regs[0][1]
-    r.on_events([[EV_SNAPSHOT, token, "t", "STRING", [["DONT_RETAIN_VALUE", "true"]], None], [EV_END, token],
-                 [EV_VALUE, "t", cb("x")]])
+    r.on_events([Snapshot(token, "t", "STRING", [["DONT_RETAIN_VALUE", "true"]], None), End(token),
+                 Changed("t", cb("x"))])
     assert summary(r, "s1") == [("sub", "t", None), ("val", "t", "x")]
     r.subscribe("s2", sel(">t"))
     assert summary(r, "s2") == [("sub", "t", None)]
@@ -185,7 +185,7 @@ def test_dont_retain_value_topics_are_not_cached_with_values() -> None:
 def test_events_for_topics_nobody_watches_are_ignored() -> None:
     r = SessionRegistry()
     r.open("s", "", {})
-    r.on_events([[EV_ADD, "zzz", "STRING", [], None], [EV_VALUE, "zzz", cb("1")], [EV_REMOVE, "zzz"], [EV_END, 99]])
+    r.on_events([Added("zzz", "STRING", [], None), Changed("zzz", cb("1")), Removed("zzz"), End(99)])
     assert len(r.cache) == 0 and r.take_dirty() == set()
 
 
@@ -264,10 +264,10 @@ def test_topics_appearing_under_a_mapped_branch_are_delivered() -> None:
     feed_snapshot(r, regs, {})
     topic_selectors = {str(s) for s, _ in regs}
     assert topic_selectors == {"?backend/standard_prices//"}
-    r.on_events([[EV_ADD, "backend/standard_prices/veg/leek", "DOUBLE", [], cb(4.0)]])
-    r.on_events([[EV_ADD, "backend/discounted_prices/veg/leek", "DOUBLE", [], cb(3.0)]])  # not this tier's
+    r.on_events([Added("backend/standard_prices/veg/leek", "DOUBLE", [], cb(4.0))])
+    r.on_events([Added("backend/discounted_prices/veg/leek", "DOUBLE", [], cb(3.0))])  # not this tier's
     assert summary(r, "s") == [("sub", "market/prices/veg/leek", 4.0)]
-    r.on_events([[EV_REMOVE, "backend/standard_prices/veg/leek"]])
+    r.on_events([Removed("backend/standard_prices/veg/leek")])
     assert summary(r, "s") == [("unsub", "market/prices/veg/leek", "REMOVED")]
 
 

@@ -7,16 +7,8 @@ from typing import Any
 import cbor2
 
 from sessions.security import PathPermission
-from topics.store import (
-    EV_ADD,
-    EV_REMOVE,
-    EV_VALUE,
-    OP_REF_DROP,
-    OP_REF_DROP_VIEW,
-    OP_REF_PUT,
-    OP_REF_RESERVE,
-    TopicStore,
-)
+from topics.protocol import Added, Changed, Failed, RefDrop, RefDropView, RefPut, RefReserve, Removed, SetValue
+from topics.store import TopicStore
 from views.engine import ViewDefinition, ViewEngine
 
 
@@ -28,12 +20,12 @@ def view(name: str, text: str, precedence: int = 1) -> ViewDefinition:
     return ViewDefinition(name, text, precedence, "admin", frozenset({"ADMINISTRATOR"}))
 
 
-def add(path: str, value: Any, type_name: str = "JSON") -> list[Any]:
-    return [EV_ADD, path, type_name, [], cbor2.dumps(value)]
+def add(path: str, value: Any, type_name: str = "JSON") -> Added:
+    return Added(path, type_name, [], cbor2.dumps(value))
 
 
 def puts(changes: Any) -> dict[str, Any]:
-    return {op[1]: cbor2.loads(op[6]) for _, op in changes.operations if op[0] == OP_REF_PUT}
+    return {op.path: cbor2.loads(op.value) for _, op in changes.operations if isinstance(op, RefPut)}
 
 
 def test_registers_selectors_and_insertion_paths() -> None:
@@ -47,7 +39,7 @@ def test_registers_selectors_and_insertion_paths() -> None:
     changes = engine.on_events([add("o/z", 5, "INT64")], 0)
     assert puts(changes) == {"b/1": {"k": "z", "x": 5}}
     # the source stops reading it: its registration goes
-    changes = engine.on_events([[EV_VALUE, "a/1", cbor2.dumps({"k": "y"})]], 0)
+    changes = engine.on_events([Changed("a/1", cbor2.dumps({"k": "y"}))], 0)
     assert changes.register == [">o/y"] and changes.unregister == [">o/z"]
     assert "o/z" not in engine.topics
 
@@ -56,16 +48,16 @@ def test_only_changes_are_sent() -> None:
     engine = ViewEngine(allow_all)
     engine.put_view(view("v", "map ?a// to b/<path(1)> as <value(/x)>"), 0)
     engine.on_events([add("a/1", {"x": 1, "y": 1})], 0)
-    assert not engine.on_events([[EV_VALUE, "a/1", cbor2.dumps({"x": 1, "y": 2})]], 0).operations
-    changes = engine.on_events([[EV_REMOVE, "a/1"]], 0)
-    assert [op for _, op in changes.operations] == [[OP_REF_DROP, "b/1", 1]]
+    assert not engine.on_events([Changed("a/1", cbor2.dumps({"x": 1, "y": 2}))], 0).operations
+    changes = engine.on_events([Removed("a/1")], 0)
+    assert [op for _, op in changes.operations] == [RefDrop("b/1", 1)]
 
 
 def test_first_source_claims_a_shared_path_and_the_next_takes_over() -> None:
     engine = ViewEngine(allow_all)
     engine.put_view(view("v", "map ?a// to same"), 0)
     assert puts(engine.on_events([add("a/1", 1), add("a/2", 2)], 0)) == {"same": 1}
-    assert puts(engine.on_events([[EV_REMOVE, "a/1"]], 0)) == {"same": 2}
+    assert puts(engine.on_events([Removed("a/1")], 0)) == {"same": 2}
 
 
 def test_throttle_holds_then_releases_the_last_value() -> None:
@@ -73,7 +65,7 @@ def test_throttle_holds_then_releases_the_last_value() -> None:
     engine.put_view(view("v", "map ?a// to b/<path(1)> throttle to 1 update every 10 seconds"), 0)
     assert puts(engine.on_events([add("a/1", 0)], 0)) == {"b/1": 0}  # creation is never held, but counts
     for i in (1, 2, 3, 4):
-        assert puts(engine.on_events([[EV_VALUE, "a/1", cbor2.dumps(i)]], 200 + i)) == {}
+        assert puts(engine.on_events([Changed("a/1", cbor2.dumps(i))], 200 + i)) == {}
     due = engine.next_release()
     assert due == 10_000
     assert puts(engine.release(due - 1)) == {}
@@ -85,8 +77,8 @@ def test_delayed_views_reserve_now_and_send_later() -> None:
     engine = ViewEngine(allow_all)
     engine.put_view(view("v", "map ?a// to b/<path(1)> delay by 5 seconds", 3), 1000)
     changes = engine.on_events([add("a/1", 1)], 1000)
-    assert [op for _, op in changes.operations] == [[OP_REF_RESERVE, "b/1", 3, "v"]]
-    assert [(due, name, op[0]) for due, name, _, op in changes.delayed] == [(6000, "v", OP_REF_PUT)]
+    assert [op for _, op in changes.operations] == [RefReserve("b/1", 3, "v")]
+    assert [(due, name, type(op)) for due, name, _, op in changes.delayed] == [(6000, "v", RefPut)]
 
 
 def test_security_context_filters_sources_and_targets() -> None:
@@ -108,11 +100,13 @@ def test_replacing_a_view_replaces_its_claims_in_place() -> None:
     engine.on_events([add("a/1", 1), add("a/2", 2)], 0)
     changes = engine.put_view(view("v", "map ?a// to b/<scalar(/nope)>", 7), 0)
     ops = [op for _, op in changes.operations]
-    assert sorted(op[:3] for op in ops) == [[OP_REF_DROP, "b/1", 7], [OP_REF_DROP, "b/2", 7]]  # nothing made: dropped
+    assert sorted(ops) == [RefDrop("b/1", 7), RefDrop("b/2", 7)]  # nothing made: dropped
     changes = engine.put_view(view("v", "map ?a// to b/<path(1)> type STRING", 7), 0)
-    assert sorted(op[:3] for _, op in changes.operations) == [[OP_REF_PUT, "b/1", 7], [OP_REF_PUT, "b/2", 7]]
+    assert sorted((type(op), op.path, op.precedence) for _, op in changes.operations) == [  # type: ignore[union-attr]
+        (RefPut, "b/1", 7), (RefPut, "b/2", 7)
+    ]
     assert changes.register == [] and changes.unregister == []
-    assert [op for _, op in engine.remove_view("v", 0).operations] == [[OP_REF_DROP_VIEW, 7]]
+    assert [op for _, op in engine.remove_view("v", 0).operations] == [RefDropView(7)]
 
 
 def test_inserts_read_only_what_the_context_may_read() -> None:
@@ -127,18 +121,18 @@ def test_inserts_read_only_what_the_context_may_read() -> None:
 
 def test_the_store_settles_conflicts() -> None:
     store = TopicStore(clock=lambda: 0)
-    put = [OP_REF_PUT, "r", 2, "late", "INT64", {}, cbor2.dumps(2), None]
+    put = RefPut("r", 2, "late", "INT64", {}, cbor2.dumps(2), None)
     store.apply("views", [put])
     assert store.tree.get("r").value == cbor2.dumps(2)  # type: ignore[union-attr]
-    store.apply("views", [[OP_REF_PUT, "r", 1, "early", "INT64", {}, cbor2.dumps(1), None]])
+    store.apply("views", [RefPut("r", 1, "early", "INT64", {}, cbor2.dumps(1), None)])
     assert store.tree.get("r").value == cbor2.dumps(1)  # type: ignore[union-attr]
-    store.apply("views", [[OP_REF_DROP, "r", 1]])
+    store.apply("views", [RefDrop("r", 1)])
     assert store.tree.get("r").value == cbor2.dumps(2)  # type: ignore[union-attr]
     # read-only for clients
-    result = store.apply("gw", [[2, "r", cbor2.dumps(5), False, None, False]])
-    assert result[0][1] == "REFERENCE_TOPIC"
+    result = store.apply("gw", [SetValue("r", cbor2.dumps(5), False)])
+    assert result == [Failed("REFERENCE_TOPIC", "'r' is a reference topic of topic view 'late': it is read-only")]
     # a reserved (delayed) claim of a better view hides the path until it is published
-    store.apply("views", [[OP_REF_RESERVE, "r", 0, "delayed"]])
+    store.apply("views", [RefReserve("r", 0, "delayed")])
     assert store.tree.get("r") is None
-    store.apply("views", [[OP_REF_DROP_VIEW, 0]])
+    store.apply("views", [RefDropView(0)])
     assert store.tree.get("r") is not None

@@ -1,11 +1,16 @@
-"""RFC 6901 JSON pointers: parsing, formatting, resolving and inserting."""
+"""RFC 6901 JSON pointers: parsing, formatting, resolving and inserting.
+
+jsonpointer, the reference implementation, is the oracle for the properties at the end.
+"""
 
 from __future__ import annotations
 
 import copy
+import json
 import pickle
 from typing import Any
 
+import jsonpointer
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -303,3 +308,65 @@ def test_insert_then_resolve_gives_the_item_and_leaves_input_alone(document: Any
     result = insert_at(document, tokens, item)
     assert resolve(result, tokens) is item
     assert document == before
+
+
+# -- against the RFC 6901 reference implementation (jsonpointer) -----------------------
+
+PAST = ["-", "0", "1", "01", "x", ""]
+PAST_LEAVES = st.lists(st.sampled_from(PAST), max_size=2).map(tuple)
+
+
+def _containers(value: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every pointer in ``value`` to an object or array."""
+    if isinstance(value, dict):
+        return [prefix, *(p for key, item in value.items() for p in _containers(item, (*prefix, key)))]
+    if isinstance(value, list):
+        return [prefix, *(p for index, item in enumerate(value) for p in _containers(item, (*prefix, str(index))))]
+    return []
+
+
+def _drawn_pointer(document: Any, data: st.DataObject) -> tuple[str, ...]:
+    """A pointer to a child, maybe missing, of a container in ``document``; or to any value, maybe with tokens past it."""
+    containers = _containers(document)
+    if data.draw(st.booleans()) and containers:
+        return data.draw(st.sampled_from(containers)) + (data.draw(st.sampled_from(PAST)),)
+    return data.draw(st.sampled_from(_pointers(document))) + data.draw(PAST_LEAVES)
+
+
+def _oracle_resolve(document: Any, tokens: tuple[str, ...]) -> Any:
+    """jsonpointer's answer in views' terms: ``-`` (past the end of an array) reaches no value."""
+    found = jsonpointer.JsonPointer(format_pointer(tokens)).resolve(document, MISSING)
+    return MISSING if isinstance(found, jsonpointer.EndOfList) else found
+
+
+@given(st.text(alphabet="ab~/01\n", max_size=8))
+def test_parse_accepts_and_decodes_what_jsonpointer_does(text: str) -> None:
+    try:
+        expected: tuple[str, ...] | None = tuple(jsonpointer.JsonPointer(text).parts)
+    except jsonpointer.JsonPointerException:
+        expected = None
+    try:
+        found: tuple[str, ...] | None = parse_pointer(text)
+    except PointerError:
+        found = None
+    assert found == expected
+
+
+@given(JSON, st.data())
+def test_resolve_agrees_with_jsonpointer(document: Any, data: st.DataObject) -> None:
+    tokens = _drawn_pointer(document, data)
+    assert resolve(document, tokens) is _oracle_resolve(document, tokens)
+
+
+@given(JSON, st.data(), JSON)
+def test_insert_agrees_with_jsonpointer_set(document: Any, data: st.DataObject, item: Any) -> None:
+    tokens = _drawn_pointer(document, data)
+    try:
+        expected = json.dumps(jsonpointer.JsonPointer(format_pointer(tokens)).set(document, item, inplace=False))
+    except jsonpointer.JsonPointerException:
+        expected = None
+    try:
+        found = json.dumps(insert_at(document, tokens, item))
+    except InsertError:
+        found = None
+    assert found == expected  # member order included

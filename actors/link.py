@@ -1,0 +1,277 @@
+"""The partition link: one process's streams to every partition.
+
+Every actor that talks to partitions (a gateway, the view evaluator, later
+a fan-out link) holds one :class:`PartitionLink`. Ray places and supervises
+the partitions; the data plane does not go through Ray calls (each costs
+about a millisecond of CPU here) but over one TCP stream per partition,
+opened at :meth:`PartitionLink.attach` to the address and secret the
+partition hands out (:meth:`~actors.partition.PartitionActor.attach`).
+
+Operations are queued per partition as they are submitted. At the end of
+the current event-loop turn (so everything one client frame carried, and
+everything other sessions sent in the same turn, travels together), and
+while fewer than ``max_in_flight`` batches are unanswered, the queue (up to
+``max_batch`` operations) leaves as one :class:`~topics.protocol.Batch`
+frame; otherwise it waits for an answer. At low load an operation leaves
+within one loop turn; under load the batches grow to what accumulates
+during one round trip. ``window`` (seconds) optionally spaces batches out.
+
+A stream is ordered, so each partition's events arrive in the order the
+partition made them, and a batch's own events before its results: after a
+``set`` is answered, its update has already reached this link's sessions.
+Events go to ``on_events(partition, events)`` as they arrive.
+
+A stream that breaks fails every unanswered operation with
+``Failed("UNAVAILABLE", ...)`` and every later one at once; the partition
+forgets the link's registrations when it sees the stream close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from cluster.partitioning import partition_of, partitions_for
+from topics.protocol import (
+    Batch,
+    Done,
+    Events,
+    Failed,
+    FrameReader,
+    Hello,
+    Operation,
+    ProtocolError,
+    Result,
+    TopicEvent,
+    decode_event,
+    decode_result,
+    encode_frame,
+    encode_operation,
+)
+from topics.selectors import Selector
+
+log = logging.getLogger("canopy.link")
+UNAVAILABLE = "UNAVAILABLE"
+ATTACH_TIMEOUT = 30.0
+
+#: what is told a result; ``None`` when nobody waits for it
+OnResult = Callable[[Result], None] | None
+OnEvents = Callable[[int, list[TopicEvent]], None]
+
+
+class PartitionUnavailable(Exception):
+    code = UNAVAILABLE
+
+
+class _Stream(asyncio.Protocol):
+    """The socket side of a channel: bytes in, frames to the channel."""
+
+    def __init__(self, channel: _Channel) -> None:
+        self.channel = channel
+        self.reader = FrameReader()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.reader.feed(data)
+            for frame in self.reader.frames():
+                self.channel.on_frame(frame)
+        except ProtocolError as e:
+            log.error("partition %d sent a bad frame: %s", self.channel.index, e)
+            assert self.transport is not None
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.channel.lost(exc)
+
+
+class _Channel:
+    """The batching, pipelined channel to one partition."""
+
+    def __init__(self, link: PartitionLink, index: int) -> None:
+        self.link = link
+        self.index = index
+        self.stream: _Stream | None = None
+        self.broken: str | None = None
+        self._queue: list[tuple[Operation, OnResult]] = []
+        self._in_flight: deque[tuple[int, list[tuple[Operation, OnResult]]]] = deque()
+        self._sequence = 0
+        self._scheduled = False
+        self._last_send = 0.0
+        self.batches = 0
+        self.operations = 0
+
+    def submit(self, op: Operation, on_result: OnResult) -> None:
+        if self.broken is not None:
+            if on_result is not None:
+                on_result(Failed(UNAVAILABLE, self.broken))
+            return
+        self._queue.append((op, on_result))
+        if not self._scheduled and len(self._in_flight) < self.link.max_in_flight:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        self._scheduled = True
+        loop = asyncio.get_running_loop()
+        wait = self._last_send + self.link.window - loop.time()
+        if wait > 0 and len(self._queue) < self.link.max_batch:
+            loop.call_later(wait, self._flush)
+        else:
+            loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        stream = self.stream
+        if stream is None or stream.transport is None or self.broken is not None:
+            return
+        limit = self.link.max_batch
+        while self._queue and len(self._in_flight) < self.link.max_in_flight:
+            batch, self._queue = self._queue[:limit], self._queue[limit:]
+            self._sequence += 1
+            self._in_flight.append((self._sequence, batch))
+            self.batches += 1
+            self.operations += len(batch)
+            stream.transport.write(encode_frame(Batch(self._sequence, [encode_operation(op) for op, _ in batch])))
+        self._last_send = asyncio.get_running_loop().time()
+
+    def on_frame(self, frame: Any) -> None:
+        if isinstance(frame, Done):
+            if frame.events:
+                self._events(frame.events)
+            if not self._in_flight or self._in_flight[0][0] != frame.sequence:
+                raise ProtocolError(f"answer {frame.sequence} to a batch that is not the oldest unanswered")
+            _, batch = self._in_flight.popleft()
+            if len(batch) != len(frame.results):
+                raise ProtocolError(f"answer {frame.sequence} has {len(frame.results)} results for {len(batch)}")
+            for (op, on_result), item in zip(batch, frame.results):
+                result = decode_result(op, item)
+                if on_result is None:
+                    if isinstance(result, Failed):
+                        log.warning("partition %d: %s failed: %s", self.index, type(op).__name__, result.message)
+                    continue
+                try:
+                    on_result(result)
+                except Exception:  # the receiver's bug must not break the stream
+                    log.exception("handling the result of %s failed", type(op).__name__)
+            if self._queue and not self._scheduled:
+                self._schedule()
+        elif isinstance(frame, Events):
+            self._events(frame.events)
+        else:
+            raise ProtocolError(f"a partition does not send {type(frame).__name__}")
+
+    def _events(self, encoded: list[Any]) -> None:
+        events = [decode_event(e) for e in encoded]
+        try:
+            self.link.on_events(self.index, events)
+        except Exception:  # a bad batch must not stall the stream behind it
+            log.exception("could not apply a batch of events from partition %d", self.index)
+
+    def lost(self, exc: Exception | None) -> None:
+        if self.broken is None:
+            self.broken = f"partition {self.index} is unavailable: " + (str(exc) if exc else "its stream closed")
+            if not self.link.closing:
+                log.error("%s", self.broken)
+        pending = [entry for _, batch in self._in_flight for entry in batch] + self._queue
+        self._in_flight.clear()
+        self._queue = []
+        for _, on_result in pending:
+            if on_result is not None:
+                on_result(Failed(UNAVAILABLE, self.broken))
+
+
+class PartitionLink:
+    """Streams from one actor (``link_id``) to every partition (``handles``)."""
+
+    def __init__(
+        self,
+        link_id: str,
+        handles: list[Any],
+        on_events: OnEvents,
+        *,
+        max_in_flight: int = 2,
+        max_batch: int = 2000,
+        window: float = 0.0,
+    ) -> None:
+        self.link_id = link_id
+        self.handles = handles
+        self.on_events = on_events
+        self.max_in_flight = max_in_flight
+        self.max_batch = max_batch
+        self.window = window
+        self.closing = False
+        self.channels = [_Channel(self, i) for i in range(len(handles))]
+
+    @property
+    def count(self) -> int:
+        return len(self.channels)
+
+    async def attach(self) -> None:
+        """Open the stream to every partition (each hands out its address)."""
+        addresses = await asyncio.wait_for(
+            asyncio.gather(*(h.attach.remote(self.link_id) for h in self.handles)), ATTACH_TIMEOUT
+        )
+        loop = asyncio.get_running_loop()
+        for channel, address in zip(self.channels, addresses):
+            transport, stream = await loop.create_connection(
+                lambda channel=channel: _Stream(channel), address["host"], address["port"]  # type: ignore[misc]
+            )
+            transport.write(encode_frame(Hello(self.link_id, address["secret"])))
+            channel.stream = stream
+            if channel._queue and not channel._scheduled:
+                channel._schedule()
+
+    def close(self) -> None:
+        self.closing = True
+        for channel in self.channels:
+            if channel.stream is not None and channel.stream.transport is not None:
+                channel.stream.transport.close()
+
+    # -- submitting ----------------------------------------------------------------------
+
+    def submit(self, index: int, op: Operation, on_result: OnResult = None) -> None:
+        self.channels[index].submit(op, on_result)
+
+    def route(self, path: str, op: Operation, on_result: OnResult = None) -> None:
+        """Send ``op`` to the partition that owns ``path``."""
+        self.channels[partition_of(path, len(self.channels))].submit(op, on_result)
+
+    def partitions_for(self, selector: Selector) -> list[int]:
+        """The partitions ``selector`` concerns."""
+        return partitions_for(selector, len(self.channels))
+
+    def everywhere(self, selector: Selector, op: Operation) -> list[asyncio.Future[Result]]:
+        """Send ``op`` to every partition ``selector`` concerns; one future per partition."""
+        return [self.request(i, op) for i in partitions_for(selector, len(self.channels))]
+
+    def request(self, index: int, op: Operation) -> asyncio.Future[Result]:
+        """Send ``op`` to partition ``index``; the future resolves to its result."""
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+
+        def resolve(result: Result) -> None:
+            if not future.done():
+                future.set_result(result)
+
+        self.channels[index].submit(op, resolve)
+        return future
+
+    def request_route(self, path: str, op: Operation) -> asyncio.Future[Result]:
+        return self.request(partition_of(path, len(self.channels)), op)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "batches": sum(c.batches for c in self.channels),
+            "operations": sum(c.operations for c in self.channels),
+            "broken": sum(c.broken is not None for c in self.channels),
+        }

@@ -1,0 +1,39 @@
+"""Requests about other sessions: session_get, session_set (across every gateway)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from actors.requests.context import Context
+from sessions import requests as check
+from sessions.security import GlobalPermission
+
+
+def session_get(ctx: Context, sid: str, target: Any) -> Any:
+    ctx.registry.check(sid, GlobalPermission.VIEW_SESSION)
+    kind, value = check.session_target(target)
+
+    async def gathered() -> dict[str, dict[str, str]]:
+        found: dict[str, dict[str, str]] = {}
+        for part in await asyncio.gather(*(p.session_properties.remote(kind, value) for p in ctx.peers)):
+            found.update(part)
+        return found
+
+    return gathered()
+
+
+def session_set(ctx: Context, sid: str, target: Any, changes: Any) -> Any:
+    ctx.registry.check(sid, GlobalPermission.MODIFY_SESSION)
+    kind, value = check.session_target(target)
+    checked = check.property_changes(changes)
+
+    async def changed() -> int:
+        counts = await asyncio.gather(*(p.change_session_properties.remote(kind, value, checked) for p in ctx.peers))
+        return sum(counts)
+
+    return changed()
+
+
+HANDLERS: dict[str, Callable[..., Any]] = {"session_get": session_get, "session_set": session_set}

@@ -1,0 +1,102 @@
+"""Topic requests: add, set, remove, fetch, subscribe, unsubscribe."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from actors.requests.context import Context, Routed, ok
+from sessions import requests as check
+from topics.protocol import FetchTopics, RemoveTopics, Result
+from topics.selectors import Selector, parse_selector
+
+#: topics removed per operation when a remove must name each permitted topic
+REMOVE_CHUNK = 500
+
+
+def add(ctx: Context, sid: str, path: Any, type_name: Any, properties: Any = None) -> Routed:
+    op = check.add_topic(ctx.registry, sid, path, type_name, properties)
+    return Routed(op.path, op)
+
+
+def set_(ctx: Context, sid: str, *args: Any) -> Routed:
+    op = check.set_value(ctx.registry, sid, *args, max_size=ctx.config["max_frame_size"])
+    return Routed(op.path, op)
+
+
+def remove(ctx: Context, sid: str, selector: Any) -> Any:
+    plan = check.remove_plan(ctx.registry, sid, selector)
+    if plan.direct:
+        return _removed(ctx, plan.selector)
+    return _remove_permitted(ctx, sid, plan.selector)
+
+
+async def _removed(ctx: Context, selector: Selector) -> int:
+    return sum(await ctx.all_ok(ctx.link.everywhere(selector, RemoveTopics(str(selector)))))
+
+
+async def _remove_permitted(ctx: Context, sid: str, selector: Selector) -> int:
+    listing = ctx.link.everywhere(selector, FetchTopics(str(selector), False, False))
+    rows = [row for part in await ctx.all_ok(listing) for row in part]
+    allowed = [row.path for row in rows if ctx.registry.has(sid, check.P.MODIFY_TOPIC, row.path)]
+    total = 0
+    for start in range(0, len(allowed), REMOVE_CHUNK):
+        chunk = parse_selector("#" + "////".join(">" + p for p in allowed[start : start + REMOVE_CHUNK]))
+        total += await _removed(ctx, chunk)
+    return total
+
+
+def fetch(ctx: Context, sid: str, *args: Any) -> Any:
+    plan = check.fetch_plan(ctx.registry, sid, *args)
+    futures = [f for selector, op in plan.operations for f in ctx.link.everywhere(selector, op)]
+
+    async def merged() -> list[Any]:
+        shown: dict[str, list[Any]] = {}
+        for part in await ctx.all_ok(futures):
+            for row in part:
+                for session_path in ctx.registry.visible(sid, plan.selector, row.path):
+                    shown.setdefault(session_path, [session_path, *row[1:]])
+        rows = [shown[p] for p in sorted(shown)]
+        return rows[: plan.limit] if plan.limit is not None else rows
+
+    return merged()
+
+
+def subscribe(ctx: Context, sid: str, selector: Any) -> Any:
+    sel = check.selector(selector)
+    registrations, waits = ctx.registry.subscribe(sid, sel)
+    futures = ctx.register(registrations)
+
+    async def subscribed() -> None:
+        results: list[Result] = await asyncio.gather(*futures)
+        try:
+            for result in results:
+                ok(result)
+        except check.RequestError as e:
+            ctx.unregister(ctx.registry.unsubscribe(sid, sel))
+            for _selector, token in registrations:
+                waiter = ctx.waiters.pop(token, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_exception(e)
+                    waiter.exception()  # retrieved: other sessions waiting on it see it too
+            raise
+        for token in waits:
+            if not ctx.registry.is_live(token):
+                await ctx.waiters.setdefault(token, asyncio.get_running_loop().create_future())
+
+    return subscribed()
+
+
+def unsubscribe(ctx: Context, sid: str, selector: Any) -> None:
+    ctx.unregister(ctx.registry.unsubscribe(sid, check.selector(selector)))
+
+
+HANDLERS: dict[str, Callable[..., Any]] = {
+    "add": add,
+    "set": set_,
+    "remove": remove,
+    "fetch": fetch,
+    "subscribe": subscribe,
+    "unsubscribe": unsubscribe,
+}

@@ -1,0 +1,64 @@
+"""What the session registry hands its driver for each session (pure).
+
+A *delivery* is one notification for one session, free of any wire format:
+the gateway turns each into a protocol message when it writes the session's
+frames. Deliveries are immutable and shared: one update is one
+:class:`Update` object, queued for every session subscribed to the topic.
+
+A topic is named by its *alias* (a number unique in the gateway, announced
+with the session path in :class:`Subscribed`), so later deliveries need not
+repeat the path.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from topics.timeseries import Event
+
+__all__ = ["Delivery", "SeriesUpdate", "Subscribed", "Unsubscribed", "Update", "size_of"]
+
+
+class Subscribed(NamedTuple):
+    """The session now sees a topic at ``path`` (a session path)."""
+
+    alias: int
+    path: str
+    type: str
+    properties: list[list[str]]
+    value: bytes | None
+
+
+class Update(NamedTuple):
+    """A new value of a subscribed topic."""
+
+    alias: int
+    value: bytes
+
+
+class SeriesUpdate(NamedTuple):
+    """A time series event (or an edit) of a subscribed TIME_SERIES topic."""
+
+    alias: int
+    event: Event
+
+
+class Unsubscribed(NamedTuple):
+    alias: int
+    reason: str
+
+
+Delivery = Subscribed | Update | SeriesUpdate | Unsubscribed
+
+
+def size_of(item: object) -> int:
+    """About how many bytes a queued item takes on the wire (for framing)."""
+    if isinstance(item, Update):
+        return len(item.value) + 8
+    if isinstance(item, SeriesUpdate):
+        return len(item.event.value) + len(item.event.author) + 32
+    if isinstance(item, Subscribed):
+        return len(item.path) + len(item.value or b"") + 16 * len(item.properties) + 16
+    if isinstance(item, bytes):
+        return len(item)
+    return 64

@@ -1,0 +1,240 @@
+"""Checking a session's requests and planning what they need (pure).
+
+The gateway decodes a request's arguments off the wire and hands them here
+with the session that asked. Each function checks the arguments (types,
+ranges, syntax) and the session's permissions, and returns what the
+gateway must then do: a partition operation (:mod:`topics.protocol`) to
+route, or a small plan. Nothing here does I/O; a bad argument raises
+:class:`RequestError`, a missing permission
+:class:`~sessions.security.PermissionDenied`, and bad paths, selectors,
+types or values the :class:`~topics.errors.TopicModelError` of the topic
+model — each with a ``code`` and a message that says what and where.
+
+Permissions, per the security model:
+
+=================  ====================================================
+add, remove        MODIFY_TOPIC on each topic path (remove skips topics
+                   without it)
+set                UPDATE_TOPIC (and MODIFY_TOPIC when it may create)
+subscribe, fetch   SELECT_TOPIC on the selector's path prefix; only
+                   topics with READ_TOPIC on their *session* path show
+append             UPDATE_TOPIC
+edit               EDIT_TIME_SERIES_EVENTS, or EDIT_OWN_TIME_SERIES_EVENTS
+                   for events the session's principal wrote
+range_query        READ_TOPIC on the session path
+security_get       VIEW_SECURITY        security_update  MODIFY_SECURITY
+tree_put           MODIFY_TOPIC on the session tree branch and
+                   EXPOSE_BRANCH on every topic tree branch
+tree_remove        MODIFY_TOPIC on the branch
+tree_get, list     READ_TOPIC on the branch
+session_get        VIEW_SESSION         session_set      MODIFY_SESSION
+=================  ====================================================
+
+(Topic views are checked in :mod:`views.requests`.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sessions.filters import parse_filter
+from sessions.registry import SessionRegistry
+from sessions.security import GlobalPermission, PathPermission, PermissionDenied, SecurityStore
+from sessions.trees import BranchMappingTable
+from topics import paths
+from topics.errors import InvalidValueError
+from topics.protocol import AddTopic, AppendEvent, EditEvent, FetchTopics, QueryEvents, SetValue
+from topics.selectors import Selector, parse_selector
+from topics.specification import TopicSpecification
+from topics.types import TopicType
+
+__all__ = [
+    "FetchPlan", "RemovePlan", "RequestError", "add_topic", "append_event", "edit_event", "expect",
+    "fetch_plan", "property_changes", "query_events", "remove_plan", "security_commands", "selector",
+    "session_target", "set_value", "tree_branch", "tree_table",
+]
+
+P, G = PathPermission, GlobalPermission
+
+
+class RequestError(Exception):
+    """A request's arguments are wrong; ``code`` is the wire error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def expect(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise RequestError("INVALID_REQUEST", f"{what} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _optional_int(value: Any, what: str) -> int | None:
+    return None if value is None else int(expect(value, int, what))
+
+
+def selector(text: Any) -> Selector:
+    return parse_selector(expect(text, str, "selector"))
+
+
+# -- topics ------------------------------------------------------------------------------
+
+
+def add_topic(r: SessionRegistry, sid: str, path: Any, type_name: Any, properties: Any = None) -> AddTopic:
+    path = paths.normalise(path)
+    spec = TopicSpecification.of(expect(type_name, str, "type"), expect(properties or {}, dict, "properties"))
+    r.check(sid, P.MODIFY_TOPIC, path)
+    return AddTopic(path, spec.type.value, spec.properties)
+
+
+def set_value(
+    r: SessionRegistry, sid: str, path: Any, data: Any, raw: Any, type_name: Any = None,
+    add_if_missing: Any = False, *, max_size: int,
+) -> SetValue:
+    path = paths.normalise(path)
+    expect(data, bytes, "value")
+    expect(raw, bool, "raw")
+    expect(add_if_missing, bool, "add_if_missing")
+    if type_name is not None:
+        type_name = TopicType.parse(expect(type_name, str, "type")).value
+    if len(data) > max_size:
+        raise InvalidValueError("value larger than the maximum frame size")
+    r.check(sid, P.UPDATE_TOPIC, path)
+    if add_if_missing:
+        r.check(sid, P.MODIFY_TOPIC, path)
+    return SetValue(path, data, raw, type_name, add_if_missing)
+
+
+@dataclass(frozen=True)
+class RemovePlan:
+    """``direct``: remove by the selector itself. Otherwise list the topics
+    first and remove only those the session may modify."""
+
+    selector: Selector
+    direct: bool
+
+
+def remove_plan(r: SessionRegistry, sid: str, text: Any) -> RemovePlan:
+    sel = selector(text)
+    literal = sel.literal_path
+    if literal is not None:
+        r.check(sid, P.MODIFY_TOPIC, literal)
+        return RemovePlan(sel, True)
+    roles = r.sessions[sid].roles
+    direct = r.has(sid, P.MODIFY_TOPIC, sel.path_prefix) and r.permissions.uniform_below(roles, sel.path_prefix)
+    return RemovePlan(sel, direct)
+
+
+@dataclass(frozen=True)
+class FetchPlan:
+    """Fetch ``operations`` (one per topic-space selector), then keep the rows
+    :meth:`SessionRegistry.visible` shows at ``selector``, up to ``limit``."""
+
+    selector: Selector
+    operations: list[tuple[Selector, FetchTopics]]
+    limit: int | None
+
+
+def fetch_plan(
+    r: SessionRegistry, sid: str, text: Any, with_values: Any = True, with_properties: Any = False,
+    types: Any = None, limit: Any = None,
+) -> FetchPlan:
+    sel = selector(text)
+    expect(with_values, bool, "with_values")
+    expect(with_properties, bool, "with_properties")
+    if types is not None:
+        types = [TopicType.parse(expect(t, str, "type")).value for t in expect(types, list, "types")]
+    if _optional_int(limit, "limit") is not None and limit < 0:
+        raise RequestError("INVALID_REQUEST", "limit must not be negative")
+    plan = r.fetch_plan(sid, sel)
+    return FetchPlan(
+        sel, [(s, FetchTopics(str(s), with_values, with_properties, types, None)) for s in plan], limit
+    )
+
+
+# -- time series ---------------------------------------------------------------------------
+
+
+def append_event(r: SessionRegistry, sid: str, path: Any, data: Any, raw: Any, timestamp: Any = None) -> AppendEvent:
+    path = paths.normalise(path)
+    expect(data, bytes, "value")
+    expect(raw, bool, "raw")
+    _optional_int(timestamp, "timestamp")
+    r.check(sid, P.UPDATE_TOPIC, path)
+    return AppendEvent(path, data, raw, timestamp, r.sessions[sid].principal)
+
+
+def edit_event(r: SessionRegistry, sid: str, path: Any, original: Any, data: Any, raw: Any) -> EditEvent:
+    path = paths.normalise(path)
+    expect(original, int, "original sequence")
+    expect(data, bytes, "value")
+    expect(raw, bool, "raw")
+    own_only = False
+    if not r.has(sid, P.EDIT_TIME_SERIES_EVENTS, path):
+        if not r.has(sid, P.EDIT_OWN_TIME_SERIES_EVENTS, path):
+            raise PermissionDenied(P.EDIT_TIME_SERIES_EVENTS, path)
+        own_only = True
+    return EditEvent(path, original, data, raw, r.sessions[sid].principal, own_only)
+
+
+def query_events(
+    r: SessionRegistry, sid: str, path: Any, anchor: Any, anchor_value: Any, span: Any, span_value: Any,
+    view: Any, limit: Any = None,
+) -> QueryEvents:
+    """A range query over a *session* path, resolved to the topic it shows."""
+    session_path = paths.normalise(path)
+    expect(anchor, str, "anchor")
+    expect(anchor_value, int, "anchor value")
+    expect(span, str, "span")
+    expect(span_value, int, "span value")
+    expect(view, str, "view")
+    _optional_int(limit, "limit")
+    r.check(sid, P.READ_TOPIC, session_path)
+    topic_path = r.resolve(sid, session_path)
+    return QueryEvents(topic_path, anchor, anchor_value, span, span_value, view, limit)
+
+
+# -- security, session trees, sessions -----------------------------------------------------------
+
+
+def security_commands(r: SessionRegistry, sid: str, commands: Any) -> SecurityStore:
+    """Check MODIFY_SECURITY and the commands (all or nothing); return the store they make."""
+    r.check(sid, G.MODIFY_SECURITY)
+    return r.security.apply(expect(commands, list, "commands"))
+
+
+def tree_table(r: SessionRegistry, sid: str, branch: Any, mappings: Any) -> BranchMappingTable:
+    table = BranchMappingTable.of(branch, expect(mappings, list, "mappings"))
+    r.check(sid, P.MODIFY_TOPIC, table.session_tree_branch)
+    for mapping in table.mappings:
+        r.check(sid, P.EXPOSE_BRANCH, mapping.topic_tree_branch)
+    return table
+
+
+def tree_branch(r: SessionRegistry, sid: str, branch: Any, permission: PathPermission) -> str:
+    branch = paths.normalise(branch)
+    r.check(sid, permission, branch)
+    return str(branch)
+
+
+def session_target(target: Any) -> tuple[str, str]:
+    """``["id", SESSION_ID]`` or ``["filter", FILTER]`` (the filter is parsed)."""
+    expect(target, list, "target")
+    if len(target) != 2 or target[0] not in ("id", "filter") or not isinstance(target[1], str):
+        raise RequestError("INVALID_REQUEST", "a target is ['id', SESSION_ID] or ['filter', FILTER]")
+    if target[0] == "filter":
+        parse_filter(target[1])  # refuse a bad filter with its position
+    return target[0], target[1]
+
+
+def property_changes(changes: Any) -> dict[str, str | None]:
+    expect(changes, dict, "properties")
+    for key, new in changes.items():
+        if not isinstance(key, str) or not key or key.startswith("$"):
+            raise RequestError("INVALID_PROPERTIES", f"only user properties can change, not {key!r}")
+        if new is not None and not isinstance(new, str):
+            raise RequestError("INVALID_PROPERTIES", f"property {key!r} needs a string value or nil")
+    return dict(changes)

@@ -1,0 +1,207 @@
+"""The partition link against real partition stream servers, in one process.
+
+The partitions are :class:`~actors.partition.PartitionActor` objects used
+directly (no Ray): their stream servers listen on loopback and the link
+connects over real TCP, as it does between actors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import cbor2
+import pytest
+
+from actors.link import PartitionLink
+from actors.partition import PartitionActor
+from cluster.partitioning import partition_of
+from topics import protocol as p
+from topics.selectors import parse_selector
+
+DEADLINE = 5.0
+
+
+class Handle:
+    """What the link needs of a Ray actor handle: ``attach.remote(...)``."""
+
+    def __init__(self, actor: PartitionActor) -> None:
+        self.actor = actor
+
+        class _Attach:
+            @staticmethod
+            def remote(link_id: str) -> Any:
+                return actor.attach(link_id)
+
+        self.attach = _Attach()
+
+
+async def until(condition: Callable[[], Any], what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + DEADLINE
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[int, p.TopicEvent]] = []
+        self.log: list[Any] = []  # events and results, in the order they arrived
+
+    def on_events(self, partition: int, events: list[p.TopicEvent]) -> None:
+        for e in events:
+            self.events.append((partition, e))
+            self.log.append(e)
+
+
+@pytest.fixture
+async def partitions() -> AsyncIterator[list[PartitionActor]]:
+    actors = [PartitionActor(i, 2, host="127.0.0.1") for i in range(2)]
+    yield actors
+    for actor in actors:
+        if actor._server is not None:
+            actor._server.close()
+
+
+async def linked(partitions: list[PartitionActor], name: str = "gw", **options: Any) -> tuple[PartitionLink, Recorder]:
+    recorder = Recorder()
+    link = PartitionLink(name, [Handle(a) for a in partitions], recorder.on_events, **options)
+    await link.attach()
+    await until(lambda: all(name in a._links for a in partitions), "the partitions to see the hello")
+    return link, recorder
+
+
+def cb(value: Any) -> bytes:
+    return bytes(cbor2.dumps(value))
+
+
+async def test_operations_of_one_loop_turn_travel_as_one_batch(partitions: list[PartitionActor]) -> None:
+    link, _ = await linked(partitions)
+    try:
+        paths = [f"t{i}" for i in range(40)]
+        futures = [link.request_route(path, p.SetValue(path, cb(i), False, None, True)) for i, path in enumerate(paths)]
+        results = await asyncio.gather(*futures)
+        assert results == [p.Ok("CREATED")] * 40
+        used = {partition_of(path, 2) for path in paths}
+        assert link.stats()["batches"] == len(used) == 2
+        assert sum(a._batches for a in partitions) == 2
+    finally:
+        link.close()
+
+
+async def test_results_are_typed_and_in_order(partitions: list[PartitionActor]) -> None:
+    link, _ = await linked(partitions)
+    try:
+        index = partition_of("x", 2)
+        futures = [
+            link.request(index, p.AddTopic("x", "INT64")),
+            link.request(index, p.SetValue("x", cb("not a number"), False)),
+            link.request(index, p.SetValue("x", cb(3), False)),
+            link.request(index, p.FetchTopics(">x")),
+        ]
+        added, bad, good, fetched = await asyncio.gather(*futures)
+        assert added == p.Ok("CREATED") and good == p.Ok(None)
+        assert isinstance(bad, p.Failed) and bad.code == "INVALID_VALUE"
+        assert fetched == p.Ok([p.TopicRow("x", "INT64", None, cb(3), None)])
+        assert type(fetched.value[0]) is p.TopicRow  # type: ignore[union-attr]
+    finally:
+        link.close()
+
+
+async def test_a_batch_s_own_events_arrive_before_its_results(partitions: list[PartitionActor]) -> None:
+    link, recorder = await linked(partitions)
+    try:
+        index = partition_of("a/x", 2)
+        await link.request(index, p.AddTopic("a/x", "INT64"))
+        await asyncio.gather(*link.everywhere(parse_selector("?a/"), p.Register("?a/", 1)))
+        recorder.log.clear()
+        link.route("a/x", p.SetValue("a/x", cb(5), False), lambda result: recorder.log.append(result))
+        await until(lambda: len(recorder.log) == 2, "the update and its result")
+        assert recorder.log == [p.Changed("a/x", cb(5)), p.Ok(None)]
+    finally:
+        link.close()
+
+
+async def test_other_links_get_the_events_of_a_batch(partitions: list[PartitionActor]) -> None:
+    writer, _ = await linked(partitions, "writer")
+    reader, seen = await linked(partitions, "reader")
+    try:
+        await asyncio.gather(*reader.everywhere(parse_selector("?a/"), p.Register("?a/", 9)))
+        await until(lambda: sum(isinstance(e, p.End) for _, e in seen.events) == 2, "both snapshots")
+        for i in range(20):
+            writer.route(f"a/{i % 3}", p.SetValue(f"a/{i % 3}", cb(i), False, None, True))
+        expected = [(f"a/{i % 3}", cb(i)) for i in range(20)]
+
+        def updates() -> list[tuple[str, bytes | None]]:
+            return [(e.path, e.value) for _, e in seen.events if isinstance(e, (p.Added, p.Changed))]
+
+        await until(lambda: len(updates()) == 20, "every update")
+        for path in ("a/0", "a/1", "a/2"):  # each topic's updates in order
+            assert [v for q, v in updates() if q == path] == [v for q, v in expected if q == path]
+    finally:
+        writer.close()
+        reader.close()
+
+
+async def test_in_flight_limit_makes_batches_grow(partitions: list[PartitionActor]) -> None:
+    link, _ = await linked(partitions, max_in_flight=1)
+    try:
+        index = partition_of("t", 2)
+        first = link.request(index, p.SetValue("t", cb(0), False, None, True))
+        await asyncio.sleep(0)  # the first batch leaves alone ...
+        rest = [link.request(index, p.SetValue("t", cb(i), False)) for i in range(1, 50)]
+        await asyncio.gather(first, *rest)  # ... and the others wait for its answer, then go together
+        assert link.stats()["batches"] == 2
+    finally:
+        link.close()
+
+
+async def test_a_broken_stream_fails_pending_and_later_operations(partitions: list[PartitionActor]) -> None:
+    link, _ = await linked(partitions)
+    try:
+        await asyncio.gather(*link.everywhere(parse_selector("?a/"), p.Register("?a/", 1)))
+        assert all(len(a.store.index) == 1 for a in partitions)
+        index = partition_of("t", 2)
+        pending = link.request(index, p.SetValue("t", cb(1), False, None, True))
+        peer = partitions[index]._links["gw"]
+        assert peer.transport is not None
+        peer.transport.abort()
+        result = await asyncio.wait_for(pending, DEADLINE)
+        assert isinstance(result, p.Failed) and result.code == "UNAVAILABLE"
+        later = await asyncio.wait_for(link.request(index, p.FetchTopics(">t")), DEADLINE)
+        assert isinstance(later, p.Failed) and "unavailable" in later.message
+        other = await link.request(1 - index, p.FetchTopics(">t"))
+        assert isinstance(other, p.Ok)  # the other partition is fine
+        await until(lambda: len(partitions[index].store.index) == 0, "the partition to drop the registrations")
+    finally:
+        link.close()
+
+
+async def test_a_wrong_secret_is_refused(partitions: list[PartitionActor]) -> None:
+    address = await partitions[0].attach("intruder")
+    reader, writer = await asyncio.open_connection(address["host"], address["port"])
+    writer.write(p.encode_frame(p.Hello("intruder", "guess")))
+    writer.write(p.encode_frame(p.Batch(1, [p.encode_operation(p.AddTopic("evil", "STRING"))])))
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), DEADLINE) == b""  # closed without an answer
+    writer.close()
+    assert "evil" not in partitions[0].store.tree and not partitions[0]._links
+
+
+async def test_a_failing_receiver_does_not_break_the_stream(partitions: list[PartitionActor]) -> None:
+    calls: list[int] = []
+
+    def explode(partition: int, events: list[p.TopicEvent]) -> None:
+        calls.append(partition)
+        raise RuntimeError("a bug in the receiver")
+
+    link = PartitionLink("gw", [Handle(a) for a in partitions], explode)
+    await link.attach()
+    try:
+        await asyncio.gather(*link.everywhere(parse_selector("?a/"), p.Register("?a/", 1)))
+        assert calls  # the snapshot ENDs reached the receiver and it failed
+        assert await link.request_route("a/x", p.SetValue("a/x", cb(1), False, None, True)) == p.Ok("CREATED")
+    finally:
+        link.close()

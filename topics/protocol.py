@@ -1,0 +1,450 @@
+"""The partition protocol: what crosses between a partition and its links (pure).
+
+A *link* (a gateway, the view evaluator, later a fan-out link) talks to each
+partition over one ordered byte stream. This module is the only place that
+knows how the values on that stream are laid out: the *operations* a link
+asks a partition to apply, their *results*, the *events* a partition streams
+to the links whose selectors match, and the *frames* that carry them. Each
+kind is a typed, immutable value with exactly one encoder and one decoder
+here; nobody else indexes into the encoded lists.
+
+Frames (one msgpack array each, back to back on the stream)::
+
+    link -> partition   Hello(link, secret)          first frame, once
+                        Batch(sequence, operations)  sequence 1, 2, 3, ...
+    partition -> link   Done(sequence, results, events)
+                        Events(events)
+
+A partition applies a :class:`Batch` in order and answers one :class:`Done`
+with a result per operation (:class:`Ok` or :class:`Failed`, in order) and
+the events the batch produced for *this* link; the events it produced for
+other links reach them in :class:`Events` frames. Because each stream is
+ordered, a link sees every partition's events in the order the partition
+made them, and a batch's own events before its results.
+
+Operations and their result payloads:
+
+=====================  ================================================
+operation              ``Ok`` payload
+=====================  ================================================
+:class:`AddTopic`      ``"CREATED"`` or ``"EXISTS"``
+:class:`SetValue`      ``"CREATED"`` or ``None``
+:class:`RemoveTopics`  number of topics removed
+:class:`FetchTopics`   list of :class:`TopicRow`, sorted by path
+:class:`Register`      ``None`` (a snapshot follows as events)
+:class:`Unregister`    ``None``
+:class:`AppendEvent`   :class:`EventMeta`
+:class:`EditEvent`     :class:`EditMeta`
+:class:`QueryEvents`   :class:`QueryAnswer`
+:class:`RefPut` ...    ``None`` (:class:`RefDropView`: claims dropped)
+=====================  ================================================
+
+Events: :class:`Snapshot` (a registration's current state, per topic),
+:class:`End` (that snapshot is complete), :class:`Added`, :class:`Changed`,
+:class:`Removed` and :class:`Appended` (a time series event or edit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import msgpack
+
+from topics.timeseries import Event
+
+__all__ = [
+    "AddTopic", "Added", "AppendEvent", "Appended", "Batch", "Changed", "Done", "EditEvent", "EditMeta",
+    "End", "EventMeta", "Events", "Failed", "FetchTopics", "FrameReader", "Hello", "Ok", "ProtocolError",
+    "QueryAnswer", "QueryEvents", "RefDrop", "RefDropView", "RefEvent", "RefPut", "RefReserve", "Register",
+    "Removed", "RemoveTopics", "SetValue", "Snapshot", "TopicRow", "Unregister",
+    "decode_event", "decode_operation", "decode_result", "encode_event", "encode_frame",
+    "encode_operation", "encode_result",
+]
+
+Properties = list[list[str]]
+"""A specification's properties on the stream: ``[[name, value], ...]``."""
+
+
+class ProtocolError(ValueError):
+    """Bytes or lists that are not a valid partition protocol value."""
+
+    code = "INVALID_REQUEST"
+
+
+# -- operations ------------------------------------------------------------------
+
+
+class AddTopic(NamedTuple):
+    path: str
+    type: str
+    properties: dict[str, str] | None = None
+
+
+class SetValue(NamedTuple):
+    path: str
+    data: bytes
+    raw: bool
+    type: str | None = None
+    add_if_missing: bool = False
+
+
+class RemoveTopics(NamedTuple):
+    selector: str
+
+
+class FetchTopics(NamedTuple):
+    selector: str
+    with_values: bool = True
+    with_properties: bool = False
+    types: list[str] | None = None
+    limit: int | None = None
+
+
+class Register(NamedTuple):
+    """Stream this link the events of ``selector``, starting with a snapshot tagged ``token``."""
+
+    selector: str
+    token: int
+
+
+class Unregister(NamedTuple):
+    selector: str
+
+
+class AppendEvent(NamedTuple):
+    path: str
+    data: bytes
+    raw: bool
+    timestamp: int | None = None
+    author: str = ""
+
+
+class EditEvent(NamedTuple):
+    path: str
+    original_sequence: int
+    data: bytes
+    raw: bool
+    author: str = ""
+    own_only: bool = False
+
+
+class QueryEvents(NamedTuple):
+    path: str
+    anchor: str
+    anchor_value: int
+    span: str
+    span_value: int
+    view: str
+    limit: int | None = None
+
+
+class RefEvent(NamedTuple):
+    """A time series event a reference topic appends: value, time (ms), author."""
+
+    value: bytes
+    timestamp: int
+    author: str
+
+
+class RefPut(NamedTuple):
+    """A view's claim on a reference topic path (lower precedence wins)."""
+
+    path: str
+    precedence: int
+    view: str
+    type: str
+    properties: dict[str, str] | None
+    value: bytes | None
+    event: RefEvent | None = None
+
+
+class RefReserve(NamedTuple):
+    path: str
+    precedence: int
+    view: str
+
+
+class RefDrop(NamedTuple):
+    path: str
+    precedence: int
+
+
+class RefDropView(NamedTuple):
+    precedence: int
+
+
+Operation = (
+    AddTopic | SetValue | RemoveTopics | FetchTopics | Register | Unregister | AppendEvent | EditEvent
+    | QueryEvents | RefPut | RefReserve | RefDrop | RefDropView
+)
+
+_OPERATIONS: tuple[type[Any], ...] = (
+    AddTopic, SetValue, RemoveTopics, FetchTopics, Register, Unregister, AppendEvent, EditEvent,
+    QueryEvents, RefPut, RefReserve, RefDrop, RefDropView,
+)
+_OP_CODE: dict[type[Any], int] = {cls: code for code, cls in enumerate(_OPERATIONS, 1)}
+
+
+def encode_operation(op: Operation) -> list[Any]:
+    return [_OP_CODE[type(op)], *op]
+
+
+def decode_operation(item: Any) -> Operation:
+    """The operation an encoded list stands for; :class:`ProtocolError` if none."""
+    if not isinstance(item, list) or not item:
+        raise ProtocolError("an operation is a non-empty list")
+    code = item[0]
+    if not isinstance(code, int) or isinstance(code, bool) or not 1 <= code <= len(_OPERATIONS):
+        raise ProtocolError(f"unknown operation code {code!r}")
+    cls = _OPERATIONS[code - 1]
+    op = _make(cls, item)
+    if cls is RefPut and op.event is not None:
+        event = op.event
+        if not isinstance(event, list) or len(event) != 3:
+            raise ProtocolError(f"a reference topic event is [value, timestamp, author], got {event!r}")
+        op = op._replace(event=RefEvent(*event))
+    return op  # type: ignore[no-any-return]
+
+
+def _make(cls: Any, item: list[Any]) -> Any:
+    fields = len(item) - 1
+    required = len(cls._fields) - len(cls._field_defaults)
+    if not required <= fields <= len(cls._fields):
+        raise ProtocolError(
+            f"{cls.__name__} has {required}..{len(cls._fields)} fields, got {fields}"
+            if required != len(cls._fields)
+            else f"{cls.__name__} has {required} fields, got {fields}"
+        )
+    return cls(*item[1:])
+
+
+# -- results ---------------------------------------------------------------------------
+
+
+class Ok(NamedTuple):
+    value: Any = None
+
+
+class Failed(NamedTuple):
+    code: str
+    message: str
+
+
+Result = Ok | Failed
+
+
+class TopicRow(NamedTuple):
+    """One topic of a fetch. A TIME_SERIES topic's value is its newest event's
+    value as it now reads, encoded with ``event_type``."""
+
+    path: str
+    type: str
+    properties: Properties | None
+    value: bytes | None
+    event_type: str | None
+
+
+class EventMeta(NamedTuple):
+    sequence: int
+    timestamp: int
+    author: str
+
+
+class EditMeta(NamedTuple):
+    sequence: int
+    timestamp: int
+    author: str
+    original_sequence: int
+    original_timestamp: int
+    original_author: str
+
+
+class QueryAnswer(NamedTuple):
+    selected_count: int
+    events: list[Event]
+    event_type: str
+
+
+def encode_result(result: Result) -> list[Any]:
+    if isinstance(result, Failed):
+        return [1, result.code, result.message]
+    value = result.value
+    if type(value) is QueryAnswer:
+        value = [value.selected_count, [_event_wire(e) for e in value.events], value.event_type]
+    return [0, value]
+
+
+def decode_result(op: Operation, item: Any) -> Result:
+    """The result of ``op`` from its encoded list (the payload typed by the operation)."""
+    if not isinstance(item, list) or not item:
+        raise ProtocolError("a result is a non-empty list")
+    if item[0] == 1 and len(item) == 3:
+        return Failed(item[1], item[2])
+    if item[0] != 0 or len(item) != 2:
+        raise ProtocolError(f"not a result: {item!r}")
+    value = item[1]
+    kind = type(op)
+    if kind is FetchTopics:
+        value = [TopicRow(*row) for row in value]
+    elif kind is AppendEvent:
+        value = EventMeta(*value)
+    elif kind is EditEvent:
+        value = EditMeta(*value)
+    elif kind is QueryEvents:
+        value = QueryAnswer(value[0], [_event_of(e) for e in value[1]], value[2])
+    return Ok(value)
+
+
+# -- events -----------------------------------------------------------------------------
+
+
+class Snapshot(NamedTuple):
+    token: int
+    path: str
+    type: str
+    properties: Properties
+    value: bytes | None
+
+
+class End(NamedTuple):
+    token: int
+
+
+class Added(NamedTuple):
+    path: str
+    type: str
+    properties: Properties
+    value: bytes | None
+
+
+class Changed(NamedTuple):
+    path: str
+    value: bytes
+
+
+class Removed(NamedTuple):
+    path: str
+
+
+class Appended(NamedTuple):
+    """A time series event (or an edit) of the topic at ``path``."""
+
+    path: str
+    event: Event
+
+
+TopicEvent = Snapshot | End | Added | Changed | Removed | Appended
+_EVENTS: tuple[type[Any], ...] = (Snapshot, End, Added, Changed, Removed, Appended)
+_EV_CODE: dict[type[Any], int] = {cls: code for code, cls in enumerate(_EVENTS, 1)}
+_APPENDED = _EV_CODE[Appended]
+
+
+def _event_wire(e: Event) -> list[Any]:
+    return [e.sequence, e.timestamp, e.author, e.value, e.original_sequence, e.original_timestamp, e.original_author]
+
+
+def _event_of(fields: list[Any]) -> Event:
+    if not isinstance(fields, list) or len(fields) != 7:
+        raise ProtocolError(f"a time series event has 7 fields, got {fields!r}")
+    return Event(*fields)
+
+
+def encode_event(event: TopicEvent) -> list[Any]:
+    if type(event) is Appended:
+        return [_APPENDED, event.path, _event_wire(event.event)]
+    return [_EV_CODE[type(event)], *event]
+
+
+def decode_event(item: Any) -> TopicEvent:
+    if not isinstance(item, list) or not item:
+        raise ProtocolError("an event is a non-empty list")
+    code = item[0]
+    if not isinstance(code, int) or isinstance(code, bool) or not 1 <= code <= len(_EVENTS):
+        raise ProtocolError(f"unknown event code {code!r}")
+    if code == _APPENDED:
+        if len(item) != 3:
+            raise ProtocolError(f"Appended has 2 fields, got {len(item) - 1}")
+        return Appended(item[1], _event_of(item[2]))
+    return _make(_EVENTS[code - 1], item)  # type: ignore[no-any-return]
+
+
+# -- frames -----------------------------------------------------------------------------
+#
+# A frame is an envelope: it carries operations, results and events *encoded*
+# (lists made by the functions above), so that a partition encodes an event
+# once however many links it goes to, and a receiver decodes each item with
+# the decoder of its kind.
+
+
+class Hello(NamedTuple):
+    """The first frame of a link: who it is and the partition's secret."""
+
+    link: str
+    secret: str
+
+
+class Batch(NamedTuple):
+    """Operations to apply in order (each from :func:`encode_operation`)."""
+
+    sequence: int
+    operations: list[list[Any]]
+
+
+class Done(NamedTuple):
+    """A batch applied: its encoded results in order, and the encoded events
+    it made for this link (they happened before the results were sent).
+    ``applied_ns`` is the partition's monotonic clock when it had applied the
+    batch (comparable with the link's only on the same machine: tracing)."""
+
+    sequence: int
+    results: list[list[Any]]
+    events: list[list[Any]]
+    applied_ns: int = 0
+
+
+class Events(NamedTuple):
+    """Encoded events that other links' batches made for this link."""
+
+    events: list[list[Any]]
+
+
+Frame = Hello | Batch | Done | Events
+_FRAMES: tuple[type[Any], ...] = (Hello, Batch, Done, Events)
+_FRAME_CODE: dict[type[Any], int] = {cls: code for code, cls in enumerate(_FRAMES, 1)}
+
+
+def encode_frame(frame: Frame) -> bytes:
+    data: bytes = msgpack.packb([_FRAME_CODE[type(frame)], *frame], use_bin_type=True)
+    return data
+
+
+class FrameReader:
+    """Sans-I/O decoding of a stream of frames: :meth:`feed` the bytes as
+    they arrive, then iterate :meth:`frames` for the complete ones."""
+
+    def __init__(self, max_frame: int = 256 * 1024 * 1024) -> None:
+        self._unpacker = msgpack.Unpacker(raw=False, use_list=True, max_buffer_size=max_frame)
+
+    def feed(self, data: bytes) -> None:
+        try:
+            self._unpacker.feed(data)
+        except msgpack.BufferFull:
+            raise ProtocolError("a frame is larger than the stream allows") from None
+
+    def frames(self) -> Iterator[Frame]:
+        try:
+            for item in self._unpacker:
+                yield _decode_frame(item)
+        except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+            raise ProtocolError(f"the stream is not msgpack: {e}") from None
+
+
+def _decode_frame(item: Any) -> Frame:
+    if not isinstance(item, list) or not item:
+        raise ProtocolError("a frame is a non-empty list")
+    code = item[0]
+    if not isinstance(code, int) or isinstance(code, bool) or not 1 <= code <= len(_FRAMES):
+        raise ProtocolError(f"unknown frame code {code!r}")
+    frame: Frame = _make(_FRAMES[code - 1], item)
+    return frame

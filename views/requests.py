@@ -1,0 +1,50 @@
+"""Checking a session's topic view requests (pure; see :mod:`sessions.requests`).
+
+=================  ====================================================
+view_create        MODIFY_TOPIC_VIEWS and SELECT_TOPIC on the path
+view_remove        prefix of the view's source selector
+view_list          READ_TOPIC_VIEWS
+=================  ====================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sessions.registry import SessionRegistry
+from sessions.requests import RequestError, expect
+from sessions.security import GlobalPermission, PathPermission
+from views.parser import parse_view
+
+__all__ = ["check_create", "check_list", "check_remove", "check_remove_source", "view_name"]
+
+
+def view_name(name: Any) -> str:
+    expect(name, str, "view name")
+    if not name or not name.isprintable():
+        raise RequestError("INVALID_REQUEST", f"a view name is non-empty printable text, not {name!r}")
+    return str(name)
+
+
+def check_create(r: SessionRegistry, sid: str, name: Any, specification: Any) -> tuple[str, str]:
+    """The checked name and specification text of a view to create or replace."""
+    checked = view_name(name)
+    spec = parse_view(expect(specification, str, "specification"))
+    r.check(sid, GlobalPermission.MODIFY_TOPIC_VIEWS)
+    r.check(sid, PathPermission.SELECT_TOPIC, spec.selector.path_prefix)
+    return checked, str(specification)
+
+
+def check_list(r: SessionRegistry, sid: str) -> None:
+    r.check(sid, GlobalPermission.READ_TOPIC_VIEWS)
+
+
+def check_remove(r: SessionRegistry, sid: str, name: Any) -> str:
+    checked = view_name(name)
+    r.check(sid, GlobalPermission.MODIFY_TOPIC_VIEWS)
+    return checked
+
+
+def check_remove_source(r: SessionRegistry, sid: str, specification: str) -> None:
+    """Removing a view also needs SELECT_TOPIC on its source selector's prefix."""
+    r.check(sid, PathPermission.SELECT_TOPIC, parse_view(specification).selector.path_prefix)
