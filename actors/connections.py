@@ -1,12 +1,20 @@
 """The gateway's WebSocket sessions: handshake, reading requests, writing frames.
 
-Per connection: the first frame must be a HELLO; it is authenticated
-against the gateway's copy of the security store (scrypt runs off the event
-loop), the session is opened in the registry and WELCOME sent. Then every
-frame is decoded with :mod:`canopy.protocol` and each request handed to the
-gateway's dispatcher. A writer task per session drains the session's
-outbound queue into frames as fast as the client reads, turning each
-delivery (:mod:`sessions.deliveries`) into its protocol message.
+Each connection is a :class:`~canopy.transport.WebSocketStream` whose
+handler is a :class:`_Client`. The first message must be a HELLO; it is
+authenticated against the gateway's copy of the security store (scrypt runs
+off the event loop), the session is opened in the registry and WELCOME
+sent. Then every message is decoded with :mod:`canopy.protocol` and each
+request handed to the gateway's dispatcher, straight from the socket
+callback.
+
+Writing has no task either: :meth:`Connections.wake` (called after every
+batch of requests or partition events) writes each session that has new
+messages at once, turning each delivery (:mod:`sessions.deliveries`) into
+its protocol message, until the session's queue is empty or its socket
+buffer is full; when the client has read enough, the stream says so
+(:meth:`_Client.writable`) and writing goes on. Meanwhile the session's
+queue grows, and the topics' CONFLATION policies decide what it keeps.
 """
 
 from __future__ import annotations
@@ -15,13 +23,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from websockets.asyncio.server import ServerConnection
-from websockets.exceptions import ConnectionClosed
-
 from canopy import protocol as wire
+from canopy.transport import Handler, WebSocketStream
 from sessions.countries import CountryTable
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
 from sessions.registry import SessionRegistry
@@ -31,9 +36,10 @@ from topics.selectors import Selector
 
 log = logging.getLogger("canopy.gateway")
 HELLO_TIMEOUT = 10.0
-CLOSE_TIMEOUT = 5.0
 CLOSE_QUEUE_LIMIT = 4001
 CLOSE_SHUTDOWN = 1001
+#: messages a client may send before its HELLO is answered
+EARLY_LIMIT = 64
 
 
 def to_wire(item: object) -> wire.Message:
@@ -54,20 +60,53 @@ def to_wire(item: object) -> wire.Message:
     return item
 
 
-@dataclass(eq=False)
-class Connection:
-    ws: ServerConnection
-    session_id: str
-    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
-    writer: asyncio.Task[None] | None = None
-    closing: bool = False
+class _Client(Handler):
+    """One connection: waiting for its HELLO, authenticating, or a session."""
+
+    def __init__(self, connections: Connections) -> None:
+        self.connections = connections
+        self.stream: WebSocketStream | None = None
+        self.session_id: str | None = None
+        self.early: list[bytes | str] | None = None  # messages that came before WELCOME
+        self.closing = False
+        self._hello_timer: asyncio.TimerHandle | None = None
+
+    def on_open(self, stream: WebSocketStream) -> None:
+        self.stream = stream
+        self.connections.streams.add(stream)
+        self._hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT, stream.abort)
+
+    def on_message(self, stream: WebSocketStream, data: bytes | str) -> None:
+        if self.session_id is not None:
+            self.connections.receive(self, data)
+        elif self.early is None:
+            if self._hello_timer is not None:
+                self._hello_timer.cancel()
+            self.early = []
+            self.connections.spawn(self.connections.hello(self, data))
+        elif len(self.early) < EARLY_LIMIT:
+            self.early.append(data)
+        else:
+            stream.close(1008, "too many messages before the session opened")
+
+    def on_writable(self, stream: WebSocketStream) -> None:
+        if self.session_id is not None:
+            self.connections.write(self)
+
+    def on_closed(self, stream: WebSocketStream) -> None:
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
+        self.connections.streams.discard(stream)
+        self.connections.forget(self)
 
 
 class Connections:
     """The WebSocket sessions of one gateway.
 
-    ``dispatch(session_id, request)`` handles a request; ``unregister``
-    carries out the unregistrations a closed session leaves behind.
+    ``dispatch(session_id, request, received_ns)`` handles a request (read
+    at ``received_ns`` on the monotonic clock); ``unregister`` carries out
+    the unregistrations a closed session leaves behind; ``after_write`` is
+    called after every write pass.
     """
 
     def __init__(
@@ -75,8 +114,9 @@ class Connections:
         gateway_id: str,
         registry: SessionRegistry,
         config: dict[str, Any],
-        dispatch: Callable[[str, wire.Request], None],
+        dispatch: Callable[[str, wire.Request, int], None],
         unregister: Callable[[list[Selector]], None],
+        after_write: Callable[[], None] = lambda: None,
     ) -> None:
         self.gateway_id = gateway_id
         self.registry = registry
@@ -84,28 +124,35 @@ class Connections:
         self.countries = CountryTable(config.get("countries"))
         self._dispatch = dispatch
         self._unregister = unregister
-        self.by_session: dict[str, Connection] = {}
+        self._after_write = after_write
+        self.by_session: dict[str, _Client] = {}
+        self.streams: set[WebSocketStream] = set()
         self._serial = 0
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._wake_scheduled = False
 
-    # -- a connection's life -----------------------------------------------------------
+    def handler(self) -> Handler:
+        """A handler for a new connection (the server's factory calls it)."""
+        return _Client(self)
 
-    async def handle(self, ws: ServerConnection) -> None:
+    # -- a session's life ----------------------------------------------------------------
+
+    async def hello(self, client: _Client, data: bytes | str) -> None:
+        stream = client.stream
+        assert stream is not None
         try:
-            first = await asyncio.wait_for(ws.recv(), HELLO_TIMEOUT)
-        except (TimeoutError, ConnectionClosed):
-            return
-        try:
-            hello = _hello(first)
+            hello = _hello(data)
             # scrypt takes tens of milliseconds: keep it off the event loop
             roles = await asyncio.to_thread(self.registry.security.authenticate, hello.principal, hello.password)
         except (RequestError, AuthenticationFailed) as e:
-            await ws.send(wire.encode_frame([wire.Error(0, e.code, str(e))]))
-            await ws.close(1002 if e.code == "PROTOCOL_ERROR" else 1008, e.code)
+            stream.send(wire.encode_frame([wire.Error(0, e.code, str(e))]))
+            stream.close(1002 if e.code == "PROTOCOL_ERROR" else 1008, e.code)
+            return
+        if not stream.open:
             return
         self._serial += 1
         session_id = f"{self.gateway_id}-{self._serial:x}"
-        client_ip = str(ws.remote_address[0]) if ws.remote_address else ""
+        client_ip = str(stream.remote_address[0]) if stream.remote_address else ""
         properties = {
             **hello.properties,
             "$SessionId": session_id,
@@ -116,84 +163,70 @@ class Connections:
             "$StartTime": str(int(time.time() * 1000)),
         }
         session = self.registry.open(session_id, hello.principal or "", properties, roles)
-        conn = Connection(ws, session_id)
-        self.by_session[session_id] = conn
+        client.session_id = session_id
+        self.by_session[session_id] = client
         welcome = wire.Welcome(
             wire.PROTOCOL_VERSION, session_id, dict(session.properties),
             self.config["max_frame_size"], self.config["hub_root"],
         )
-        writer = conn.writer = asyncio.ensure_future(self._writer(conn))
-        try:
-            await ws.send(wire.encode_frame([welcome]))
-            async for data in ws:
-                self._receive(conn, data)
-                self.wake()
-        except ConnectionClosed:
-            pass
-        finally:
-            writer.cancel()
-            self._forget(conn)
+        stream.send(wire.encode_frame([welcome]))
+        early, client.early = client.early or [], []
+        for message in early:
+            self.receive(client, message)
+        self.wake()
 
-    async def _writer(self, conn: Connection) -> None:
-        queue = self.registry.sessions[conn.session_id].queue
-        try:
-            while True:
-                await conn.wakeup.wait()
-                conn.wakeup.clear()
-                while True:
-                    items = queue.take()
-                    if not items:
-                        break
-                    await conn.ws.send(wire.encode_frame([to_wire(item) for item in items]))
-        except ConnectionClosed:
-            pass
+    def close(self, client: _Client, code: str, message: str, ws_code: int) -> None:
+        """End a session: drop its queue, tell the client why, close.
 
-    async def close(self, conn: Connection, code: str, message: str, ws_code: int) -> None:
-        """End a session: stop its writer, drop its queue, tell the client why.
-
-        A client that is not reading cannot take the CLOSE message; after
-        CLOSE_TIMEOUT the connection is dropped without it.
+        A client that is not reading cannot take the CLOSE message; the
+        stream drops the connection when the closing handshake times out.
         """
-        if conn.closing:
+        if client.closing:
             return
-        conn.closing = True
-        if conn.writer is not None:
-            conn.writer.cancel()
-        self._forget(conn)
-        try:
-            await asyncio.wait_for(conn.ws.send(wire.encode_frame([wire.Close(code, message)])), CLOSE_TIMEOUT)
-            await asyncio.wait_for(conn.ws.close(ws_code, code), CLOSE_TIMEOUT)
-        except (ConnectionClosed, TimeoutError):
-            conn.ws.transport.abort()
+        client.closing = True
+        stream = client.stream
+        self.forget(client)
+        if stream is not None:
+            stream.send(wire.encode_frame([wire.Close(code, message)]))
+            stream.close(ws_code, code)
 
-    async def close_all(self) -> None:
-        for conn in list(self.by_session.values()):
-            await self.close(conn, "SERVER_SHUTDOWN", "the server is shutting down", CLOSE_SHUTDOWN)
+    async def close_all(self, timeout: float = 6.0) -> None:
+        for client in list(self.by_session.values()):
+            self.close(client, "SERVER_SHUTDOWN", "the server is shutting down", CLOSE_SHUTDOWN)
+        for stream in list(self.streams):
+            stream.close(CLOSE_SHUTDOWN, "SERVER_SHUTDOWN")
+        lost = [s.lost for s in self.streams]
+        if lost:
+            await asyncio.wait(lost, timeout=timeout)
 
-    def _forget(self, conn: Connection) -> None:
-        if self.by_session.pop(conn.session_id, None) is None:
+    def forget(self, client: _Client) -> None:
+        session_id = client.session_id
+        if session_id is None or self.by_session.pop(session_id, None) is None:
             return
-        self._unregister(self.registry.close(conn.session_id))
+        self._unregister(self.registry.close(session_id))
 
     # -- requests and notifications ---------------------------------------------------------
 
-    def _receive(self, conn: Connection, data: Any) -> None:
-        sid = conn.session_id
+    def receive(self, client: _Client, data: bytes | str) -> None:
+        received = time.perf_counter_ns()
+        sid = client.session_id
+        assert sid is not None
         if not isinstance(data, bytes):
             self.error(sid, 0, "PROTOCOL_ERROR", "frames must be binary")
-            return
-        try:
-            messages = wire.decode(data)
-        except wire.ProtocolError as e:
-            self.error(sid, 0, e.code, str(e))
-            return
-        for m in messages:
-            if isinstance(m, wire.Request):
-                self._dispatch(sid, m)
-            elif isinstance(m, wire.Malformed):
-                self.error(sid, m.cid, "PROTOCOL_ERROR", m.reason)
+        else:
+            try:
+                messages = wire.decode(data)
+            except wire.ProtocolError as e:
+                self.error(sid, 0, e.code, str(e))
             else:
-                self.error(sid, 0, "PROTOCOL_ERROR", f"a client may not send {type(m).__name__}")
+                for m in messages:
+                    if isinstance(m, wire.Request):
+                        self._dispatch(sid, m, received)
+                    elif isinstance(m, wire.Malformed):
+                        self.error(sid, m.cid, "PROTOCOL_ERROR", m.reason)
+                    else:
+                        self.error(sid, 0, "PROTOCOL_ERROR", f"a client may not send {type(m).__name__}")
+        self.wake()
 
     def error(self, session_id: str, cid: int, code: str, message: str) -> None:
         self.registry.send(session_id, wire.Error(cid, code, message))
@@ -202,16 +235,53 @@ class Connections:
         self.registry.send(session_id, wire.Response(cid, result))
 
     def wake(self) -> None:
-        """Wake the writers of sessions with new messages; close the sessions
-        the registry gave up on."""
+        """Soon (once the callbacks ready now have run, so that their messages
+        share frames): write every session with new messages and close the
+        sessions the registry gave up on."""
+        if not self._wake_scheduled:
+            self._wake_scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_dirty)
+
+    def _write_dirty(self) -> None:
+        self._wake_scheduled = False
+        frames: dict[tuple[int, ...], tuple[bytes, list[object]]] = {}
         for session_id in self.registry.take_dirty():
-            conn = self.by_session.get(session_id)
-            if conn is not None:
-                conn.wakeup.set()
+            client = self.by_session.get(session_id)
+            if client is not None:
+                self.write(client, frames)
         for session_id, (code, message) in self.registry.take_closing().items():
-            conn = self.by_session.get(session_id)
-            if conn is not None and not conn.closing:
-                self.spawn(self.close(conn, code, message, CLOSE_QUEUE_LIMIT))
+            client = self.by_session.get(session_id)
+            if client is not None:
+                self.close(client, code, message, CLOSE_QUEUE_LIMIT)
+        self._after_write()
+
+    def write(self, client: _Client, frames: dict[tuple[int, ...], tuple[bytes, list[object]]] | None = None) -> None:
+        """Write the session's queue until it is empty or the socket is full.
+
+        ``frames`` remembers the frames of one write pass by the identity of
+        the messages in them: sessions that share a topic's deliveries (the
+        same objects, in the same order) share the encoded frame too. It
+        holds the messages, so that no identity is reused during the pass.
+        """
+        stream = client.stream
+        session = self.registry.sessions.get(client.session_id or "")
+        if stream is None or session is None or client.closing:
+            return
+        queue = session.queue
+        while not stream.paused and len(queue):
+            items = queue.take()
+            if not items:
+                break
+            if frames is None:
+                data = wire.encode_frame([to_wire(item) for item in items])
+            else:
+                key = tuple(map(id, items))
+                found = frames.get(key)
+                if found is None:
+                    found = frames[key] = (wire.encode_frame([to_wire(item) for item in items]), items)
+                data = found[0]
+            if not stream.send(data):
+                break
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)

@@ -28,19 +28,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import ray
-from websockets.asyncio.server import Server, serve
 
 from actors.connections import Connections
 from actors.link import PartitionLink, PartitionUnavailable
 from actors.requests import HANDLERS, Context, Routed
+from actors.tracing import TraceRecord
 from canopy import protocol as wire
+from canopy.transport import serve_stream
 from sessions.filters import FilterSyntaxError, parse_filter
 from sessions.registry import SessionRegistry
 from sessions.requests import RequestError
 from sessions.security import AuthenticationFailed, PermissionDenied, SecurityCommandError, SecurityStore
 from sessions.trees import SessionTrees, TreeError
 from topics.errors import TopicModelError
-from topics.protocol import Failed, ProtocolError, Result, TopicEvent
+from topics.protocol import Failed, ProtocolError, Result, SetValue, TopicEvent
 from views.parser import ViewSpecError
 
 log = logging.getLogger("canopy.gateway")
@@ -59,7 +60,10 @@ REQUEST_ERRORS = (
 )
 
 
-class GatewayActor:
+class Gateway:
+    """The gateway's work, in a plain object: Ray wraps every method of an
+    actor class for tracing, which the per-message paths here must not pay."""
+
     def __init__(
         self,
         gateway_id: str,
@@ -89,38 +93,32 @@ class GatewayActor:
             partitions_for=lambda selector: len(self.link.partitions_for(selector)) if count else 1,
         )
         self.ctx = Context(self.registry, self.link, config, session_trees=session_tree_actor)
-        self.connections = Connections(gateway_id, self.registry, config, self._dispatch, self.ctx.unregister)
-        self._server: Server | None = None
+        self.connections = Connections(
+            gateway_id, self.registry, config, self._dispatch, self.ctx.unregister, after_write=self._written
+        )
+        self.server: asyncio.Server | None = None
         self.url = ""
 
     # -- lifecycle -----------------------------------------------------------
 
-    async def start(self) -> dict[str, Any]:
-        from cluster import names
-
-        self.ctx.controller = ray.get_actor(names.CONTROLLER)
-        self.ctx.views = ray.get_actor(names.VIEWS)
+    async def start(self, controller: Any, views: Any) -> dict[str, Any]:
+        self.ctx.controller = controller
+        self.ctx.views = views
         await self.link.attach()
-        self._server = await serve(
-            self.connections.handle, self.host, self.port, max_size=self.config["max_frame_size"], compression=None
-        )
-        port = self._server.sockets[0].getsockname()[1]
+        factory = serve_stream(self.connections.handler, max_size=self.config["max_frame_size"])
+        self.server = await asyncio.get_running_loop().create_server(factory, self.host, self.port)
+        port = self.server.sockets[0].getsockname()[1]
         self.url = f"ws://{self.host}:{port}"
+        gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
         return {"gateway": self.gateway_id, "url": self.url, "host": self.host, "port": port}
 
-    async def set_peers(self, peers: list[Any]) -> None:
-        """Every gateway of the instance (this one included), for session-wide operations."""
-        self.ctx.peers = peers
-
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close(close_connections=False)
+        if self.server is not None:
+            self.server.close()
         await self.connections.close_all()
-        if self._server is not None:
-            await self._server.wait_closed()
         self.link.close()
 
-    async def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         return {
             "gateway": self.gateway_id,
             "pid": os.getpid(),
@@ -134,13 +132,12 @@ class GatewayActor:
 
     # -- configuration pushed to the gateway ---------------------------------------
 
-    async def set_security(self, store: dict[str, Any]) -> None:
+    def set_security(self, store: dict[str, Any]) -> None:
         with _no_gc():
             self.ctx.apply_changes(self.registry.set_security(SecurityStore.from_dict(store)))
         self.connections.wake()
 
-    async def set_session_trees(self, trees: list[Any]) -> float:
-        """Apply new tables; return how long re-evaluating the sessions took (s)."""
+    def set_session_trees(self, trees: list[Any]) -> float:
         started = time.perf_counter()
         with _no_gc():  # a re-evaluation makes many short-lived objects in a large heap
             self.ctx.apply_changes(self.registry.set_trees(SessionTrees.from_wire(trees)))
@@ -148,10 +145,10 @@ class GatewayActor:
         self.connections.wake()
         return elapsed
 
-    async def session_properties(self, kind: str, value: str) -> dict[str, dict[str, str]]:
+    def session_properties(self, kind: str, value: str) -> dict[str, dict[str, str]]:
         return {sid: dict(self.registry.sessions[sid].properties) for sid in self._select(kind, value)}
 
-    async def change_session_properties(self, kind: str, value: str, changes: dict[str, str | None]) -> int:
+    def change_session_properties(self, kind: str, value: str, changes: dict[str, str | None]) -> int:
         chosen = self._select(kind, value)
         for sid in chosen:
             self.ctx.apply_changes(self.registry.set_properties(sid, changes))
@@ -174,7 +171,7 @@ class GatewayActor:
 
     # -- requests --------------------------------------------------------------
 
-    def _dispatch(self, sid: str, request: wire.Request) -> None:
+    def _dispatch(self, sid: str, request: wire.Request, received_ns: int = 0) -> None:
         handler = HANDLERS.get(request.op) if request.op in wire.OPERATIONS else None
         if handler is None:
             known = ", ".join(sorted(wire.OPERATIONS))
@@ -190,7 +187,11 @@ class GatewayActor:
             return
         if isinstance(outcome, Routed):
             # one partition result: answer from the link's callback, no task, no future
-            self.link.route(outcome.path, outcome.operation, functools.partial(self._answer, sid, request.cid))
+            if request.op == "set" and self.ctx.tracer.sample():
+                answer = functools.partial(self._traced, sid, request.cid, outcome, received_ns)
+            else:
+                answer = functools.partial(self._answer, sid, request.cid)
+            self.link.route(outcome.path, outcome.operation, answer)
         elif asyncio.iscoroutine(outcome):
             self.connections.spawn(self._finish(sid, request.cid, outcome))
         else:
@@ -202,6 +203,22 @@ class GatewayActor:
         else:
             self.connections.respond(sid, cid, result.value)
         self.connections.wake()
+
+    def _traced(self, sid: str, cid: int, routed: Routed, received_ns: int, result: Result) -> None:
+        # the update's events came first in the same answer; they are written
+        # (with this answer) in the write pass this call schedules
+        applied, returned = self.link.last_done(routed.path)
+        op = routed.operation
+        assert isinstance(op, SetValue)
+        self.ctx.tracer.unwritten.append(TraceRecord(op.path, op.data, received_ns, applied, returned, 0))
+        self._answer(sid, cid, result)
+
+    def _written(self) -> None:
+        tracer = self.ctx.tracer
+        if tracer.unwritten:
+            now = time.perf_counter_ns()
+            tracer.records += [r._replace(written_ns=now) for r in tracer.unwritten]
+            tracer.unwritten.clear()
 
     async def _finish(self, sid: str, cid: int, work: Any) -> None:
         try:
@@ -218,6 +235,43 @@ class GatewayActor:
         else:
             self.connections.respond(sid, cid, result)
         self.connections.wake()
+
+
+
+class GatewayActor:
+    """The Ray shell: lifecycle, statistics and what the controller and the
+    session tree actor push; everything else happens in :class:`Gateway`."""
+
+    def __init__(self, *args: Any) -> None:
+        self.core = Gateway(*args)
+
+    async def start(self) -> dict[str, Any]:
+        from cluster import names
+
+        return await self.core.start(ray.get_actor(names.CONTROLLER), ray.get_actor(names.VIEWS))
+
+    async def set_peers(self, peers: list[Any]) -> None:
+        """Every gateway of the instance (this one included), for session-wide operations."""
+        self.core.ctx.peers = peers
+
+    async def stop(self) -> None:
+        await self.core.stop()
+
+    async def stats(self) -> dict[str, Any]:
+        return self.core.stats()
+
+    async def set_security(self, store: dict[str, Any]) -> None:
+        self.core.set_security(store)
+
+    async def set_session_trees(self, trees: list[Any]) -> float:
+        """Apply new tables; return how long re-evaluating the sessions took (s)."""
+        return self.core.set_session_trees(trees)
+
+    async def session_properties(self, kind: str, value: str) -> dict[str, dict[str, str]]:
+        return self.core.session_properties(kind, value)
+
+    async def change_session_properties(self, kind: str, value: str, changes: dict[str, str | None]) -> int:
+        return self.core.change_session_properties(kind, value, changes)
 
 
 @contextlib.contextmanager

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -109,6 +110,8 @@ class _Channel:
         self._sequence = 0
         self._scheduled = False
         self._last_send = 0.0
+        #: the last answer's (partition apply time, arrival time), monotonic ns: tracing
+        self.last_done = (0, 0)
         self.batches = 0
         self.operations = 0
 
@@ -147,6 +150,7 @@ class _Channel:
 
     def on_frame(self, frame: Any) -> None:
         if isinstance(frame, Done):
+            self.last_done = (frame.applied_ns, time.perf_counter_ns())
             if frame.events:
                 self._events(frame.events)
             if not self._in_flight or self._in_flight[0][0] != frame.sequence:
@@ -265,6 +269,11 @@ class PartitionLink:
 
         self.channels[index].submit(op, resolve)
         return future
+
+    def last_done(self, path: str) -> tuple[int, int]:
+        """When the partition of ``path`` applied its last answered batch and
+        when the answer arrived (monotonic ns)."""
+        return self.channels[partition_of(path, len(self.channels))].last_done
 
     def request_route(self, path: str, op: Operation) -> asyncio.Future[Result]:
         return self.request(partition_of(path, len(self.channels)), op)

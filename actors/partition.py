@@ -18,6 +18,7 @@ forgets that link's registrations.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import secrets
@@ -49,7 +50,7 @@ log = logging.getLogger("canopy.partition")
 class _Peer(asyncio.Protocol):
     """One link's stream into this partition."""
 
-    def __init__(self, partition: PartitionActor) -> None:
+    def __init__(self, partition: Partition) -> None:
         self.partition = partition
         self.reader = FrameReader()
         self.transport: asyncio.Transport | None = None
@@ -85,46 +86,42 @@ class _Peer(asyncio.Protocol):
             self.transport.write(data)
 
 
-class PartitionActor:
-    """``host``: the address to serve links on (default: this Ray node's)."""
+class Partition:
+    """The partition's work, in a plain object (Ray wraps every method of an
+    actor class for tracing; the per-batch path here must not pay that).
+    ``host``: the address to serve links on."""
 
-    def __init__(self, index: int, count: int, host: str | None = None) -> None:
+    def __init__(self, index: int, host: str) -> None:
         self.index = index
-        self.count = count
         self.host = host
         self.store = TopicStore(clock=lambda: time.time_ns() // 1_000_000)
-        self._secret = secrets.token_urlsafe(24)
-        self._links: dict[str, _Peer] = {}
-        self._server: asyncio.Server | None = None
-        self._address: dict[str, Any] | None = None
-        self._starting = asyncio.Lock()
-        self._batches = 0
-        self._operations = 0
+        self.secret = secrets.token_urlsafe(24)
+        self.links: dict[str, _Peer] = {}
+        self.server: asyncio.Server | None = None
+        self.address: dict[str, Any] | None = None
+        self.batches = 0
+        self.operations = 0
 
-    async def attach(self, link_id: str) -> dict[str, Any]:
-        """Where link ``link_id`` connects: host, port and the secret to say."""
-        async with self._starting:
-            if self._address is None:
-                host = self.host or ray.util.get_node_ip_address()
-                self._server = await asyncio.get_running_loop().create_server(
-                    lambda: _Peer(self), host, 0, reuse_address=True
-                )
-                port = self._server.sockets[0].getsockname()[1]
-                self._address = {"host": host, "port": port, "secret": self._secret}
-        return self._address
-
-    # -- the stream side (called from the peers' protocol callbacks) -----------------------
+    async def serve(self) -> dict[str, Any]:
+        """Start the stream server (once); where links connect, with the secret."""
+        if self.address is None:
+            self.server = await asyncio.get_running_loop().create_server(
+                lambda: _Peer(self), self.host, 0, reuse_address=True
+            )
+            port = self.server.sockets[0].getsockname()[1]
+            self.address = {"host": self.host, "port": port, "secret": self.secret}
+        return self.address
 
     def hello(self, peer: _Peer, frame: Any) -> None:
-        if not isinstance(frame, Hello) or not secrets.compare_digest(str(frame.secret), self._secret):
+        if not isinstance(frame, Hello) or not secrets.compare_digest(str(frame.secret), self.secret):
             raise ProtocolError("the first frame must be a hello with this partition's secret")
-        old = self._links.get(frame.link)
+        old = self.links.get(frame.link)
         if old is not None and old is not peer:
             self.forget(old)
             if old.transport is not None:
                 old.transport.abort()
         peer.link = frame.link
-        self._links[frame.link] = peer
+        self.links[frame.link] = peer
 
     def apply(self, peer: _Peer, batch: Batch) -> None:
         assert peer.link is not None
@@ -137,36 +134,61 @@ class PartitionActor:
                 results.append(encode_result(Failed(e.code, str(e))))
                 continue
             results.append(encode_result(store.apply_one(peer.link, op)))
-        self._batches += 1
-        self._operations += len(results)
+        self.batches += 1
+        self.operations += len(results)
         events = store.drain_events()
         encoded: dict[int, list[Any]] = {}
         own = events.pop(peer.link, None)
         done = Done(batch.sequence, results, _encoded(own, encoded) if own else [], time.perf_counter_ns())
         peer.write(encode_frame(done))
         for link, made in events.items():
-            target = self._links.get(link)
+            target = self.links.get(link)
             if target is not None:
                 target.write(encode_frame(Events(_encoded(made, encoded))))
 
     def forget(self, peer: _Peer) -> None:
-        if peer.link is not None and self._links.get(peer.link) is peer:
-            del self._links[peer.link]
+        if peer.link is not None and self.links.get(peer.link) is peer:
+            del self.links[peer.link]
             self.store.drop_gateway(peer.link)
 
-    # -- control -----------------------------------------------------------------------------
-
-    async def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         return {
             "partition": self.index,
             "pid": os.getpid(),
-            "address": self._address and {k: v for k, v in self._address.items() if k != "secret"},
+            "address": self.address and {k: v for k, v in self.address.items() if k != "secret"},
             "topics": len(self.store.tree),
             "registrations": len(self.store.index),
-            "links": sorted(self._links),
-            "batches": self._batches,
-            "operations": self._operations,
+            "links": sorted(self.links),
+            "batches": self.batches,
+            "operations": self.operations,
         }
+
+
+class PartitionActor:
+    """The Ray shell. ``host``: the address to serve links on (default: this Ray node's)."""
+
+    def __init__(self, index: int, count: int, host: str | None = None) -> None:
+        self.index = index
+        self.count = count
+        self._host = host
+        self.core: Partition | None = None
+        self._starting = asyncio.Lock()
+
+    async def attach(self, link_id: str) -> dict[str, Any]:
+        """Where link ``link_id`` connects: host, port and the secret to say."""
+        async with self._starting:
+            if self.core is None:
+                core = Partition(self.index, self._host or ray.util.get_node_ip_address())
+                await core.serve()
+                self.core = core
+                gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
+            assert self.core.address is not None
+            return self.core.address
+
+    async def stats(self) -> dict[str, Any]:
+        if self.core is None:
+            return {"partition": self.index, "pid": os.getpid(), "address": None}
+        return self.core.stats()
 
 
 def _encoded(events: list[TopicEvent], memo: dict[int, list[Any]]) -> list[Any]:

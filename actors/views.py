@@ -49,20 +49,62 @@ def _permitted(store: SecurityStore) -> Any:
     return permitted
 
 
+class _Feed:
+    """Feeds the engine the partitions' events and carries its changes back
+    (a plain object: Ray wraps every method of an actor class for tracing,
+    which the per-event path must not pay)."""
+
+    def __init__(self, engine: ViewEngine, partitions: list[Any], config: dict[str, Any], delay: DelayStore) -> None:
+        self.engine = engine
+        self.delay = delay
+        self.link = PartitionLink(
+            GATEWAY_ID, partitions, self.on_events,
+            max_in_flight=config["max_in_flight"], max_batch=config["max_batch"],
+        )
+        self.tokens = 0
+        self.wakeup: asyncio.Event | None = None
+
+    def on_events(self, partition: int, events: list[TopicEvent]) -> None:
+        self.carry(self.engine.on_events(events, _now()))
+
+    def carry(self, changes: Changes) -> None:
+        link = self.link
+        for text in changes.unregister:
+            for i in link.partitions_for(parse_selector(text)):
+                link.submit(i, Unregister(text))
+        for text in changes.register:
+            self.tokens += 1
+            for i in link.partitions_for(parse_selector(text)):
+                link.submit(i, Register(text, self.tokens))
+        for path, operation in changes.operations:
+            self.submit(path, operation)
+        if changes.delayed:
+            self.delay.push_many(
+                (due, view, msgpack.packb([path, encode_operation(operation)], use_bin_type=True))
+                for due, view, path, operation in changes.delayed
+            )
+        if (changes.delayed or self.engine.next_release() is not None) and self.wakeup is not None:
+            self.wakeup.set()
+
+    def submit(self, path: str | None, operation: Operation) -> None:
+        if path is None:
+            for i in range(self.link.count):
+                self.link.submit(i, operation)
+        else:
+            self.link.route(path, operation)
+
+
 class ViewEvaluatorActor:
     def __init__(self, partitions: list[Any], config: dict[str, Any], security: dict[str, Any]) -> None:
         self.partitions = partitions
         self.config = config
         self._file = ConfigurationFile(config["data_dir"], VIEWS_FILE)
         self.engine = ViewEngine(_permitted(SecurityStore.from_dict(security)))
-        self.link = PartitionLink(
-            GATEWAY_ID, partitions, self._on_events,
-            max_in_flight=config["max_in_flight"], max_batch=config["max_batch"],
-        )
         self.delay = DelayStore(Path(config["data_dir"]) / "delay_store")
-        self._tokens = 0
+        self.feed = _Feed(self.engine, partitions, config, self.delay)
+        self.link = self.feed.link
+        self._carry = self.feed.carry
         self._next_precedence = 1
-        self._wakeup: asyncio.Event | None = None
         self._timer: asyncio.Task[None] | None = None
 
     async def start(self) -> int:
@@ -76,7 +118,7 @@ class ViewEvaluatorActor:
                 self._carry(self.engine.put_view(definition, _now()))
             except ValueError as e:  # a stored view that no longer parses: keep the rest going
                 log.error("could not restore topic view %r: %s", definition.name, e)
-        self._wakeup = asyncio.Event()
+        self.feed.wakeup = asyncio.Event()
         self._timer = asyncio.ensure_future(self._tick())
         return len(stored)
 
@@ -134,55 +176,23 @@ class ViewEvaluatorActor:
             **self.link.stats(),
         }
 
-    # -- events from partitions --------------------------------------------------------
-
-    def _on_events(self, partition: int, events: list[TopicEvent]) -> None:
-        self._carry(self.engine.on_events(events, _now()))
-
-    # -- carrying out the engine's changes --------------------------------------------
-
-    def _carry(self, changes: Changes) -> None:
-        link = self.link
-        for text in changes.unregister:
-            for i in link.partitions_for(parse_selector(text)):
-                link.submit(i, Unregister(text))
-        for text in changes.register:
-            self._tokens += 1
-            for i in link.partitions_for(parse_selector(text)):
-                link.submit(i, Register(text, self._tokens))
-        for path, operation in changes.operations:
-            self._submit(path, operation)
-        if changes.delayed:
-            self.delay.push_many(
-                (due, view, msgpack.packb([path, encode_operation(operation)], use_bin_type=True))
-                for due, view, path, operation in changes.delayed
-            )
-        if (changes.delayed or self.engine.next_release() is not None) and self._wakeup is not None:
-            self._wakeup.set()
-
-    def _submit(self, path: str | None, operation: Operation) -> None:
-        if path is None:
-            for i in range(self.link.count):
-                self.link.submit(i, operation)
-        else:
-            self.link.route(path, operation)
-
     async def _tick(self) -> None:
-        assert self._wakeup is not None
+        wakeup = self.feed.wakeup
+        assert wakeup is not None
         while True:
-            self._wakeup.clear()
+            wakeup.clear()
             now = _now()
             try:
                 self._carry(self.engine.release(now))
                 for _view, payload in self.delay.pop_due(now):
                     path, operation = msgpack.unpackb(payload, raw=False, use_list=True)
-                    self._submit(path, decode_operation(operation))
+                    self.feed.submit(path, decode_operation(operation))
             except Exception:
                 log.exception("releasing throttled or delayed view updates failed")
             due = [d for d in (self.engine.next_release(), self.delay.next_due()) if d is not None]
             wait = TICK if not due else min(TICK, max(0.0, (min(due) - _now()) / 1000))
             try:
-                await asyncio.wait_for(self._wakeup.wait(), wait)
+                await asyncio.wait_for(wakeup.wait(), wait)
             except TimeoutError:
                 pass
 

@@ -15,7 +15,13 @@ completes when the partition has applied it, so the publisher keeps up to
 ``WINDOW`` sets outstanding instead of awaiting each one (MQTT QoS 0 and
 NATS publishes are fire-and-forget).
 
-    .venv/bin/python bench/broker.py [--duration 5] [--skip-peers]
+    .venv/bin/python bench/broker.py [--duration 5] [--skip-peers] [--latency-only]
+                                     [--profile DIR]
+
+``--profile DIR`` records the latency phase with py-spy (installed on first
+use) in the gateway, the partitions and this client process, writes each
+profile's collapsed stacks to DIR and prints the functions that took the
+most samples in each.
 """
 
 from __future__ import annotations
@@ -28,15 +34,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from array import array
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import peers  # noqa: E402
+import profiling  # noqa: E402
 
 import canopy  # noqa: E402
 
@@ -84,9 +92,15 @@ def stop_server(proc: subprocess.Popen[str]) -> None:
         proc.stdout.close()
 
 
-async def bench_canopy(url: str, duration: float, subscribers: int, topics: int, rate: int) -> peers.Result:
+async def bench_canopy(
+    url: str, duration: float, subscribers: int, topics: int, rate: int,
+    *, throughput: bool = True, on_latency_phase: Any = None, hops: list[Hop] | None = None,
+) -> peers.Result:
+    """Run the workload; with ``hops``, fill it with the latency phase's per-hop breakdown."""
     phase = peers.Phase()
     tallies = [peers.Tally(phase) for _ in range(subscribers)]
+    # per subscriber: (send time carried by the value, receive time) of each latency-phase delivery
+    arrivals = [(array("q"), array("q")) for _ in range(subscribers)]
     paths = [f"bench/t{i}" for i in range(topics)]
     sessions: list[Any] = []
     readers: list[asyncio.Task[None]] = []
@@ -95,17 +109,23 @@ async def bench_canopy(url: str, duration: float, subscribers: int, topics: int,
         sessions.append(publisher)
         for path in paths:
             await publisher.topics.add(path, "BINARY", {"CONFLATION": "off"})
-        for tally in tallies:
+        for tally, arrived in zip(tallies, arrivals):
             session = await canopy.connect(url)
             sessions.append(session)
             sub = await session.topics.subscribe("?bench/")
 
-            async def read(sub: Any = sub, tally: peers.Tally = tally) -> None:
+            async def read(sub: Any = sub, tally: peers.Tally = tally, arrived: Any = arrived) -> None:
                 async for event in sub:
                     if event.kind == "value":
+                        now = time.perf_counter_ns()
                         tally.on_message(event.value)
+                        if phase.record_latency:
+                            arrived[0].append(peers.payload_sent_ns(event.value))
+                            arrived[1].append(now)
 
             readers.append(asyncio.ensure_future(read()))
+        if hops is not None:
+            await publisher.server.trace(TRACE_EVERY)
         outstanding: deque[asyncio.Future[None]] = deque()
 
         async def publish(topic: int, payload: bytes) -> None:
@@ -118,14 +138,63 @@ async def bench_canopy(url: str, duration: float, subscribers: int, topics: int,
                 await outstanding.popleft()
 
         measurement = await peers.run_async_workload(
-            publish, flush, phase, tallies, duration=duration, topics=topics, rate=rate
+            publish, flush, phase, tallies, duration=duration, topics=topics, rate=rate,
+            throughput=throughput, on_latency_phase=on_latency_phase,
         )
+        if hops is not None:
+            hops += breakdown(await publisher.server.trace(0), arrivals, phase)
     finally:
         for task in readers:
             task.cancel()
         for session in sessions:
             await session.close()
     return measurement.result(f"canopy {canopy.__version__} (1 gateway, embedded Ray, asyncio client)", rate)
+
+
+TRACE_EVERY = 10  # the gateway times every 10th set
+
+
+class Hop(NamedTuple):
+    name: str
+    samples: list[int]  # ns
+
+
+def breakdown(records: list[Any], arrivals: list[tuple[array[int], array[int]]], phase: peers.Phase) -> list[Hop]:
+    """Per-hop latencies of the traced updates sent inside the latency window."""
+    traced = {peers.payload_sent_ns(r.value): r for r in records}
+    traced = {sent: r for sent, r in traced.items() if phase.start_ns <= sent < phase.end_ns}
+    hops = {name: [] for name in HOPS}  # type: dict[str, list[int]]
+    for sent, r in traced.items():
+        hops["client -> gateway"].append(r.received_ns - sent)
+        hops["gateway -> partition applied"].append(r.applied_ns - r.received_ns)
+        hops["partition -> gateway"].append(r.returned_ns - r.applied_ns)
+        hops["  of which gateway fan-out"].append(r.written_ns - r.returned_ns)
+    for sent_times, receive_times in arrivals:
+        for sent, at in zip(sent_times, receive_times):
+            r = traced.get(sent)
+            if r is not None:
+                hops["gateway -> client"].append(at - r.returned_ns)
+                hops["total (publish -> receive)"].append(at - sent)
+    return [Hop(name, hops[name]) for name in HOPS]
+
+
+HOPS = (
+    "client -> gateway",
+    "gateway -> partition applied",
+    "partition -> gateway",
+    "gateway -> client",
+    "  of which gateway fan-out",
+    "total (publish -> receive)",
+)
+
+
+def print_hops(hops: list[Hop], rate: int) -> None:
+    print(f"\ncanopy per hop at {rate:,} updates/s (every {TRACE_EVERY}th update traced; ms):")
+    print(f"  {'hop':<30} {'p50':>7} {'p99':>7} {'samples':>8}")
+    for hop in hops:
+        p50, p99 = peers.percentiles_ms(hop.samples)
+        show = (lambda v: "-" if v is None else f"{v:.2f}")
+        print(f"  {hop.name:<30} {show(p50):>7} {show(p99):>7} {len(hop.samples):>8}")
 
 
 def main() -> int:
@@ -136,19 +205,30 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=5000)
     parser.add_argument("--skip-peers", action="store_true", help="measure canopy only")
     parser.add_argument("--serve-args", default="", help="extra `canopy serve` options, e.g. '--partitions 1'")
+    parser.add_argument("--latency-only", action="store_true", help="skip the throughput phase")
+    parser.add_argument("--profile", metavar="DIR", help="py-spy the latency phase into DIR")
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="canopy-bench-") as data:
         port = peers.free_port()
         print("[bench] starting canopy serve ...", file=sys.stderr, flush=True)
         proc = start_server(data, port, args.serve_args.split())
+        profiler = profiling.Profiler(Path(args.profile), proc.pid) if args.profile else None
+        hops: list[Hop] = []
         try:
             results.append(
                 asyncio.run(
-                    bench_canopy(f"ws://127.0.0.1:{port}", args.duration, args.subscribers, args.topics, args.rate)
+                    bench_canopy(
+                        f"ws://127.0.0.1:{port}", args.duration, args.subscribers, args.topics, args.rate,
+                        throughput=not args.latency_only,
+                        on_latency_phase=profiler.start if profiler else None,
+                        hops=hops,
+                    )
                 )
             )
         finally:
+            if profiler is not None:
+                profiler.finish()
             stop_server(proc)
     if not args.skip_peers:
         for runner in (peers.run_mosquitto, peers.run_nats):
@@ -158,6 +238,7 @@ def main() -> int:
         f"{args.subscribers} subscribers x all topics; windows of {args.duration:g}s; latency at {args.rate:,} updates/s\n"
     )
     peers.print_table(results)
+    print_hops(hops, args.rate)
     return 0
 
 

@@ -60,6 +60,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import importlib
 import importlib.metadata
 import os
@@ -71,6 +72,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,12 +204,12 @@ class Tally:
         self.phase = phase
         self.received = 0
         self.in_window = 0
-        self.latencies_ns: list[int] = []
+        self.latencies_ns = array("q")
 
     def reset(self) -> None:
         self.received = 0
         self.in_window = 0
-        self.latencies_ns = []
+        self.latencies_ns = array("q")  # not a GC-tracked list: the harness must not cause collector pauses
 
     def on_message(self, data: bytes) -> None:
         """Account one delivered payload; call it first thing in the callback."""
@@ -296,6 +298,10 @@ def _received(tallies: Sequence[Tally]) -> int:
 def _start_phase(phase: Phase, tallies: Sequence[Tally], warmup_s: float, duration: float, latency: bool) -> None:
     for tally in tallies:
         tally.reset()
+    # what exists now (clients, connections, the harness) lives through the phase: keep the
+    # collector from walking it during the measurement, for every broker alike
+    gc.collect()
+    gc.freeze()
     start = time.perf_counter_ns() + int(warmup_s * 1e9)
     phase.record_latency = latency
     phase.start_ns = start
@@ -333,17 +339,66 @@ async def run_async_workload(
     duration: float,
     topics: int,
     rate: int,
+    throughput: bool = True,
+    on_latency_phase: Callable[[float], None] | None = None,
 ) -> Measurement:
     """Both phases for a client whose publisher and subscribers share this loop.
 
     ``publish(topic_index, payload)`` publishes one message; ``flush()`` waits
     until everything published so far has reached the broker.  The
     subscribers must already be subscribed and call ``Tally.on_message``.
+    Without ``throughput`` only the latency phase runs; ``on_latency_phase``
+    is told when that phase's window starts (its argument: the window in s).
     """
     n_subs = len(tallies)
     m = Measurement(subscribers=n_subs)
+    if throughput:
+        await _throughput_phase(publish, flush, phase, tallies, m, duration=duration, topics=topics)
 
-    # Phase 1: throughput.
+    # Phase 2: latency at a fixed rate.
+    _start_phase(phase, tallies, LATENCY_WARMUP_S, duration, latency=True)
+    origin = time.perf_counter_ns()
+    sent = 0
+    in_window = 0
+    tick = 0
+    announced = on_latency_phase is None
+    while True:
+        now = time.perf_counter_ns()
+        if now >= phase.end_ns:
+            break
+        if not announced and now >= phase.start_ns:
+            announced = True
+            assert on_latency_phase is not None
+            on_latency_phase(duration)
+        due = (now - origin) * rate // 1_000_000_000
+        while sent < due:
+            ts = time.perf_counter_ns()
+            await publish(sent % topics, make_payload(sent, ts))
+            if ts >= phase.start_ns:
+                in_window += 1
+            sent += 1
+        tick += 1
+        delay = (origin + int(tick * TICK_S * 1e9) - time.perf_counter_ns()) / 1e9
+        await asyncio.sleep(max(0.0, delay))
+    await flush()
+    m.latency_rate_achieved = in_window / duration
+    m.latency_expected = sent * n_subs
+    m.latency_received = await _drain_async(tallies, m.latency_expected)
+    m.latencies_ns = [x for t in tallies for x in t.latencies_ns]
+    return m
+
+
+async def _throughput_phase(
+    publish: Callable[[int, bytes], Awaitable[None]],
+    flush: Callable[[], Awaitable[None]],
+    phase: Phase,
+    tallies: Sequence[Tally],
+    m: Measurement,
+    *,
+    duration: float,
+    topics: int,
+) -> None:
+    n_subs = len(tallies)
     _start_phase(phase, tallies, WARMUP_S, duration, latency=False)
     seq = 0
     in_window = 0
@@ -363,33 +418,6 @@ async def run_async_workload(
     m.throughput_published = seq
     m.throughput_expected = seq * n_subs
     m.throughput_received = await _drain_async(tallies, m.throughput_expected)
-
-    # Phase 2: latency at a fixed rate.
-    _start_phase(phase, tallies, LATENCY_WARMUP_S, duration, latency=True)
-    origin = time.perf_counter_ns()
-    sent = 0
-    in_window = 0
-    tick = 0
-    while True:
-        now = time.perf_counter_ns()
-        if now >= phase.end_ns:
-            break
-        due = (now - origin) * rate // 1_000_000_000
-        while sent < due:
-            ts = time.perf_counter_ns()
-            await publish(sent % topics, make_payload(sent, ts))
-            if ts >= phase.start_ns:
-                in_window += 1
-            sent += 1
-        tick += 1
-        delay = (origin + int(tick * TICK_S * 1e9) - time.perf_counter_ns()) / 1e9
-        await asyncio.sleep(max(0.0, delay))
-    await flush()
-    m.latency_rate_achieved = in_window / duration
-    m.latency_expected = sent * n_subs
-    m.latency_received = await _drain_async(tallies, m.latency_expected)
-    m.latencies_ns = [x for t in tallies for x in t.latencies_ns]
-    return m
 
 
 # --------------------------------------------------------------------------

@@ -32,16 +32,14 @@ import datetime
 import enum
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine, Generator
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from websockets.asyncio.client import ClientConnection
-from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
-
 from canopy import errors
 from canopy import protocol as wire
+from canopy import transport
+from canopy.transport import Handler, WebSocketStream
 from topics import openajax
 from topics import types as values
 from topics.errors import TopicModelError
@@ -246,21 +244,30 @@ class Topics:
             raise _local(e) from None
         return AddResult(await self._s._call("add", path, spec.type.value, spec.properties))
 
-    async def set(
+    def set(
         self, path: str, value: Any, type: TopicType | str | None = None, *, add_if_missing: bool = False
-    ) -> None:
+    ) -> asyncio.Future[None]:
+        """Set a topic's value; await the result to know the partition applied it.
+
+        The request is sent at the end of the current event-loop turn whether
+        or not the result is awaited, so many sets pipeline without a task
+        each. Every error (a value that cannot be encoded included) comes
+        out of the awaited result.
+        """
         try:
             topic_type = TopicType.parse(type) if type is not None else None
             data, raw = values.encode_any(value, topic_type)
+            return self._s._request(
+                "set", path, data, raw, topic_type.value if topic_type else None, add_if_missing, result=_nothing
+            )
         except TopicModelError as e:
-            raise _local(e) from None
-        await self._s._call(
-            "set", path, data, raw, topic_type.value if topic_type else None, add_if_missing
-        )
+            return _failed(_local(e))
+        except errors.CanopyError as e:
+            return _failed(e)
 
-    async def add_and_set(self, path: str, value: Any, type: TopicType | str | None = None) -> None:
+    def add_and_set(self, path: str, value: Any, type: TopicType | str | None = None) -> asyncio.Future[None]:
         """Set the value, creating the topic (of ``type``, or inferred from the value) if missing."""
-        await self.set(path, value, type, add_if_missing=True)
+        return self.set(path, value, type, add_if_missing=True)
 
     async def remove(self, selector: str | Selector) -> int:
         result: int = await self._s._call("remove", str(self._s._selector(selector)))
@@ -573,6 +580,31 @@ class TopicViews:
         await self._s._call("view_remove", name)
 
 
+class TraceRecord(NamedTuple):
+    """One sampled update and when it passed each hop (monotonic ns, the
+    gateway's clock; ``applied`` the partition's)."""
+
+    path: str
+    value: bytes
+    received_ns: int
+    applied_ns: int
+    returned_ns: int
+    written_ns: int
+
+
+class Server:
+    """Operating the gateway the session is connected to (``session.server``)."""
+
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def trace(self, every: int = 0, limit: int = 100_000) -> list[TraceRecord]:
+        """Time every ``every``-th set this gateway receives from now on (0
+        stops); return the records taken since the last call (CONTROL_SERVER)."""
+        rows = await self._s._call("trace", every, limit)
+        return [TraceRecord(*row) for row in rows]
+
+
 class Hub:
     """OpenAjax-style publish/subscribe with dotted names (``session.hub``).
 
@@ -604,11 +636,23 @@ class Hub:
         return SubscribeRequest(self._s._subscribe(selector, hub_root=self.root))
 
 
-class Session:
+def _nothing(_: Any) -> None:
+    return None
+
+
+def _failed(error: BaseException) -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_exception(error)
+    return future
+
+
+class Session(Handler):
     """A connected client session. Create it with :func:`connect`."""
 
-    def __init__(self, ws: ClientConnection, protocol: wire.ClientProtocol, welcome: wire.Welcome, hub_root: str | None) -> None:
-        self._ws = ws
+    def __init__(
+        self, stream: WebSocketStream, protocol: wire.ClientProtocol, welcome: wire.Welcome, hub_root: str | None
+    ) -> None:
+        self._stream = stream
         self._protocol = protocol
         self.session_id = welcome.session_id
         self.properties = welcome.properties
@@ -621,16 +665,16 @@ class Session:
         self.session_trees = SessionTrees(self)
         self.sessions = Sessions(self)
         self.views = TopicViews(self)
+        self.server = Server(self)
         self.closed = False
         self._closing = False
         self.close_reason: errors.CanopyError | None = None
-        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._pending: dict[int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None]] = {}
         self._subscriptions: list[Subscription] = []
         self._aliases: dict[int, _Topic] = {}
         self._routes: dict[int, list[Subscription]] = {}  # alias -> subscriptions matching it
         self._flush_scheduled = False
-        self._send_lock = asyncio.Lock()
-        self._reader = asyncio.ensure_future(self._read())
+        self._writable: asyncio.Future[None] | None = None
         self.errors: list[errors.CanopyError] = []  # errors the server reported outside any request
 
     # -- plumbing ----------------------------------------------------------------
@@ -645,51 +689,71 @@ class Session:
         if self.closed:
             raise self.close_reason or errors.SessionClosedError("the session is closed")
 
-    async def _call(self, op: str, *args: Any) -> Any:
+    def _request(self, op: str, *args: Any, result: Callable[[Any], Any] | None = None) -> asyncio.Future[Any]:
+        """Queue a request; the future resolves to its result (passed through
+        ``result`` when given). Requests of one loop turn share a frame."""
         self._check_open()
         try:
             cid = self._protocol.request(op, *args, max_size=self.max_frame_size)
         except ValueError as e:
             raise errors.FrameTooLargeError(f"{e} (the server's maximum frame size)") from None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[cid] = future
+        self._pending[cid] = (future, result)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._flush()))
+            asyncio.get_running_loop().call_soon(self._flush)
+        return future
+
+    async def _call(self, op: str, *args: Any) -> Any:
+        future = self._request(op, *args)
+        if self._stream.paused:  # the server reads slower than we send: wait for it
+            await self._drained()
         return await future
 
-    async def _flush(self) -> None:
+    def _flush(self) -> None:
         self._flush_scheduled = False
-        async with self._send_lock:
-            for data in self._protocol.data_to_send(self.max_frame_size):
-                try:
-                    await self._ws.send(data)
-                except ConnectionClosed:
-                    return
+        for data in self._protocol.data_to_send(self.max_frame_size):
+            if not self._stream.send(data):
+                return
 
-    async def _read(self) -> None:
+    async def _drained(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._writable)
+
+    # -- what the stream tells the session (transport.Handler) ------------------------
+
+    def on_message(self, stream: WebSocketStream, data: bytes | str) -> None:
+        if not isinstance(data, bytes):
+            return
         try:
-            async for data in self._ws:
-                if isinstance(data, bytes):
-                    self._receive(data)
-        except ConnectionClosed:
-            pass
+            self._receive(data)
         except wire.ProtocolError as e:
             self.close_reason = errors.ProtocolViolationError(str(e))
-            await self._ws.close()
-        finally:
-            self._closed_by_peer()
+            stream.close(1002, "PROTOCOL_ERROR")
+
+    def on_writable(self, stream: WebSocketStream) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def on_closed(self, stream: WebSocketStream) -> None:
+        self._closed_by_peer()
+
+    def on_open(self, stream: WebSocketStream) -> None:
+        pass
 
     def _closed_by_peer(self) -> None:
         if self.close_reason is None:
-            rcvd = self._ws.close_rcvd
-            if rcvd is not None and rcvd.code == 1009:
+            code = self._stream.close_code
+            if code == 1009:
                 self.close_reason = errors.FrameTooLargeError("the server closed the session: frame too large")
             else:
-                detail = f" ({rcvd.code} {rcvd.reason})" if rcvd is not None else ""
+                detail = f" ({code} {self._stream.close_reason})" if code is not None else ""
                 self.close_reason = errors.SessionClosedError(f"the session is closed{detail}")
         self.closed = True
-        for future in self._pending.values():
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        for future, _ in self._pending.values():
             if not future.done():
                 future.set_exception(self.close_reason)
         self._pending.clear()
@@ -727,9 +791,10 @@ class Session:
                 topic.value = self._decode(topic.spec, m.value)
                 self._fan_out(TopicEvent("value", topic.path, topic.spec.type, topic.value, topic.spec))
         elif isinstance(m, wire.Response):
-            future = self._pending.pop(m.cid, None)
-            if future is not None and not future.done():
-                future.set_result(m.result)
+            pending = self._pending.pop(m.cid, None)
+            if pending is not None and not pending[0].done():
+                future, convert = pending
+                future.set_result(convert(m.result) if convert is not None else m.result)
         elif isinstance(m, wire.Subscribed):
             spec = TopicSpecification.of(m.type, dict(m.properties))
             value = self._decode(spec, m.value) if m.value is not None else None
@@ -745,9 +810,9 @@ class Session:
                 )
         elif isinstance(m, wire.Error):
             error = errors.error_for(m.code, m.message)
-            future = self._pending.pop(m.cid, None) if m.cid else None
-            if future is not None and not future.done():
-                future.set_exception(error)
+            pending = self._pending.pop(m.cid, None) if m.cid else None
+            if pending is not None and not pending[0].done():
+                pending[0].set_exception(error)
             else:
                 log.warning("server error: %s", error)
                 self.errors.append(error)
@@ -807,8 +872,8 @@ class Session:
         if not self.closed:
             self._closing = True
             self.close_reason = errors.SessionClosedError("the session was closed by the client")
-            await self._ws.close()
-        await asyncio.gather(self._reader, return_exceptions=True)
+            await self._stream.aclose(1000)
+        await self._stream.lost
 
     async def __aenter__(self) -> Session:
         return self
@@ -856,22 +921,30 @@ async def _open(url: str, principal: str | None, password: str | None,
         if not isinstance(key, str) or not isinstance(value, str):
             raise errors.InvalidPropertiesError("session properties must map strings to strings")
     try:
-        ws = await asyncio.wait_for(ws_connect(url, compression=None, max_size=None), timeout)
-    except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as e:
+        stream = await asyncio.wait_for(transport.connect(url), timeout)
+    except (OSError, TimeoutError, transport.InvalidHandshake, transport.InvalidURI) as e:
         raise errors.ConnectError(f"cannot connect to {url}: {type(e).__name__}: {e}") from None
     protocol = wire.ClientProtocol()
     try:
-        await ws.send(protocol.hello(principal, password, properties))
-        data = await asyncio.wait_for(ws.recv(), timeout)
+        stream.send(protocol.hello(principal, password, properties))
+        data = await asyncio.wait_for(transport.first_message(stream), timeout)
         messages = protocol.receive(data) if isinstance(data, bytes) else []
-    except (ConnectionClosed, TimeoutError, wire.ProtocolError) as e:
-        await ws.close()
+    except (ConnectionError, TimeoutError, wire.ProtocolError) as e:
+        await stream.aclose()
         raise errors.ConnectError(f"handshake with {url} failed: {type(e).__name__}: {e}") from None
+    except BaseException:
+        stream.abort()
+        raise
     first = messages[0] if messages else None
     if isinstance(first, wire.Error):
-        await ws.close()
+        await stream.aclose()
         raise errors.error_for(first.code, first.message)
     if not isinstance(first, wire.Welcome):
-        await ws.close()
+        await stream.aclose()
         raise errors.ConnectError(f"handshake with {url} failed: unexpected reply")
-    return Session(ws, protocol, first, hub_root)
+    session = Session(stream, protocol, first, hub_root)
+    early = transport.take_messages(stream)
+    stream.handler = session
+    for data in early:  # anything that came with the WELCOME
+        session.on_message(stream, data)
+    return session

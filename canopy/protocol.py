@@ -77,7 +77,15 @@ tree_list                                                        [table...]
 tree_remove     session tree branch                              new version
 session_get     target                                           {session id: props}
 session_set     target, {key: value|nil}                         sessions changed
+trace           every (int), limit (int)                         [[path, value,
+                                                                 received, applied,
+                                                                 returned, written]]
 ==============  ===============================================  ==================
+
+``trace`` (CONTROL_SERVER) makes the gateway time every ``every``-th set it
+receives from then on (0 stops), keeping up to ``limit`` records, and
+answers the records taken since the previous ``trace``: monotonic
+nanosecond clock readings at each hop (see ``actors/tracing.py``).
 
 A target is ``["id", session id]`` or ``["filter", session filter]``. A
 HELLO with a principal is authenticated (ERROR ``AUTHENTICATION_FAILED``
@@ -127,6 +135,7 @@ OPERATIONS = frozenset(
         "tree_put", "tree_get", "tree_list", "tree_remove",
         "session_get", "session_set",
         "view_create", "view_list", "view_remove",
+        "trace",
     }
 )
 

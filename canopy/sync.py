@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from canopy.client import (
@@ -40,6 +40,11 @@ T = TypeVar("T")
 
 async def _awaited(request: Awaitable[T]) -> T:
     return await request
+
+
+async def _in_loop(method: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+    """Call ``method`` on the session's loop (it needs one to queue its request) and await it."""
+    return await method(*args, **kwargs)
 
 
 class _Loop:
@@ -99,10 +104,10 @@ class SyncTopics:
         return self._r.run(self._s.topics.add(path, type, properties), self._t)
 
     def set(self, path: str, value: Any, type: TopicType | str | None = None, *, add_if_missing: bool = False) -> None:
-        self._r.run(self._s.topics.set(path, value, type, add_if_missing=add_if_missing), self._t)
+        self._r.run(_in_loop(self._s.topics.set, path, value, type, add_if_missing=add_if_missing), self._t)
 
     def add_and_set(self, path: str, value: Any, type: TopicType | str | None = None) -> None:
-        self._r.run(self._s.topics.add_and_set(path, value, type), self._t)
+        self._r.run(_in_loop(self._s.topics.add_and_set, path, value, type), self._t)
 
     def remove(self, selector: str | Selector) -> int:
         return self._r.run(self._s.topics.remove(selector), self._t)
@@ -183,11 +188,13 @@ class SyncSession:
         self.topics = SyncTopics(runner, session, timeout)
         self.time_series = SyncTimeSeries(runner, session, timeout)
         self.hub = SyncHub(runner, session, timeout)
-        #: blocking forms of :class:`canopy.client.Security`, ``SessionTrees``, ``Sessions`` and ``TopicViews``
+        #: blocking forms of :class:`canopy.client.Security`, ``SessionTrees``, ``Sessions``,
+        #: ``TopicViews`` and ``Server``
         self.security = _Blocking(runner, session.security, timeout)
         self.session_trees = _Blocking(runner, session.session_trees, timeout)
         self.sessions = _Blocking(runner, session.sessions, timeout)
         self.views = _Blocking(runner, session.views, timeout)
+        self.server = _Blocking(runner, session.server, timeout)
 
     @property
     def closed(self) -> bool:

@@ -83,6 +83,9 @@ def _init_ray(config: ServerConfig) -> None:
             include_dashboard=False,
             num_cpus=os.cpu_count(),
             logging_level="WARNING",
+            # Ray runs workers at nice 15 by default, below every ordinary process; canopy's
+            # actors are the server, and a busy client on the same machine starved them
+            _system_config={"worker_niceness": 0},
         )
     else:
         ray.init(address=config.address, namespace=config.namespace, logging_level="WARNING")

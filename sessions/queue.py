@@ -42,10 +42,15 @@ class Outcome(enum.Enum):
     OVERFLOW = "overflow"  # the caller must close the session
 
 
+_ALWAYS, _CONFLATE, _UNSUBSCRIBE = Conflation.ALWAYS, Conflation.CONFLATE, Conflation.UNSUBSCRIBE
+_QUEUED, _CONFLATED = Outcome.QUEUED, Outcome.CONFLATED
+_UNSUBSCRIBE_NOW, _OVERFLOW = Outcome.UNSUBSCRIBE, Outcome.OVERFLOW
+
+
 class OutboundQueue:
     """Pending messages for one session. Not thread-safe; one owner."""
 
-    __slots__ = ("limit", "backpressure", "_items", "_pending", "_values", "_per_topic", "conflated")
+    __slots__ = ("limit", "backpressure", "_items", "_pending", "_values", "_per_topic", "conflated", "last_outcome")
 
     def __init__(self, limit: int = 10_000, backpressure: int = 1_000) -> None:
         if limit < 1 or backpressure < 1:
@@ -59,6 +64,7 @@ class OutboundQueue:
         self._values = 0
         self._per_topic: dict[object, int] = {}  # values queued per topic
         self.conflated = 0
+        self.last_outcome = Outcome.QUEUED
 
     def __len__(self) -> int:
         return len(self._items)
@@ -75,26 +81,30 @@ class OutboundQueue:
         self._items.append([None, message])
 
     def push_value(self, topic: object, message: object, policy: Conflation) -> Outcome:
-        """Queue a topic value under the topic's conflation policy."""
-        if policy is Conflation.ALWAYS or (
-            policy is Conflation.CONFLATE and self._values >= self.backpressure
-        ):
+        """Queue a topic value under the topic's conflation policy (the
+        outcome is also kept in :attr:`last_outcome`)."""
+        outcome = self.last_outcome = self._push(topic, message, policy)
+        return outcome
+
+    def _push(self, topic: object, message: object, policy: Conflation) -> Outcome:
+        if policy is _ALWAYS or (policy is _CONFLATE and self._values >= self.backpressure):
             item = self._pending.get(topic)
             if item is not None:
                 item[1] = message
                 self.conflated += 1
-                return Outcome.CONFLATED
-        elif policy is Conflation.UNSUBSCRIBE and self._values >= self.backpressure:
-            return Outcome.UNSUBSCRIBE
+                return _CONFLATED
+        elif policy is _UNSUBSCRIBE and self._values >= self.backpressure:
+            return _UNSUBSCRIBE_NOW
         if self._values >= self.limit:
-            return Outcome.OVERFLOW
+            return _OVERFLOW
         item = [topic, message]
         self._items.append(item)
         self._values += 1
-        self._per_topic[topic] = self._per_topic.get(topic, 0) + 1
-        if policy is Conflation.ALWAYS or policy is Conflation.CONFLATE:
+        per_topic = self._per_topic
+        per_topic[topic] = per_topic.get(topic, 0) + 1
+        if policy is _ALWAYS or policy is _CONFLATE:
             self._pending[topic] = item
-        return Outcome.QUEUED
+        return _QUEUED
 
     def drop_topic(self, topic: object) -> int:
         """Discard the values still queued for ``topic``; return how many."""

@@ -60,6 +60,7 @@ from topics.timeseries import DEFAULT_SUBSCRIPTION_RANGE, EventWindow
 from topics.tree import TopicTree
 
 REQUESTED, REMOVED, BACK_PRESSURE = "REQUESTED", "REMOVED", "BACK_PRESSURE"
+_QUEUED = Outcome.QUEUED
 AUTHORIZATION, BRANCH_MAPPINGS = "AUTHORIZATION", "BRANCH_MAPPINGS"
 
 #: a registration the driver must send: (topic-space selector, token)
@@ -607,12 +608,19 @@ class SessionRegistry:
             return
         if not state.spec.dont_retain_value:
             self.cache.set_value(path, value, check=False)
+        sessions, dirty, policy = self.sessions, self._dirty, state.policy
         for view in list(state.views.values()):
-            message = Update(view.alias, value)
+            alias = view.alias
+            message = Update(alias, value)
             for session_id in list(view.sessions):
-                session = self.sessions.get(session_id)
-                if session is not None:
-                    self._queue_value(session, state, view, message)
+                session = sessions.get(session_id)
+                if session is None:
+                    continue
+                # the common outcome inline; the others in _queue_value
+                if session.queue.push_value(alias, message, policy) is _QUEUED:
+                    dirty.add(session_id)
+                else:
+                    self._queue_value(session, state, view, message, pushed=True)
 
     def _event(self, appended: Appended) -> None:
         state = self._topics.get(appended.path)
@@ -628,8 +636,11 @@ class SessionRegistry:
                 if session is not None:
                     self._queue_value(session, state, view, message)
 
-    def _queue_value(self, session: Session, state: _TopicState, view: _View, message: object) -> None:
-        outcome = session.queue.push_value(view.alias, message, state.policy)
+    def _queue_value(
+        self, session: Session, state: _TopicState, view: _View, message: object, *, pushed: bool = False
+    ) -> None:
+        queue = session.queue
+        outcome = queue.last_outcome if pushed else queue.push_value(view.alias, message, state.policy)
         if outcome is Outcome.QUEUED or outcome is Outcome.CONFLATED:
             self._dirty.add(session.id)
         elif outcome is Outcome.UNSUBSCRIBE:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from actors.link import PartitionLink
+from actors.tracing import Tracer
 from sessions.registry import Registration, SessionRegistry
 from sessions.requests import RequestError
 from topics.protocol import Failed, Operation, Register, Result, Unregister
@@ -43,6 +44,7 @@ class Context:
     peers: list[Any] = field(default_factory=list)
     #: registration token -> resolved when its snapshot is complete everywhere
     waiters: dict[int, asyncio.Future[None]] = field(default_factory=dict)
+    tracer: Tracer = field(default_factory=Tracer)
 
     async def all_ok(self, futures: list[asyncio.Future[Result]]) -> list[Any]:
         return [ok(r) for r in await asyncio.gather(*futures)]

@@ -7,7 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.requests.context import Context, Routed, ok
+from actors.tracing import DEFAULT_LIMIT
 from sessions import requests as check
+from sessions.security import GlobalPermission
 from topics.protocol import FetchTopics, RemoveTopics, Result
 from topics.selectors import Selector, parse_selector
 
@@ -92,6 +94,16 @@ def unsubscribe(ctx: Context, sid: str, selector: Any) -> None:
     ctx.unregister(ctx.registry.unsubscribe(sid, check.selector(selector)))
 
 
+def trace(ctx: Context, sid: str, every: Any, limit: Any = DEFAULT_LIMIT) -> list[Any]:
+    """Sample every ``every``-th set from now on (0 stops); answer the records so far."""
+    ctx.registry.check(sid, GlobalPermission.CONTROL_SERVER)
+    check.expect(every, int, "every")
+    check.expect(limit, int, "limit")
+    if every < 0 or not 0 <= limit <= 1_000_000:
+        raise check.RequestError("INVALID_REQUEST", "every must be >= 0 and limit 0..1000000")
+    return ctx.tracer.configure(every, limit)
+
+
 HANDLERS: dict[str, Callable[..., Any]] = {
     "add": add,
     "set": set_,
@@ -99,4 +111,5 @@ HANDLERS: dict[str, Callable[..., Any]] = {
     "fetch": fetch,
     "subscribe": subscribe,
     "unsubscribe": unsubscribe,
+    "trace": trace,
 }

@@ -61,15 +61,15 @@ async def partitions() -> AsyncIterator[list[PartitionActor]]:
     actors = [PartitionActor(i, 2, host="127.0.0.1") for i in range(2)]
     yield actors
     for actor in actors:
-        if actor._server is not None:
-            actor._server.close()
+        if actor.core is not None and actor.core.server is not None:
+            actor.core.server.close()
 
 
 async def linked(partitions: list[PartitionActor], name: str = "gw", **options: Any) -> tuple[PartitionLink, Recorder]:
     recorder = Recorder()
     link = PartitionLink(name, [Handle(a) for a in partitions], recorder.on_events, **options)
     await link.attach()
-    await until(lambda: all(name in a._links for a in partitions), "the partitions to see the hello")
+    await until(lambda: all(a.core and name in a.core.links for a in partitions), "the partitions to see the hello")
     return link, recorder
 
 
@@ -86,7 +86,7 @@ async def test_operations_of_one_loop_turn_travel_as_one_batch(partitions: list[
         assert results == [p.Ok("CREATED")] * 40
         used = {partition_of(path, 2) for path in paths}
         assert link.stats()["batches"] == len(used) == 2
-        assert sum(a._batches for a in partitions) == 2
+        assert sum(a.core.batches for a in partitions if a.core) == 2
     finally:
         link.close()
 
@@ -162,10 +162,12 @@ async def test_a_broken_stream_fails_pending_and_later_operations(partitions: li
     link, _ = await linked(partitions)
     try:
         await asyncio.gather(*link.everywhere(parse_selector("?a/"), p.Register("?a/", 1)))
-        assert all(len(a.store.index) == 1 for a in partitions)
+        assert all(a.core and len(a.core.store.index) == 1 for a in partitions)
         index = partition_of("t", 2)
         pending = link.request(index, p.SetValue("t", cb(1), False, None, True))
-        peer = partitions[index]._links["gw"]
+        core = partitions[index].core
+        assert core is not None
+        peer = core.links["gw"]
         assert peer.transport is not None
         peer.transport.abort()
         result = await asyncio.wait_for(pending, DEADLINE)
@@ -174,7 +176,7 @@ async def test_a_broken_stream_fails_pending_and_later_operations(partitions: li
         assert isinstance(later, p.Failed) and "unavailable" in later.message
         other = await link.request(1 - index, p.FetchTopics(">t"))
         assert isinstance(other, p.Ok)  # the other partition is fine
-        await until(lambda: len(partitions[index].store.index) == 0, "the partition to drop the registrations")
+        await until(lambda: len(core.store.index) == 0, "the partition to drop the registrations")
     finally:
         link.close()
 
@@ -187,7 +189,8 @@ async def test_a_wrong_secret_is_refused(partitions: list[PartitionActor]) -> No
     await writer.drain()
     assert await asyncio.wait_for(reader.read(), DEADLINE) == b""  # closed without an answer
     writer.close()
-    assert "evil" not in partitions[0].store.tree and not partitions[0]._links
+    core = partitions[0].core
+    assert core is not None and "evil" not in core.store.tree and "intruder" not in core.links
 
 
 async def test_a_failing_receiver_does_not_break_the_stream(partitions: list[PartitionActor]) -> None:
