@@ -105,8 +105,9 @@ class Connections:
 
     ``dispatch(session_id, request, received_ns)`` handles a request (read
     at ``received_ns`` on the monotonic clock); ``unregister`` carries out
-    the unregistrations a closed session leaves behind; ``after_write`` is
-    called after every write pass.
+    the unregistrations a closed session leaves behind; ``after_receive`` is
+    called after each client frame's requests, ``after_write`` after every
+    write pass.
     """
 
     def __init__(
@@ -117,6 +118,7 @@ class Connections:
         dispatch: Callable[[str, wire.Request, int], None],
         unregister: Callable[[list[Selector]], None],
         after_write: Callable[[], None] = lambda: None,
+        after_receive: Callable[[], None] = lambda: None,
     ) -> None:
         self.gateway_id = gateway_id
         self.registry = registry
@@ -125,6 +127,7 @@ class Connections:
         self._dispatch = dispatch
         self._unregister = unregister
         self._after_write = after_write
+        self._after_receive = after_receive
         self.by_session: dict[str, _Client] = {}
         self.streams: set[WebSocketStream] = set()
         self._serial = 0
@@ -226,6 +229,7 @@ class Connections:
                         self.error(sid, m.cid, "PROTOCOL_ERROR", m.reason)
                     else:
                         self.error(sid, 0, "PROTOCOL_ERROR", f"a client may not send {type(m).__name__}")
+        self._after_receive()
         self.wake()
 
     def error(self, session_id: str, cid: int, code: str, message: str) -> None:

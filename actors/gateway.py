@@ -94,7 +94,8 @@ class Gateway:
         )
         self.ctx = Context(self.registry, self.link, config, session_trees=session_tree_actor)
         self.connections = Connections(
-            gateway_id, self.registry, config, self._dispatch, self.ctx.unregister, after_write=self._written
+            gateway_id, self.registry, config, self._dispatch, self.ctx.unregister,
+            after_write=self._written, after_receive=self.link.flush,
         )
         self.server: asyncio.Server | None = None
         self.url = ""
@@ -207,10 +208,10 @@ class Gateway:
     def _traced(self, sid: str, cid: int, routed: Routed, received_ns: int, result: Result) -> None:
         # the update's events came first in the same answer; they are written
         # (with this answer) in the write pass this call schedules
-        applied, returned = self.link.last_done(routed.path)
+        forwarded, applied, returned = self.link.last_done(routed.path)
         op = routed.operation
         assert isinstance(op, SetValue)
-        self.ctx.tracer.unwritten.append(TraceRecord(op.path, op.data, received_ns, applied, returned, 0))
+        self.ctx.tracer.unwritten.append(TraceRecord(op.path, op.data, received_ns, forwarded, applied, returned, 0))
         self._answer(sid, cid, result)
 
     def _written(self) -> None:

@@ -106,12 +106,13 @@ class _Channel:
         self.stream: _Stream | None = None
         self.broken: str | None = None
         self._queue: list[tuple[Operation, OnResult]] = []
-        self._in_flight: deque[tuple[int, list[tuple[Operation, OnResult]]]] = deque()
+        #: (sequence, operations, when written) of every unanswered batch
+        self._in_flight: deque[tuple[int, list[tuple[Operation, OnResult]], int]] = deque()
         self._sequence = 0
         self._scheduled = False
         self._last_send = 0.0
-        #: the last answer's (partition apply time, arrival time), monotonic ns: tracing
-        self.last_done = (0, 0)
+        #: the last answered batch's (write, partition apply, answer arrival) times, monotonic ns: tracing
+        self.last_done = (0, 0, 0)
         self.batches = 0
         self.operations = 0
 
@@ -142,20 +143,22 @@ class _Channel:
         while self._queue and len(self._in_flight) < self.link.max_in_flight:
             batch, self._queue = self._queue[:limit], self._queue[limit:]
             self._sequence += 1
-            self._in_flight.append((self._sequence, batch))
             self.batches += 1
             self.operations += len(batch)
-            stream.transport.write(encode_frame(Batch(self._sequence, [encode_operation(op) for op, _ in batch])))
+            data = encode_frame(Batch(self._sequence, [encode_operation(op) for op, _ in batch]))
+            self._in_flight.append((self._sequence, batch, time.perf_counter_ns()))
+            stream.transport.write(data)
         self._last_send = asyncio.get_running_loop().time()
 
     def on_frame(self, frame: Any) -> None:
         if isinstance(frame, Done):
-            self.last_done = (frame.applied_ns, time.perf_counter_ns())
+            arrived = time.perf_counter_ns()
             if frame.events:
                 self._events(frame.events)
             if not self._in_flight or self._in_flight[0][0] != frame.sequence:
                 raise ProtocolError(f"answer {frame.sequence} to a batch that is not the oldest unanswered")
-            _, batch = self._in_flight.popleft()
+            _, batch, written = self._in_flight.popleft()
+            self.last_done = (written, frame.applied_ns, arrived)
             if len(batch) != len(frame.results):
                 raise ProtocolError(f"answer {frame.sequence} has {len(frame.results)} results for {len(batch)}")
             for (op, on_result), item in zip(batch, frame.results):
@@ -187,7 +190,7 @@ class _Channel:
             self.broken = f"partition {self.index} is unavailable: " + (str(exc) if exc else "its stream closed")
             if not self.link.closing:
                 log.error("%s", self.broken)
-        pending = [entry for _, batch in self._in_flight for entry in batch] + self._queue
+        pending = [entry for _, batch, _ in self._in_flight for entry in batch] + self._queue
         self._in_flight.clear()
         self._queue = []
         for _, on_result in pending:
@@ -236,6 +239,14 @@ class PartitionLink:
             if channel._queue and not channel._scheduled:
                 channel._schedule()
 
+    def flush(self) -> None:
+        """Send what is queued now, rather than at the end of the loop turn
+        (a gateway calls it after each client frame: the batch leaves before
+        the writes to sessions that may be waiting in the same turn)."""
+        for channel in self.channels:
+            if channel._queue and channel.link.window <= 0:
+                channel._flush()
+
     def close(self) -> None:
         self.closing = True
         for channel in self.channels:
@@ -270,9 +281,9 @@ class PartitionLink:
         self.channels[index].submit(op, resolve)
         return future
 
-    def last_done(self, path: str) -> tuple[int, int]:
-        """When the partition of ``path`` applied its last answered batch and
-        when the answer arrived (monotonic ns)."""
+    def last_done(self, path: str) -> tuple[int, int, int]:
+        """When the last answered batch to the partition of ``path`` was
+        written, applied and answered (monotonic ns)."""
         return self.channels[partition_of(path, len(self.channels))].last_done
 
     def request_route(self, path: str, op: Operation) -> asyncio.Future[Result]:

@@ -5,7 +5,8 @@ through the data plane and recorded with the monotonic clock
 (``time.perf_counter_ns``) at each hop::
 
     received   the gateway read the client's frame that carried it
-    applied    the partition had applied the batch that carried it
+    forwarded  the gateway handed the batch that carried it to the partition's socket
+    applied    the partition had applied that batch
     returned   the gateway read the partition's answer (the update's events first)
     written    the gateway had written the update to every subscribed session
 
@@ -27,6 +28,7 @@ class TraceRecord(NamedTuple):
     path: str
     value: bytes
     received_ns: int
+    forwarded_ns: int
     applied_ns: int
     returned_ns: int
     written_ns: int

@@ -6,7 +6,7 @@ partition's in order, and it sends the engine's reference-topic claims back
 over the same streams. It owns the topic views: validates, numbers (precedence),
 persists them (``views.json`` in the data directory) and restores them at
 start. Timers release throttled values and the delayed claims of delayed
-views, which wait in a :class:`~cluster.delay_store.DelayStore` on disk
+views, which wait in a :class:`~actors.delay_store.DelayStore` on disk
 (``delay_store/`` in the data directory; emptied at start, as seed 000 says
 delayed events are not persisted over a restart).
 """

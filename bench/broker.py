@@ -167,6 +167,7 @@ def breakdown(records: list[Any], arrivals: list[tuple[array[int], array[int]]],
     for sent, r in traced.items():
         hops["client -> gateway"].append(r.received_ns - sent)
         hops["gateway -> partition applied"].append(r.applied_ns - r.received_ns)
+        hops["  of which gateway inbound"].append(r.forwarded_ns - r.received_ns)
         hops["partition -> gateway"].append(r.returned_ns - r.applied_ns)
         hops["  of which gateway fan-out"].append(r.written_ns - r.returned_ns)
     for sent_times, receive_times in arrivals:
@@ -181,6 +182,7 @@ def breakdown(records: list[Any], arrivals: list[tuple[array[int], array[int]]],
 HOPS = (
     "client -> gateway",
     "gateway -> partition applied",
+    "  of which gateway inbound",
     "partition -> gateway",
     "gateway -> client",
     "  of which gateway fan-out",

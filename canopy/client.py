@@ -124,6 +124,21 @@ class _Topic:
     spec: TopicSpecification
     value: Any
 
+    def decode(self, data: bytes) -> Any:
+        """A new value's bytes as a Python value (a TIME_SERIES topic's stay bytes)."""
+        kind = self.spec.type
+        if kind is TopicType.BINARY:
+            return data
+        if kind is TopicType.TIME_SERIES:
+            return data
+        return values.decode(kind, data)
+
+    def value_event(self, value: Any) -> TopicEvent:
+        return _new_event(TopicEvent, ("value", self.path, self.spec.type, value, self.spec, None, None, None))
+
+
+_new_event = tuple.__new__
+
 
 class Subscription:
     """Events for one selector; iterate with ``async for``; ``async with`` unsubscribes on exit."""
@@ -587,6 +602,7 @@ class TraceRecord(NamedTuple):
     path: str
     value: bytes
     received_ns: int
+    forwarded_ns: int
     applied_ns: int
     returned_ns: int
     written_ns: int
@@ -634,6 +650,9 @@ class Hub:
         except TopicModelError as e:
             raise _local(e) from None
         return SubscribeRequest(self._s._subscribe(selector, hub_root=self.root))
+
+
+_VALUE = wire.VALUE
 
 
 def _nothing(_: Any) -> None:
@@ -763,15 +782,16 @@ class Session(Handler):
         self._subscriptions.clear()
 
     def _receive(self, data: bytes) -> None:
+        aliases, routes_of = self._aliases, self._routes
         for item in wire.unpack_frame(data):
             # the fast path: a topic value, by far the most common message
-            if type(item) is list and len(item) == 3 and item[0] == wire.VALUE and type(item[2]) is bytes:
-                topic = self._aliases.get(item[1])
+            if type(item) is list and len(item) == 3 and item[0] == _VALUE and type(item[2]) is bytes:
+                topic = aliases.get(item[1])
                 if topic is not None:
-                    topic.value = self._decode(topic.spec, item[2])
-                    routes = self._routes.get(item[1])
+                    value = topic.value = topic.decode(item[2])
+                    routes = routes_of.get(item[1])
                     if routes:
-                        event = TopicEvent("value", topic.path, topic.spec.type, topic.value, topic.spec)
+                        event = topic.value_event(value)
                         for sub in routes:
                             sub._put(event)
                 continue

@@ -35,7 +35,9 @@ def run() -> int:
     for path in ("market/prices/fish/cod", "market/prices/veg/leek", openajax.name_to_path("org.example.log", "hub")):
         write(f"  update {path!r:32} reaches {sorted(index.match(path))}")
 
-    cod = values.decode(TopicType.JSON, tree.get("market/prices/fish/cod").value)  # type: ignore[union-attr]
+    cod_topic = tree.get("market/prices/fish/cod")
+    assert cod_topic is not None and cod_topic.value is not None
+    cod = values.decode(TopicType.JSON, cod_topic.value)
     as_int = conversions.convert(cod["price"], TopicType.DOUBLE, TopicType.INT64)
     write(f"  DOUBLE {cod['price']} as INT64 -> {as_int}; as STRING -> "
           f"{conversions.convert(cod['price'], TopicType.DOUBLE, TopicType.STRING)!r}")

@@ -78,8 +78,9 @@ tree_remove     session tree branch                              new version
 session_get     target                                           {session id: props}
 session_set     target, {key: value|nil}                         sessions changed
 trace           every (int), limit (int)                         [[path, value,
-                                                                 received, applied,
-                                                                 returned, written]]
+                                                                 received, forwarded,
+                                                                 applied, returned,
+                                                                 written]]
 ==============  ===============================================  ==================
 
 ``trace`` (CONTROL_SERVER) makes the gateway time every ``every``-th set it

@@ -203,8 +203,8 @@ class WebSocketStream(asyncio.Protocol):
         opcode = frame.opcode
         if opcode is Opcode.BINARY or opcode is Opcode.TEXT:
             if frame.fin:
-                data = frame.data if opcode is Opcode.BINARY else frame.data.decode()
-                self.handler.on_message(self, bytes(data) if isinstance(data, (bytearray, memoryview)) else data)
+                payload = frame.data if type(frame.data) is bytes else bytes(frame.data)
+                self.handler.on_message(self, payload if opcode is Opcode.BINARY else payload.decode())
                 return
             self._text = opcode is Opcode.TEXT
             self._fragments = [bytes(frame.data)]

@@ -123,10 +123,14 @@ class ServerConfig:
         1_048_576, "largest WebSocket frame accepted, in bytes", low=1024, high=256 * 1024 * 1024
     )
     hub_root: str = setting("hub", "topic branch of the OpenAjax hub names", check=_topic_path, metavar="BRANCH")
-    max_in_flight: int = setting(2, "gateway-to-partition calls in flight per partition", low=1, high=64)
-    max_batch: int = setting(2_000, "operations per gateway-to-partition call", low=1)
+    max_in_flight: int = setting(
+        2, "unanswered batches per partition stream; more operations wait and leave as one larger batch",
+        low=1, high=64,
+    )
+    max_batch: int = setting(2_000, "operations per batch to a partition", low=1)
     batch_window_ms: int = setting(
-        0, "least time between two calls to one partition; a wider window makes fewer, larger calls", low=0, high=1000
+        0, "least time between two batches to one partition; a wider window makes fewer, larger batches",
+        low=0, high=1000,
     )
     admin_password: str | None = setting(
         None, "password of the admin principal: set at every start when given, else generated and printed "

@@ -1,8 +1,8 @@
 """The view engine: every topic view of an instance, kept up to date from
 topic events (pure; driven by :class:`actors.views.ViewEvaluatorActor`).
 
-The engine reads the partitions' event stream (the format of
-:mod:`topics.store`) for the selectors it asks to register: each view's
+The engine reads the partitions' event stream (the events of
+:mod:`topics.protocol`) for the selectors it asks to register: each view's
 source selector and, as literal paths, the topics its inserts read. It keeps
 the topics it has seen, re-derives a source when it or a topic it inserts
 from changes (:func:`views.evaluate.derive`), and turns the difference into

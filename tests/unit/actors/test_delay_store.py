@@ -1,4 +1,4 @@
-"""DelayStore: pending delayed view events on disk (cluster/delay_store.py)."""
+"""DelayStore: pending delayed view events on disk (actors/delay_store.py)."""
 
 from __future__ import annotations
 

@@ -61,6 +61,31 @@ def test_roles_union_and_inclusion_with_cycles() -> None:
         ev.check(frozenset({"A"}), P.UPDATE_TOPIC, "y")
 
 
+def test_the_closure_follows_includes_once_each() -> None:
+    store = SecurityStore().apply(
+        [["set_role_includes", "A", ["B"]], ["set_role_includes", "B", ["C", "A"]], ["set_global_permissions", "C", []]]
+    )
+    ev = store.evaluator()
+    assert sorted(r.name for r in ev.closure(frozenset({"A"}))) == ["A", "B", "C"]
+    assert [r.name for r in ev.closure(frozenset({"C"}))] == ["C"]
+    assert ev.closure(frozenset({"unknown"})) == ()
+
+
+@pytest.mark.parametrize(
+    "path, uniform",
+    [("", False), ("a", False), ("a/b", True), ("a/b/c", True), ("x", True), ("a/bc", True)],
+)
+def test_uniform_below_only_when_no_role_assigns_further_down(path: str, uniform: bool) -> None:
+    store = SecurityStore().apply(
+        [
+            ["set_default_path_permissions", "R", ["MODIFY_TOPIC"]],
+            ["set_path_permissions", "INCLUDED", "a/b", []],
+            ["set_role_includes", "R", ["INCLUDED"]],
+        ]
+    )
+    assert store.evaluator().uniform_below(frozenset({"R"}), path) is uniform
+
+
 def test_authentication() -> None:
     store = default_store("s3cret-pass")
     assert store.authenticate("admin", "s3cret-pass") == {"ADMINISTRATOR"}
