@@ -68,11 +68,12 @@ class PartitionUnavailable(Exception):
     code = UNAVAILABLE
 
 
-class _Stream(asyncio.Protocol):
-    """The socket side of a channel: bytes in, frames to the channel."""
+class FrameStream(asyncio.Protocol):
+    """One end of a partition stream: bytes in, :meth:`on_frame` per frame.
+    A frame that is not the protocol drops the connection (:meth:`refused`
+    says why)."""
 
-    def __init__(self, channel: _Channel) -> None:
-        self.channel = channel
+    def __init__(self) -> None:
         self.reader = FrameReader()
         self.transport: asyncio.Transport | None = None
 
@@ -87,11 +88,35 @@ class _Stream(asyncio.Protocol):
         try:
             self.reader.feed(data)
             for frame in self.reader.frames():
-                self.channel.on_frame(frame)
+                self.on_frame(frame)
         except ProtocolError as e:
-            log.error("partition %d sent a bad frame: %s", self.channel.index, e)
+            self.refused(e)
             assert self.transport is not None
             self.transport.abort()
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def on_frame(self, frame: Any) -> None:
+        raise NotImplementedError
+
+    def refused(self, error: ProtocolError) -> None:
+        log.error("dropping a partition stream: %s", error)
+
+
+class _Stream(FrameStream):
+    """The link's end: frames to the channel."""
+
+    def __init__(self, channel: _Channel) -> None:
+        super().__init__()
+        self.channel = channel
+
+    def on_frame(self, frame: Any) -> None:
+        self.channel.on_frame(frame)
+
+    def refused(self, error: ProtocolError) -> None:
+        log.error("partition %d sent a bad frame: %s", self.channel.index, error)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.channel.lost(exc)

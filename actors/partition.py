@@ -22,18 +22,17 @@ import gc
 import logging
 import os
 import secrets
-import socket
 import time
 from typing import Any
 
 import ray
 
+from actors.link import FrameStream
 from topics.protocol import (
     Batch,
     Done,
     Events,
     Failed,
-    FrameReader,
     Hello,
     ProtocolError,
     TopicEvent,
@@ -47,43 +46,27 @@ from topics.store import TopicStore
 log = logging.getLogger("canopy.partition")
 
 
-class _Peer(asyncio.Protocol):
-    """One link's stream into this partition."""
+class _Peer(FrameStream):
+    """A link's stream into this partition: a hello, then batches."""
 
     def __init__(self, partition: Partition) -> None:
+        super().__init__()
         self.partition = partition
-        self.reader = FrameReader()
-        self.transport: asyncio.Transport | None = None
         self.link: str | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def on_frame(self, frame: Any) -> None:
+        if self.link is None:
+            self.partition.hello(self, frame)
+        elif isinstance(frame, Batch):
+            self.partition.apply(self, frame)
+        else:
+            raise ProtocolError(f"a link does not send {type(frame).__name__} after its hello")
 
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.reader.feed(data)
-            for frame in self.reader.frames():
-                if self.link is None:
-                    self.partition.hello(self, frame)
-                elif isinstance(frame, Batch):
-                    self.partition.apply(self, frame)
-                else:
-                    raise ProtocolError(f"a link does not send {type(frame).__name__} after its hello")
-        except ProtocolError as e:
-            log.error("partition %d: dropping link %s: %s", self.partition.index, self.link, e)
-            assert self.transport is not None
-            self.transport.abort()
+    def refused(self, error: ProtocolError) -> None:
+        log.error("partition %d: dropping link %s: %s", self.partition.index, self.link, error)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.partition.forget(self)
-
-    def write(self, data: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
 
 
 class Partition:

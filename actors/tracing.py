@@ -19,19 +19,10 @@ puts its send time in the value).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from canopy.protocol import TraceRecord
 
 DEFAULT_LIMIT = 100_000
-
-
-class TraceRecord(NamedTuple):
-    path: str
-    value: bytes
-    received_ns: int
-    forwarded_ns: int
-    applied_ns: int
-    returned_ns: int
-    written_ns: int
+__all__ = ["DEFAULT_LIMIT", "TraceRecord", "Tracer"]
 
 
 class Tracer:

@@ -595,30 +595,17 @@ class TopicViews:
         await self._s._call("view_remove", name)
 
 
-class TraceRecord(NamedTuple):
-    """One sampled update and when it passed each hop (monotonic ns, the
-    gateway's clock; ``applied`` the partition's)."""
-
-    path: str
-    value: bytes
-    received_ns: int
-    forwarded_ns: int
-    applied_ns: int
-    returned_ns: int
-    written_ns: int
-
-
 class Server:
     """Operating the gateway the session is connected to (``session.server``)."""
 
     def __init__(self, session: Session) -> None:
         self._s = session
 
-    async def trace(self, every: int = 0, limit: int = 100_000) -> list[TraceRecord]:
+    async def trace(self, every: int = 0, limit: int = 100_000) -> list[wire.TraceRecord]:
         """Time every ``every``-th set this gateway receives from now on (0
         stops); return the records taken since the last call (CONTROL_SERVER)."""
         rows = await self._s._call("trace", every, limit)
-        return [TraceRecord(*row) for row in rows]
+        return [wire.TraceRecord(*row) for row in rows]
 
 
 class Hub:

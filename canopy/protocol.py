@@ -219,6 +219,19 @@ class Event(NamedTuple):
     original_author: str | None = None
 
 
+class TraceRecord(NamedTuple):
+    """One row of a ``trace`` result: a sampled set and when it passed each
+    hop (monotonic ns on the gateway's clock; ``applied_ns`` on the partition's)."""
+
+    path: str
+    value: bytes
+    received_ns: int
+    forwarded_ns: int
+    applied_ns: int
+    returned_ns: int
+    written_ns: int
+
+
 @dataclass(frozen=True)
 class Malformed:
     """A message inside a valid frame that could not be understood."""

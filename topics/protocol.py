@@ -192,12 +192,7 @@ def encode_operation(op: Operation) -> list[Any]:
 
 def decode_operation(item: Any) -> Operation:
     """The operation an encoded list stands for; :class:`ProtocolError` if none."""
-    if not isinstance(item, list) or not item:
-        raise ProtocolError("an operation is a non-empty list")
-    code = item[0]
-    if not isinstance(code, int) or isinstance(code, bool) or not 1 <= code <= len(_OPERATIONS):
-        raise ProtocolError(f"unknown operation code {code!r}")
-    cls = _OPERATIONS[code - 1]
+    cls = _kind(item, _OPERATIONS, "operation")
     op = _make(cls, item)
     if cls is RefPut and op.event is not None:
         event = op.event
@@ -205,6 +200,16 @@ def decode_operation(item: Any) -> Operation:
             raise ProtocolError(f"a reference topic event is [value, timestamp, author], got {event!r}")
         op = op._replace(event=RefEvent(*event))
     return op  # type: ignore[no-any-return]
+
+
+def _kind(item: Any, kinds: tuple[type[Any], ...], what: str) -> Any:
+    """The class an encoded ``[code, ...]`` list stands for."""
+    if not isinstance(item, list) or not item:
+        raise ProtocolError(f"an {what} is a non-empty list" if what[0] in "aeiou" else f"a {what} is a non-empty list")
+    code = item[0]
+    if not isinstance(code, int) or isinstance(code, bool) or not 1 <= code <= len(kinds):
+        raise ProtocolError(f"unknown {what} code {code!r}")
+    return kinds[code - 1]
 
 
 def _make(cls: Any, item: list[Any]) -> Any:
@@ -357,16 +362,12 @@ def encode_event(event: TopicEvent) -> list[Any]:
 
 
 def decode_event(item: Any) -> TopicEvent:
-    if not isinstance(item, list) or not item:
-        raise ProtocolError("an event is a non-empty list")
-    code = item[0]
-    if not isinstance(code, int) or isinstance(code, bool) or not 1 <= code <= len(_EVENTS):
-        raise ProtocolError(f"unknown event code {code!r}")
-    if code == _APPENDED:
+    cls = _kind(item, _EVENTS, "event")
+    if cls is Appended:
         if len(item) != 3:
             raise ProtocolError(f"Appended has 2 fields, got {len(item) - 1}")
         return Appended(item[1], _event_of(item[2]))
-    return _make(_EVENTS[code - 1], item)  # type: ignore[no-any-return]
+    return _make(cls, item)  # type: ignore[no-any-return]
 
 
 # -- frames -----------------------------------------------------------------------------
@@ -441,10 +442,5 @@ class FrameReader:
 
 
 def _decode_frame(item: Any) -> Frame:
-    if not isinstance(item, list) or not item:
-        raise ProtocolError("a frame is a non-empty list")
-    code = item[0]
-    if not isinstance(code, int) or isinstance(code, bool) or not 1 <= code <= len(_FRAMES):
-        raise ProtocolError(f"unknown frame code {code!r}")
-    frame: Frame = _make(_FRAMES[code - 1], item)
+    frame: Frame = _make(_kind(item, _FRAMES, "frame"), item)
     return frame

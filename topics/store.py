@@ -59,7 +59,6 @@ from topics.sublist import SubscriptionIndex
 from topics.timeseries import (
     DEFAULT_SUBSCRIPTION_RANGE,
     Anchor,
-    Event,
     EventLog,
     RangeQuery,
     Span,

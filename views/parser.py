@@ -24,7 +24,6 @@ Choices where the seed is silent:
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from topics import types as codec
 from topics.specification import TopicSpecification
-from topics.types import TopicType
 from views.evaluate import Source, derive
 from views.parser import parse_view
 
