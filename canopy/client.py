@@ -141,18 +141,39 @@ _new_event = tuple.__new__
 
 
 class Subscription:
-    """Events for one selector; iterate with ``async for``; ``async with`` unsubscribes on exit."""
+    """Events for one selector; iterate with ``async for``; ``async with`` unsubscribes on exit.
 
-    def __init__(self, session: Session, selector: Selector, hub_root: str | None = None) -> None:
+    With a ``callback`` the events are not queued: each is passed to the
+    callback the moment it arrives, from the session's socket callback (no
+    task in between), and iterating the subscription only tells when it ends.
+    The callback must not block; an exception it raises is logged and the
+    session goes on.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        selector: Selector,
+        hub_root: str | None = None,
+        callback: Callable[[TopicEvent], Any] | None = None,
+    ) -> None:
         self.session = session
         self.selector = selector
         self._events: deque[Any] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._hub_root = hub_root
         self._error: errors.CanopyError | None = None
+        self._callback = callback
         self.ended = False
 
     def _push(self, item: Any) -> None:
+        callback = self._callback
+        if callback is not None and item is not _END:
+            try:
+                callback(item)
+            except Exception:
+                log.exception("a subscription callback for %s failed", self.selector)
+            return
         self._events.append(item)
         waiter = self._waiter
         if waiter is not None:
@@ -312,9 +333,15 @@ class Topics:
             out.append(FetchedTopic(path, topic_type, value, dict(props) if props is not None else None))
         return out
 
-    def subscribe(self, selector: str | Selector) -> SubscribeRequest:
-        """Subscribe; use ``await``, ``async with`` or ``async for`` on the result."""
-        return SubscribeRequest(self._s._subscribe(self._s._selector(selector)))
+    def subscribe(
+        self, selector: str | Selector, callback: Callable[[TopicEvent], Any] | None = None
+    ) -> SubscribeRequest:
+        """Subscribe; use ``await``, ``async with`` or ``async for`` on the result.
+
+        With ``callback``, every event goes to it as it arrives instead (see
+        :class:`Subscription`): the lowest latency, for code that does not block.
+        """
+        return SubscribeRequest(self._s._subscribe(self._s._selector(selector), callback=callback))
 
     async def unsubscribe(self, selector: str | Selector) -> None:
         sel = self._s._selector(selector)
@@ -630,13 +657,14 @@ class Hub:
             raise _local(e) from None
         await self._s.topics.set(path, value, TopicType.JSON, add_if_missing=True)
 
-    def subscribe(self, pattern: str) -> SubscribeRequest:
-        """Subscribe to a dotted pattern; ``await``, ``async with`` or ``async for`` the result."""
+    def subscribe(self, pattern: str, callback: Callable[[TopicEvent], Any] | None = None) -> SubscribeRequest:
+        """Subscribe to a dotted pattern; ``await``, ``async with`` or ``async for`` the
+        result, or pass a ``callback`` (see :meth:`Topics.subscribe`)."""
         try:
             selector = openajax.parse_pattern(pattern).to_selector(self.root)
         except TopicModelError as e:
             raise _local(e) from None
-        return SubscribeRequest(self._s._subscribe(selector, hub_root=self.root))
+        return SubscribeRequest(self._s._subscribe(selector, hub_root=self.root, callback=callback))
 
 
 _VALUE = wire.VALUE
@@ -855,8 +883,10 @@ class Session(Handler):
             if sub.selector.matches(event.path):
                 sub._put(event)
 
-    async def _subscribe(self, selector: Selector, hub_root: str | None = None) -> Subscription:
-        sub = Subscription(self, selector, hub_root)
+    async def _subscribe(
+        self, selector: Selector, hub_root: str | None = None, callback: Callable[[TopicEvent], Any] | None = None
+    ) -> Subscription:
+        sub = Subscription(self, selector, hub_root, callback)
         # topics this session already receives through another selector are
         # not announced again by the server: replay them locally
         for topic in self._aliases.values():

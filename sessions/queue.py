@@ -83,19 +83,18 @@ class OutboundQueue:
     def push_value(self, topic: object, message: object, policy: Conflation) -> Outcome:
         """Queue a topic value under the topic's conflation policy (the
         outcome is also kept in :attr:`last_outcome`)."""
-        outcome = self.last_outcome = self._push(topic, message, policy)
-        return outcome
-
-    def _push(self, topic: object, message: object, policy: Conflation) -> Outcome:
         if policy is _ALWAYS or (policy is _CONFLATE and self._values >= self.backpressure):
             item = self._pending.get(topic)
             if item is not None:
                 item[1] = message
                 self.conflated += 1
+                self.last_outcome = _CONFLATED
                 return _CONFLATED
         elif policy is _UNSUBSCRIBE and self._values >= self.backpressure:
+            self.last_outcome = _UNSUBSCRIBE_NOW
             return _UNSUBSCRIBE_NOW
         if self._values >= self.limit:
+            self.last_outcome = _OVERFLOW
             return _OVERFLOW
         item = [topic, message]
         self._items.append(item)
@@ -104,6 +103,7 @@ class OutboundQueue:
         per_topic[topic] = per_topic.get(topic, 0) + 1
         if policy is _ALWAYS or policy is _CONFLATE:
             self._pending[topic] = item
+        self.last_outcome = _QUEUED
         return _QUEUED
 
     def drop_topic(self, topic: object) -> int:
@@ -123,22 +123,25 @@ class OutboundQueue:
         """Pop messages from the front, at least one and up to ~``max_bytes``
         as ``size`` measures them."""
         out: list[object] = []
-        total = 0
-        items = self._items
+        append = out.append
+        total = taken_values = 0
+        items, per_topic, pending = self._items, self._per_topic, self._pending
+        popleft = items.popleft
         while items and (not out or total < max_bytes):
-            item = items.popleft()
+            item = popleft()
             topic, message = item
             if topic is not None:
                 if message is None:
                     continue
-                self._values -= 1
-                left = self._per_topic[topic] - 1
+                taken_values += 1
+                left = per_topic[topic] - 1
                 if left:
-                    self._per_topic[topic] = left
+                    per_topic[topic] = left
                 else:
-                    del self._per_topic[topic]
-                if self._pending.get(topic) is item:
-                    del self._pending[topic]
-            out.append(message)
+                    del per_topic[topic]
+                if pending and pending.get(topic) is item:
+                    del pending[topic]
+            append(message)
             total += size(message)
+        self._values -= taken_values
         return out

@@ -612,15 +612,19 @@ class SessionRegistry:
         for view in list(state.views.values()):
             alias = view.alias
             message = Update(alias, value)
-            for session_id in list(view.sessions):
+            others: list[Session] = []
+            for session_id in view.sessions:
                 session = sessions.get(session_id)
                 if session is None:
                     continue
-                # the common outcome inline; the others in _queue_value
+                # the common outcome inline; the others (which may unsubscribe,
+                # changing view.sessions) after the loop, in _queue_value
                 if session.queue.push_value(alias, message, policy) is _QUEUED:
                     dirty.add(session_id)
                 else:
-                    self._queue_value(session, state, view, message, pushed=True)
+                    others.append(session)
+            for session in others:
+                self._queue_value(session, state, view, message, pushed=True)
 
     def _event(self, appended: Appended) -> None:
         state = self._topics.get(appended.path)

@@ -54,6 +54,15 @@ async def await_for(
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last observation: {last!r}")
         await asyncio.sleep(interval)
 
+async def until(check: Callable[[], T], timeout: float = 10.0, what: str = "condition", interval: float = 0.005) -> T:
+    """:func:`wait_for` of a plain condition, from a coroutine (the loop keeps running)."""
+
+    async def probe() -> T:
+        return check()
+
+    return await await_for(probe, timeout, what, interval)
+
+
 # Hypothesis: no per-example deadline. The suite shares two cores with Ray and
 # `canopy serve` subprocesses, so wall-clock limits would only measure the load.
 from hypothesis import settings  # noqa: E402

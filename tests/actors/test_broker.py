@@ -11,6 +11,7 @@ from canopy import errors
 from canopy.client import AddResult, Subscription, TopicEvent
 
 from tests.actors.conftest import ADMIN
+from tests.conftest import until
 
 pytestmark = pytest.mark.asyncio
 
@@ -189,3 +190,23 @@ async def test_subscribe_can_be_iterated_directly(broker: str, prefix: str) -> N
         assert seen == [("subscribed", "x"), ("value", "y")]
         async with s.topics.subscribe(f">{prefix}/a") as sub:
             assert (await sub.next(10)).value == "y"
+
+
+async def test_a_callback_subscription_gets_every_event_as_it_arrives(broker: str, prefix: str) -> None:
+    async with canopy.connect(broker, *ADMIN) as s:
+        await s.topics.add_and_set(f"{prefix}/a", 0)
+        seen: list[tuple[str, object]] = []
+
+        def on_event(event: canopy.TopicEvent) -> None:
+            seen.append((event.kind, event.value))
+            if event.value == 2:
+                raise RuntimeError("a bug in the callback: logged, the session goes on")
+
+        sub = await s.topics.subscribe(f">{prefix}/a", callback=on_event)
+        for i in range(1, 5):
+            await s.topics.set(f"{prefix}/a", i)
+        await until(lambda: len(seen) == 5, 10, "every event")
+        assert seen == [("subscribed", 0), ("value", 1), ("value", 2), ("value", 3), ("value", 4)]
+        await sub.unsubscribe()
+        assert [e async for e in sub] == []  # iterating only tells it ended
+        assert not s.closed

@@ -19,6 +19,7 @@ from actors.partition import PartitionActor
 from cluster.partitioning import partition_of
 from topics import protocol as p
 from topics.selectors import parse_selector
+from tests.conftest import until as wait_until
 
 DEADLINE = 5.0
 
@@ -38,11 +39,7 @@ class Handle:
 
 
 async def until(condition: Callable[[], Any], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + DEADLINE
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
+    await wait_until(condition, DEADLINE, what)
 
 
 class Recorder:

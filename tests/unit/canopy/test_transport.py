@@ -12,17 +12,13 @@ from websockets.exceptions import ConnectionClosed
 
 from canopy import transport
 from canopy.transport import Handler, WebSocketStream
+from tests.conftest import until as wait_until
 
 DEADLINE = 5.0
 
 
-async def until(condition: Callable[[], Any], what: str, deadline: float = DEADLINE) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not condition():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
+async def until(condition: Callable[[], Any], what: str) -> None:
+    await wait_until(condition, DEADLINE, what)
 
 
 class Recorder(Handler):
