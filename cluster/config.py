@@ -132,6 +132,31 @@ class ServerConfig:
         0, "least time between two batches to one partition; a wider window makes fewer, larger batches",
         low=0, high=1000,
     )
+    max_path_length: int = setting(
+        1024, "longest topic path (or session path) a request may name, in characters", low=16, high=65536
+    )
+    max_path_segments: int = setting(64, "most segments in a topic path a request may name", low=2, high=4096)
+    max_selector_length: int = setting(
+        4096, "longest selector a request may give, in characters (a #-set counts whole)", low=16, high=1_048_576
+    )
+    session_buffer: int = setting(
+        16 * 1024 * 1024, "bytes a session's outbound queue may hold (values, responses and notifications "
+        "alike); a session over it is closed (QUEUE_LIMIT)", low=65536, high=1 << 34, metavar="BYTES",
+    )
+    max_requests_in_flight: int = setting(
+        1000, "requests a session may have unanswered; more are refused with OVERLOADED", low=1, high=1_000_000
+    )
+    max_messages_per_frame: int = setting(
+        1000, "messages one client frame may carry; a bigger frame closes the session", low=1, high=1_000_000
+    )
+    max_protocol_errors: int = setting(
+        100, "protocol errors a session may make before it is closed", low=1, high=1_000_000
+    )
+    tls_cert: str | None = setting(
+        None, "certificate chain (PEM) for wss://; with tls_key the gateways serve TLS only", shown="none",
+        metavar="FILE",
+    )
+    tls_key: str | None = setting(None, "private key (PEM) of tls_cert", shown="none", metavar="FILE")
     admin_password: str | None = setting(
         None, "password of the admin principal: set at every start when given, else generated and printed "
         "once at the first start", shown="generated", check=_password, env="CANOPY_ADMIN_PASSWORD",
@@ -153,6 +178,8 @@ class ServerConfig:
         """Raise :class:`ConfigError`, naming ``source``, for the first invalid setting."""
         for s in SETTINGS:
             s.verify(getattr(self, s.name), source)
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError(f"{source}: tls_cert and tls_key go together: give both or neither")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
