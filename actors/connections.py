@@ -3,8 +3,9 @@
 Each connection is a :class:`~canopy.transport.WebSocketStream` whose
 handler is a :class:`_Client`. The first message must be a HELLO; it is
 authenticated against the gateway's copy of the security store (scrypt runs
-off the event loop), the session is opened in the registry and WELCOME
-sent. Then every message is decoded with :mod:`canopy.protocol` and each
+off the event loop, a few at a time; repeated failures back off per
+principal and address, :mod:`sessions.logins`), the session is opened in the
+registry and WELCOME sent. Then every message is decoded with :mod:`canopy.protocol` and each
 request handed to the gateway's dispatcher, straight from the socket
 callback.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +31,7 @@ from canopy import protocol as wire
 from canopy.transport import Handler, WebSocketStream
 from sessions.countries import CountryTable
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
+from sessions.logins import LoginFailure, LoginGuard, describe_failure
 from sessions.registry import SessionRegistry
 from sessions.requests import RequestError
 from sessions.security import AuthenticationFailed
@@ -38,12 +41,14 @@ log = logging.getLogger("canopy.gateway")
 HELLO_TIMEOUT = 10.0
 CLOSE_QUEUE_LIMIT = 4001
 CLOSE_SHUTDOWN = 1001
+CLOSE_POLICY = 1008
 #: messages a client may send before its HELLO is answered
 EARLY_LIMIT = 64
 
 
-def to_wire(item: object) -> wire.Message:
-    """The protocol message for a queued item (a delivery, or a message as it is)."""
+def to_wire(item: object) -> wire.Message | bytes:
+    """The protocol message for a queued item (a delivery, or a message as it is,
+    encoded already or not)."""
     if isinstance(item, Update):
         return wire.Value(item.alias, item.value)
     if isinstance(item, Subscribed):
@@ -56,7 +61,7 @@ def to_wire(item: object) -> wire.Message:
         )
     if isinstance(item, Unsubscribed):
         return wire.Unsubscribed(item.alias, item.reason)
-    assert isinstance(item, (wire.Response, wire.Error, wire.Close)), item
+    assert isinstance(item, (bytes, wire.Response, wire.Error, wire.Close)), item
     return item
 
 
@@ -70,6 +75,10 @@ class _Client(Handler):
         self.early: list[bytes | str] | None = None  # messages that came before WELCOME
         self.closing = False
         self._hello_timer: asyncio.TimerHandle | None = None
+        #: requests handed to the gateway and not answered yet, and those waiting for room
+        self.in_flight = 0
+        self.waiting: deque[tuple[wire.Request, int]] = deque()
+        self.protocol_errors = 0
 
     def on_open(self, stream: WebSocketStream) -> None:
         self.stream = stream
@@ -133,6 +142,13 @@ class Connections:
         self._serial = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._wake_scheduled = False
+        self._admit: set[_Client] = set()
+        #: throttles this gateway's password logins
+        self.logins = LoginGuard(time.monotonic)
+        self._scrypt = asyncio.Semaphore(4)
+        self._max_in_flight = int(config.get("max_requests_in_flight", 1000))
+        self._max_messages = int(config.get("max_messages_per_frame", 1000))
+        self._max_protocol_errors = int(config.get("max_protocol_errors", 100))
 
     def handler(self) -> Handler:
         """A handler for a new connection (the server's factory calls it)."""
@@ -143,10 +159,10 @@ class Connections:
     async def hello(self, client: _Client, data: bytes | str) -> None:
         stream = client.stream
         assert stream is not None
+        client_ip = str(stream.remote_address[0]) if stream.remote_address else ""
         try:
             hello = _hello(data)
-            # scrypt takes tens of milliseconds: keep it off the event loop
-            roles = await asyncio.to_thread(self.registry.security.authenticate, hello.principal, hello.password)
+            roles = await self._authenticate(stream, hello, client_ip)
         except (RequestError, AuthenticationFailed) as e:
             stream.send(wire.encode_frame([wire.Error(0, e.code, str(e))]))
             stream.close(1002 if e.code == "PROTOCOL_ERROR" else 1008, e.code)
@@ -155,7 +171,6 @@ class Connections:
             return
         self._serial += 1
         session_id = f"{self.gateway_id}-{self._serial:x}"
-        client_ip = str(stream.remote_address[0]) if stream.remote_address else ""
         properties = {
             **hello.properties,
             "$SessionId": session_id,
@@ -170,13 +185,44 @@ class Connections:
         self.by_session[session_id] = client
         welcome = wire.Welcome(
             wire.PROTOCOL_VERSION, session_id, dict(session.properties),
-            self.config["max_frame_size"], self.config["hub_root"],
+            self.config["max_frame_size"], self.config["hub_root"], self._max_messages,
         )
         stream.send(wire.encode_frame([welcome]))
         early, client.early = client.early or [], []
         for message in early:
             self.receive(client, message)
         self.wake()
+
+    async def _authenticate(self, stream: WebSocketStream, hello: wire.Hello, address: str) -> frozenset[str]:
+        """The roles for a HELLO, or :class:`AuthenticationFailed`: one answer for
+        a wrong password, an unknown principal and an attempt refused for now
+        (see :mod:`sessions.logins`); failures are logged without the password."""
+        security = self.registry.security
+        principal = hello.principal
+        if not principal:  # anonymous: no password to guess, no scrypt
+            try:
+                return security.authenticate(None, None)
+            except AuthenticationFailed:
+                log.warning(describe_failure(None, address, LoginFailure.ANONYMOUS_NOT_ALLOWED, known=False))
+                raise
+        admission = self.logins.admit(principal, address)  # counts as a failure until it succeeds
+        if admission.wait:
+            await asyncio.sleep(admission.wait)  # only this connection waits
+        if not admission.admitted:
+            log.warning(describe_failure(principal, address, LoginFailure.REFUSED, known=principal in security.principals))
+            raise AuthenticationFailed.wrong_credentials(principal)
+        if not stream.open:  # gone while it waited: stays counted, no scrypt spent
+            raise AuthenticationFailed.wrong_credentials(principal)
+        try:
+            async with self._scrypt:  # each check takes tens of ms and 16 MB: a few at a time, off the loop
+                roles = await asyncio.to_thread(security.authenticate, principal, hello.password)
+        except AuthenticationFailed:
+            log.warning(
+                describe_failure(principal, address, LoginFailure.WRONG_CREDENTIALS, known=principal in security.principals)
+            )
+            raise
+        self.logins.succeeded(principal, address)
+        return roles
 
     def close(self, client: _Client, code: str, message: str, ws_code: int) -> None:
         """End a session: drop its queue, tell the client why, close.
@@ -212,31 +258,87 @@ class Connections:
 
     def receive(self, client: _Client, data: bytes | str) -> None:
         received = time.perf_counter_ns()
-        sid = client.session_id
-        assert sid is not None
         if not isinstance(data, bytes):
-            self.error(sid, 0, "PROTOCOL_ERROR", "frames must be binary")
+            self._protocol_error(client, 0, "frames must be binary")
+            self.wake()
+            return
+        count = wire.message_count(data)
+        if count is not None and count > self._max_messages:
+            self.close(
+                client, "PROTOCOL_ERROR",
+                f"a frame of {count:,} messages; at most {self._max_messages:,} (max_messages_per_frame)",
+                CLOSE_POLICY,
+            )
+            return
+        try:
+            messages = wire.decode(data)
+        except wire.ProtocolError as e:
+            self._protocol_error(client, 0, str(e))
         else:
-            try:
-                messages = wire.decode(data)
-            except wire.ProtocolError as e:
-                self.error(sid, 0, e.code, str(e))
-            else:
-                for m in messages:
-                    if isinstance(m, wire.Request):
-                        self._dispatch(sid, m, received)
-                    elif isinstance(m, wire.Malformed):
-                        self.error(sid, m.cid, "PROTOCOL_ERROR", m.reason)
+            for m in messages:
+                if isinstance(m, wire.Request):
+                    if client.in_flight < self._max_in_flight and not client.waiting:
+                        client.in_flight += 1
+                        self._dispatch(client.session_id or "", m, received)
                     else:
-                        self.error(sid, 0, "PROTOCOL_ERROR", f"a client may not send {type(m).__name__}")
+                        client.waiting.append((m, received))
+                elif isinstance(m, wire.Malformed):
+                    self._protocol_error(client, m.cid, m.reason)
+                else:
+                    self._protocol_error(client, 0, f"a client may not send {type(m).__name__}")
+            if client.waiting and client.stream is not None and client.stream.transport is not None:
+                # flow control: read no more from a session that has enough requests in hand
+                client.stream.transport.pause_reading()
         self._after_receive()
         self.wake()
 
+    def _protocol_error(self, client: _Client, cid: int, message: str) -> None:
+        """Answer a message that is not the protocol; too many close the session."""
+        if client.session_id is None or client.closing:
+            return
+        client.protocol_errors += 1
+        if client.protocol_errors > self._max_protocol_errors:
+            self.close(
+                client, "PROTOCOL_ERROR",
+                f"more than {self._max_protocol_errors:,} protocol errors (max_protocol_errors); the last: {message}",
+                CLOSE_POLICY,
+            )
+            return
+        self.registry.send(client.session_id, wire.encode(wire.Error(cid, "PROTOCOL_ERROR", message)))
+
     def error(self, session_id: str, cid: int, code: str, message: str) -> None:
-        self.registry.send(session_id, wire.Error(cid, code, message))
+        """Answer a request with an error (every request gets one answer)."""
+        self._answered(session_id)
+        self.registry.send(session_id, wire.encode(wire.Error(cid, code, message)))
 
     def respond(self, session_id: str, cid: int, result: Any) -> None:
-        self.registry.send(session_id, wire.Response(cid, result))
+        """Answer a request; the answer counts against the session's budget at its encoded size."""
+        self._answered(session_id)
+        self.registry.send(session_id, wire.encode(wire.Response(cid, result)))
+
+    def _answered(self, session_id: str) -> None:
+        client = self.by_session.get(session_id)
+        if client is None:
+            return
+        client.in_flight -= 1
+        if client.waiting and client.in_flight < self._max_in_flight:
+            self._admit.add(client)
+            self.wake()
+
+    def _admit_waiting(self) -> None:
+        """Hand waiting requests to the gateway as answers make room; read again when none wait."""
+        admit, self._admit = self._admit, set()
+        for client in admit:
+            if client.closing or client.session_id is None:
+                continue
+            while client.waiting and client.in_flight < self._max_in_flight:
+                request, received = client.waiting.popleft()
+                client.in_flight += 1
+                self._dispatch(client.session_id, request, received)
+            if not client.waiting and client.stream is not None and client.stream.transport is not None:
+                client.stream.transport.resume_reading()
+        if admit:
+            self._after_receive()
 
     def wake(self) -> None:
         """Soon (once the callbacks ready now have run, so that their messages
@@ -248,6 +350,8 @@ class Connections:
 
     def _write_dirty(self) -> None:
         self._wake_scheduled = False
+        if self._admit:
+            self._admit_waiting()
         frames: dict[tuple[int, ...], tuple[bytes, list[object]]] = {}
         for session_id in self.registry.take_dirty():
             client = self.by_session.get(session_id)

@@ -3,12 +3,15 @@
 It creates the partitions and one gateway per alive node, reports where the
 gateways listen, and tears everything down again. Start-up is all or
 nothing: if any gateway cannot start (its port is taken, say) every actor
-created so far is killed and the error is raised to the caller.
+created so far is killed and the error is raised to the caller. While it
+runs, :meth:`ControllerActor.check` says which of the actors that serve
+(partitions, gateways, the view evaluator, the session tree actor) died.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 import time
@@ -31,6 +34,53 @@ class StartupError(RuntimeError):
     pass
 
 
+def death_reason(error: BaseException) -> str:
+    """One line out of Ray's many-line account of an actor's death."""
+    text = str(error)
+    why = re.search(r"The actor is dead because ([^.\n]+)", text)
+    pid = re.search(r"^\s*pid: (\d+)$", text, re.MULTILINE)
+    exit_type = re.search(r"Worker exit type: (\w+)", text)
+    details = [f"pid {pid.group(1)}"] if pid else []
+    details += [exit_type.group(1)] if exit_type else []
+    head = why.group(1) if why else type(error).__name__
+    return head + (f" ({', '.join(details)})" if details else "")
+
+
+class Liveness:
+    """Which actors died, found without waiting on any of them.
+
+    :meth:`dead` keeps one ``__ray_ready__`` call in flight per actor and reads the
+    answers that have come in: a call that failed with ``ActorDiedError`` means the actor
+    is dead; a call still pending means it is busy (a partition stalled by a costly
+    selector, say), which is not death. A death therefore shows at the first or second
+    call after it, and a name found dead stays dead: whatever replaces a dead actor under
+    its name needs a new ``Liveness``."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, Any] = {}  # actor name -> the ObjectRef of its ping
+        self._dead: dict[str, str] = {}  # actor name -> why
+
+    def dead(self, actors: dict[str, Any]) -> dict[str, str]:
+        """``{name: reason}`` for each of ``actors`` (name -> handle) that died."""
+        for name, handle in actors.items():
+            if name not in self._pending and name not in self._dead:
+                self._pending[name] = handle.__ray_ready__.remote()
+        if self._pending:
+            ready, _ = ray.wait(list(self._pending.values()), num_returns=len(self._pending), timeout=0)
+            answered = set(ready)
+            for name, ref in list(self._pending.items()):
+                if ref not in answered:
+                    continue
+                del self._pending[name]
+                try:
+                    ray.get(ref, timeout=0)
+                except ray.exceptions.ActorUnavailableError:
+                    pass  # unreachable for now; the next ping asks again
+                except ray.exceptions.RayActorError as e:
+                    self._dead[name] = death_reason(e)
+        return {name: why for name, why in self._dead.items() if name in actors}
+
+
 class ControllerActor:
     """Also the owner of the security store (``security.json`` in the data
     directory): it applies changes, persists them and pushes every new
@@ -48,6 +98,7 @@ class ControllerActor:
         self.generated_admin_password: str | None = None
         self._security_file = ConfigurationFile(config["data_dir"], SECURITY_FILE)
         self.security = self._load_security()
+        self._liveness = Liveness()
 
     def _load_security(self) -> SecurityStore:
         stored = self._security_file.load()
@@ -141,6 +192,26 @@ class ControllerActor:
             "controller_host": socket.gethostname(),
             "controller_pid": os.getpid(),
         }
+
+    def check(self) -> list[dict[str, str]]:
+        """The serving actors found dead: ``[{"name", "actor" (its class), "reason"}]``.
+
+        Cheap and never blocks on a busy actor (see :class:`Liveness`); canopy serve calls
+        it every second."""
+        serving = self._serving()
+        dead = self._liveness.dead({name: handle for name, (_, handle) in serving.items()})
+        return [{"name": name, "actor": serving[name][0], "reason": why} for name, why in sorted(dead.items())]
+
+    def _serving(self) -> dict[str, tuple[str, Any]]:
+        actors = {
+            names.partition(i): (partition.PartitionActor.__name__, p) for i, p in enumerate(self.partitions)
+        }
+        actors.update({names.gateway(k): (gateway.GatewayActor.__name__, g) for k, g in enumerate(self.gateways)})
+        if self.views is not None:
+            actors[names.VIEWS] = (views.ViewEvaluatorActor.__name__, self.views)
+        if self.session_trees is not None:
+            actors[names.SESSION_TREES] = (session_trees.SessionTreeActor.__name__, self.session_trees)
+        return actors
 
     def stats(self) -> dict[str, Any]:
         return {

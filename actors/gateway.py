@@ -36,6 +36,7 @@ from actors.tracing import TraceRecord
 from canopy import protocol as wire
 from canopy.transport import serve_stream
 from sessions.filters import FilterSyntaxError, parse_filter
+from sessions.limits import Limits
 from sessions.registry import SessionRegistry
 from sessions.requests import RequestError
 from sessions.security import AuthenticationFailed, PermissionDenied, SecurityCommandError, SecurityStore
@@ -91,6 +92,8 @@ class Gateway:
             security=SecurityStore.from_dict(security),
             trees=SessionTrees.from_wire(session_trees),
             partitions_for=lambda selector: len(self.link.partitions_for(selector)) if count else 1,
+            session_buffer=config.get("session_buffer"),
+            limits=Limits.from_settings(config),
         )
         self.ctx = Context(self.registry, self.link, config, session_trees=session_tree_actor)
         self.connections = Connections(
@@ -107,9 +110,12 @@ class Gateway:
         self.ctx.views = views
         await self.link.attach()
         factory = serve_stream(self.connections.handler, max_size=self.config["max_frame_size"])
-        self.server = await asyncio.get_running_loop().create_server(factory, self.host, self.port)
+        from actors import tls
+
+        context = tls.context_for(self.config)  # with TLS configured, wss:// only
+        self.server = await asyncio.get_running_loop().create_server(factory, self.host, self.port, ssl=context)
         port = self.server.sockets[0].getsockname()[1]
-        self.url = f"ws://{self.host}:{port}"
+        self.url = f"{'wss' if context is not None else 'ws'}://{self.host}:{port}"
         gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
         return {"gateway": self.gateway_id, "url": self.url, "host": self.host, "port": port}
 

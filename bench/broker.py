@@ -66,7 +66,6 @@ def start_server(data_dir: str, port: int, extra: list[str] | None = None) -> su
         text=True,
         env={
             **os.environ,
-            "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
             "CANOPY_ADMIN_PASSWORD": ADMIN[1],
         },
     )

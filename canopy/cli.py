@@ -35,15 +35,24 @@ Client commands authenticate with ``--principal``/``--password`` (or
 anonymous.
 
 Client commands talk to ``--url`` (default ``$CANOPY_URL`` or
-ws://127.0.0.1:8080). ``topic set`` parses VALUE by the topic's type (taken
+ws://127.0.0.1:8080); a ``wss://`` server is verified against ``--ca-file``
+(default ``$CANOPY_CA_FILE``, else the system's trust store). ``topic set``
+parses VALUE by the topic's type (taken
 from ``--type``, else from the existing topic): text for STRING, a number
 for INT64 and DOUBLE, JSON text for JSON, base64 for BINARY; with ``--type``
 a missing topic is created; ``ts append`` and ``ts edit`` parse VALUE by the
 series' event value type the same way. ``hub publish`` takes JSON text, or plain text
-when VALUE is not JSON. ``--json`` prints one JSON object per line
+when VALUE is not JSON. VALUE is read strictly: JSON text may not hold ``NaN``
+or ``Infinity``, and a number beyond a 64-bit float (``1e400``) is refused
+rather than read as infinity; a DOUBLE may be ``nan``, ``inf`` or ``-inf``
+only when spelled out (after ``--``: ``canopy topic set --type DOUBLE -- p -inf``).
+``--json`` prints one JSON object per line
 (``{"path", "type", "value"}``, plus ``"properties"`` when asked and
-``"event"`` for subscriptions; BINARY values in base64). Errors print one
-line to stderr and exit with status 1.
+``"event"`` for subscriptions; BINARY values in base64), always strict JSON
+that ``jq`` reads: a NaN or infinite DOUBLE prints as the string ``"NaN"``,
+``"Infinity"`` or ``"-Infinity"`` (as proto3's JSON mapping does; ``null``
+stays a topic without a value). Errors, bad input included, print one line
+(``canopy: CODE: message``) to stderr and exit with status 1.
 
 The server verbs (``canopy serve``) are not defined here: the client needs
 no server code. The ``canopy`` console script is :func:`cluster.cli.main`,
@@ -55,6 +64,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -65,16 +75,62 @@ from canopy import __version__
 from canopy.errors import CanopyError
 
 
+#: how ``--json`` spells the floats JSON has no number for (as proto3's JSON mapping does)
+_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
 def _render(value: Any) -> Any:
+    """A value as it goes into a ``--json`` record."""
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
+    if isinstance(value, float) and not math.isfinite(value):
+        return _NON_FINITE.get(value, "NaN")
     return value
+
+
+def _json_line(record: dict[str, Any]) -> str:
+    # allow_nan=False: a non-finite float that _render missed fails here rather than
+    # printing NaN, which is not JSON
+    return json.dumps(record, ensure_ascii=False, allow_nan=False)
 
 
 def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
-    return json.dumps(_render(value), separators=(",", ":"), ensure_ascii=False)
+    if isinstance(value, bytes):
+        value = base64.b64encode(value).decode("ascii")
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)  # plain text: NaN may show as NaN
+
+
+def _invalid(text: str, kind: str, why: object) -> CanopyError:
+    shown = text if len(text) <= 60 else text[:57] + "..."
+    return CanopyError(f"VALUE {shown!r} is not a valid {kind} value: {why}", "INVALID_VALUE")
+
+
+def _finite(text: str) -> float:
+    """A float that the text's digits name: ``1e400`` is out of range, not infinity."""
+    number = float(text)
+    if math.isinf(number):
+        raise OverflowError(f"number {text} is out of range for a 64-bit float")
+    return number
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse_json(text: str) -> Any:
+    """Strict JSON: no NaN or Infinity. Raises :class:`ValueError` when ``text`` is
+    not JSON, and INVALID_VALUE when it is JSON no topic can hold (a number out of
+    a float's range, nesting deeper than Python parses)."""
+    try:
+        return json.loads(text, parse_float=_finite, parse_constant=_refuse_constant)
+    except OverflowError as e:
+        raise _invalid(text, "JSON", e) from None
+    except RecursionError:
+        from topics.types import MAX_JSON_DEPTH
+
+        raise _invalid(text, "JSON", f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects") from None
 
 
 def _parse_value(text: str, type_name: str) -> Any:
@@ -85,13 +141,15 @@ def _parse_value(text: str, type_name: str) -> Any:
         if kind == "INT64":
             return int(text)
         if kind == "DOUBLE":
-            return float(text)
+            if text.strip().lstrip("+-").lower() in ("nan", "inf", "infinity"):
+                return float(text)  # spelled out: a DOUBLE topic holds them
+            return _finite(text.strip())
         if kind == "JSON":
-            return json.loads(text)
+            return _parse_json(text)
         if kind == "BINARY":
             return base64.b64decode(text, validate=True)
-    except ValueError as e:
-        raise CanopyError(f"VALUE {text!r} is not a valid {kind} value: {e}", "INVALID_VALUE") from None
+    except (ValueError, OverflowError) as e:
+        raise _invalid(text, kind, e) from None
     raise CanopyError(f"cannot set a value of a {kind} topic from the command line", "INVALID_TYPE")
 
 
@@ -108,7 +166,7 @@ def _properties(pairs: list[str]) -> dict[str, str]:
 def _session(args: argparse.Namespace) -> Any:
     from canopy.sync import connect_sync
 
-    return connect_sync(args.url, args.principal, args.password, timeout=args.timeout)
+    return connect_sync(args.url, args.principal, args.password, timeout=args.timeout, ca_file=args.ca_file)
 
 
 def _print_event(event: Any, as_json: bool, name: str | None = None) -> None:
@@ -119,7 +177,7 @@ def _print_event(event: Any, as_json: bool, name: str | None = None) -> None:
             record["name"] = name
         if event.reason:
             record["reason"] = event.reason
-        print(json.dumps(record, ensure_ascii=False), flush=True)
+        print(_json_line(record), flush=True)
     elif event.kind == "unsubscribed":
         print(f"unsubscribed {label} ({event.reason})", flush=True)
     else:
@@ -165,7 +223,7 @@ def _topic(args: argparse.Namespace) -> int:
                     record: dict[str, Any] = {"path": row.path, "type": row.type.value, "value": _render(row.value)}
                     if args.properties:
                         record["properties"] = row.properties
-                    print(json.dumps(record, ensure_ascii=False))
+                    print(_json_line(record))
                 else:
                     extra = f" {row.properties}" if args.properties else ""
                     print(f"{row.path} {row.type.value} {_text(row.value)}{extra}")
@@ -217,7 +275,7 @@ def _ts(args: argparse.Namespace) -> int:
                     }
                     if e.original is not None:
                         record["original_sequence"] = e.original.sequence
-                    print(json.dumps(record, ensure_ascii=False))
+                    print(_json_line(record))
                 else:
                     edit = f" (edit of {e.original.sequence})" if e.original is not None else ""
                     print(f"{e.sequence} {e.timestamp} {e.author or '-'} {_text(e.value)}{edit}")
@@ -303,13 +361,22 @@ def _tree(args: argparse.Namespace) -> int:
     return 0
 
 
+def _specification(args: argparse.Namespace) -> str:
+    if (args.specification is None) == (args.file is None):
+        raise CanopyError("give the specification or --file, not both", "INVALID_REQUEST")
+    if args.file is None:
+        return str(args.specification)
+    try:
+        return Path(args.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CanopyError(f"cannot read --file {args.file!r}: {e}", "INVALID_REQUEST") from None
+
+
 def _view(args: argparse.Namespace) -> int:
+    text = _specification(args) if args.action == "create" else ""  # before connecting: fail fast
     with _session(args) as session:
         views = session.views
         if args.action == "create":
-            if (args.specification is None) == (args.file is None):
-                raise CanopyError("give the specification or --file, not both", "INVALID_REQUEST")
-            text = args.specification if args.file is None else Path(args.file).read_text(encoding="utf-8")
             view = views.create(args.name, text)
             print(f"{view.name} (precedence {view.precedence}, {view.state})")
         elif args.action == "remove":
@@ -348,8 +415,8 @@ def _hub(args: argparse.Namespace) -> int:
     with _session(args) as session:
         if args.action == "publish":
             try:
-                value = json.loads(args.value)
-            except ValueError:
+                value = _parse_json(args.value)
+            except ValueError:  # not JSON (NaN and Infinity included): plain text
                 value = args.value
             session.hub.publish(args.name, value)
         else:
@@ -382,6 +449,11 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
     client.add_argument("--principal", default=os.environ.get("CANOPY_PRINCIPAL"))
     client.add_argument("--password", default=os.environ.get("CANOPY_PASSWORD"))
     client.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each answer")
+    client.add_argument(
+        "--ca-file", default=os.environ.get("CANOPY_CA_FILE") or None, metavar="FILE",
+        help="CA certificates (PEM) to verify a wss:// server with (default: $CANOPY_CA_FILE, else the "
+        "system's trust store)",
+    )
 
     commands.add_parser("demo", help="walk through the pure topic model").set_defaults(run=_demo)
 

@@ -31,6 +31,8 @@ import asyncio
 import datetime
 import enum
 import logging
+import os
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from dataclasses import dataclass
@@ -532,17 +534,20 @@ class SessionTrees:
 
     async def put_table(self, session_tree_branch: str, mappings: list[tuple[str, str]]) -> int:
         """Replace the table of a branch with ``[(session filter, topic tree branch), ...]``;
-        an empty list removes it. Returns the tables' new version."""
+        an empty list removes it. Returns the tables' new version. Needs MODIFY_TOPIC on
+        the branch and EXPOSE_BRANCH on every topic tree branch."""
         version: int = await self._s._call(
             "tree_put", session_tree_branch, [[f, b] for f, b in mappings]
         )
         return version
 
     async def get_table(self, session_tree_branch: str) -> list[tuple[str, str]] | None:
+        """The table of a branch, or ``None``; needs MODIFY_TOPIC on the branch."""
         table = await self._s._call("tree_get", session_tree_branch)
         return [(f, b) for f, b in table[1]] if table is not None else None
 
     async def list_tables(self) -> dict[str, list[tuple[str, str]]]:
+        """The tables of the branches the session has MODIFY_TOPIC on, by branch."""
         return {branch: [(f, b) for f, b in mappings] for branch, mappings in await self._s._call("tree_list")}
 
     async def remove_table(self, session_tree_branch: str) -> int:
@@ -691,6 +696,7 @@ class Session(Handler):
         self.session_id = welcome.session_id
         self.properties = welcome.properties
         self.max_frame_size = welcome.max_frame_size
+        self.max_messages = welcome.max_messages
         self.hub_root = hub_root or welcome.hub_root
         self.topics = Topics(self)
         self.time_series = TimeSeries(self)
@@ -729,6 +735,8 @@ class Session(Handler):
         self._check_open()
         try:
             cid = self._protocol.request(op, *args, max_size=self.max_frame_size)
+        except wire.UnencodableRequestError as e:
+            raise errors.InvalidRequestError(str(e)) from None
         except ValueError as e:
             raise errors.FrameTooLargeError(f"{e} (the server's maximum frame size)") from None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -746,7 +754,7 @@ class Session(Handler):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        for data in self._protocol.data_to_send(self.max_frame_size):
+        for data in self._protocol.data_to_send(self.max_frame_size, self.max_messages):
             if not self._stream.send(data):
                 return
 
@@ -923,8 +931,9 @@ class _Connect:
     """What :func:`connect` returns: await it, or use it with ``async with``."""
 
     def __init__(self, url: str, principal: str | None, password: str | None,
-                 properties: dict[str, str] | None, hub_root: str | None, timeout: float) -> None:
-        self._args = (url, principal, password, properties, hub_root, timeout)
+                 properties: dict[str, str] | None, hub_root: str | None, timeout: float,
+                 ca_file: str | os.PathLike[str] | None = None) -> None:
+        self._args = (url, principal, password, properties, hub_root, timeout, ca_file)
         self._session: Session | None = None
 
     def __await__(self) -> Generator[Any, None, Session]:
@@ -947,23 +956,53 @@ def connect(
     *,
     hub_root: str | None = None,
     timeout: float = 10.0,
+    ca_file: str | os.PathLike[str] | None = None,
 ) -> _Connect:
-    """Open a session: ``async with canopy.connect(url) as session: ...``."""
-    return _Connect(url, principal, password, properties, hub_root, timeout)
+    """Open a session: ``async with canopy.connect(url) as session: ...``.
+
+    A ``wss://`` server must present a certificate for the URL's host that
+    the CA certificates in ``ca_file`` (PEM) sign, or without ``ca_file`` one
+    the system trusts; otherwise :class:`~canopy.errors.ConnectError` says
+    what is wrong with it. ``ca_file`` is not used for ``ws://`` URLs.
+    """
+    return _Connect(url, principal, password, properties, hub_root, timeout, ca_file)
 
 
 async def _open(url: str, principal: str | None, password: str | None,
-                properties: dict[str, str] | None, hub_root: str | None, timeout: float) -> Session:
+                properties: dict[str, str] | None, hub_root: str | None, timeout: float,
+                ca_file: str | os.PathLike[str] | None = None) -> Session:
     for key, value in (properties or {}).items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise errors.InvalidPropertiesError("session properties must map strings to strings")
-    try:
-        stream = await asyncio.wait_for(transport.connect(url), timeout)
-    except (OSError, TimeoutError, transport.InvalidHandshake, transport.InvalidURI) as e:
-        raise errors.ConnectError(f"cannot connect to {url}: {type(e).__name__}: {e}") from None
     protocol = wire.ClientProtocol()
+    try:  # before connecting: a HELLO that cannot be encoded never leaves
+        hello = protocol.hello(principal, password, properties)
+    except (UnicodeEncodeError, TypeError, ValueError) as e:
+        raise errors.InvalidRequestError(
+            f"the principal, password and properties must be text that UTF-8 can encode ({type(e).__name__})"
+        ) from None
+    secure = url.lower().startswith("wss:")
+    context = None
+    if ca_file is not None and secure:
+        try:
+            context = transport.client_context(ca_file)
+        except OSError as e:  # an ssl.SSLError: the file holds no certificate
+            problem = "it holds no PEM certificate" if isinstance(e, ssl.SSLError) else e.strerror or str(e)
+            raise errors.ConnectError(f"cannot use the CA file {os.fspath(ca_file)}: {problem}") from None
     try:
-        stream.send(protocol.hello(principal, password, properties))
+        stream = await asyncio.wait_for(transport.connect(url, ssl_context=context), timeout)
+    except ssl.SSLError as e:
+        raise errors.ConnectError(f"cannot connect to {url}: {transport.tls_failure(e)}") from None
+    except (OSError, TimeoutError, transport.InvalidHandshake, transport.InvalidURI) as e:
+        hint = ""
+        if isinstance(e, transport.InvalidHandshake) and not secure:
+            hint = " (if the server serves TLS, use wss://)"
+        elif isinstance(e, ConnectionResetError) and secure:  # only the TLS handshake was under way
+            hint = " during the TLS handshake (does the server serve wss://?)"
+        detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        raise errors.ConnectError(f"cannot connect to {url}: {detail}{hint}") from None
+    try:
+        stream.send(hello)
         data = await asyncio.wait_for(transport.first_message(stream), timeout)
         messages = protocol.receive(data) if isinstance(data, bytes) else []
     except (ConnectionError, TimeoutError, wire.ProtocolError) as e:

@@ -1,4 +1,4 @@
-"""The canopy wire protocol (version 1), sans I/O.
+"""The canopy wire protocol (version 2), sans I/O.
 
 canopy speaks over WebSocket. Every WebSocket message is a *binary frame*
 holding one msgpack array of *messages*; a sender may batch any number of
@@ -12,7 +12,8 @@ code   message         fields after the code
 0      HELLO           version, principal (str|nil), password (str|nil),
                        properties (map str→str)                     c → s
 1      WELCOME         version, session id, session properties (map),
-                       max frame size (int), OpenAjax root (str)     s → c
+                       max frame size (int), OpenAjax root (str),
+                       max messages per frame (int)                  s → c
 2      REQUEST         correlation id (int > 0), operation (str), args (array)
 3      RESPONSE        correlation id, result                        s → c
 4      ERROR           correlation id (int, 0 when none applies), code (str),
@@ -125,7 +126,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: WELCOME says how many messages a frame may carry
 FRAME_OVERHEAD = 5  # the largest msgpack array header
 HELLO, WELCOME, REQUEST, RESPONSE, ERROR, SUBSCRIBED, VALUE, UNSUBSCRIBED, CLOSE, EVENT = range(10)
 OPERATIONS = frozenset(
@@ -151,6 +152,43 @@ class ProtocolError(Exception):
         self.correlation_id = correlation_id
 
 
+class UnencodableRequestError(ValueError):
+    """A request's arguments are not values the wire protocol can carry."""
+
+
+#: the integers msgpack encodes (int 64 and uint 64)
+_PACKABLE_INT_MIN, _PACKABLE_INT_MAX = -(2**63), 2**64 - 1
+
+
+def _out_of_range_int(value: Any, depth: int = 0) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if not _PACKABLE_INT_MIN <= value <= _PACKABLE_INT_MAX else None
+    if depth < 32:  # requests nest a few levels; deeper is the nesting error, said below
+        items = value.items() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+        for item in items:
+            found = _out_of_range_int(item, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _unencodable(args: tuple[Any, ...], error: Exception) -> str:
+    """What a user must change in ``args``, which msgpack refused with ``error``."""
+    if isinstance(error, OverflowError):
+        found = _out_of_range_int(args)
+        if found is not None:
+            shown = str(found) if found.bit_length() < 200 else f"of {found.bit_length()} bits"
+            return f"integer {shown} is outside the 64-bit range (-2**63 to 2**64-1)"
+        return "an integer is outside the 64-bit range (-2**63 to 2**64-1)"
+    if isinstance(error, UnicodeError):
+        return "a string is not valid Unicode (it holds a lone surrogate)"
+    if isinstance(error, TypeError):
+        return f"an argument is not a wire value ({error})"
+    if "recursion" in str(error):
+        return "the arguments are nested too deeply"
+    return str(error)
+
+
 class Hello(NamedTuple):
     version: int
     principal: str | None
@@ -164,6 +202,7 @@ class Welcome(NamedTuple):
     properties: dict[str, str]
     max_frame_size: int
     hub_root: str
+    max_messages: int = 1000
 
 
 class Request(NamedTuple):
@@ -276,10 +315,29 @@ def encode(message: Message) -> bytes:
     return pack(_fields(message))
 
 
-def encode_frame(messages: list[Message]) -> bytes:
-    """One frame holding ``messages``, encoded in one pass."""
-    data: bytes = msgpack.packb([_fields(m) for m in messages], use_bin_type=True)
-    return data
+def encode_frame(messages: list[Message | bytes]) -> bytes:
+    """One frame holding ``messages``; a ``bytes`` item is a message already
+    encoded (:func:`encode`) and goes in as it is."""
+    if not any(type(m) is bytes for m in messages):
+        data: bytes = msgpack.packb([_fields(m) for m in messages], use_bin_type=True)  # type: ignore[arg-type]
+        return data
+    parts = [m if isinstance(m, bytes) else encode(m) for m in messages]
+    return frame(parts)
+
+
+def message_count(data: bytes) -> int | None:
+    """How many messages a frame says it holds (its array header), without
+    decoding it; ``None`` when it does not start with an array header."""
+    if not data:
+        return None
+    first = data[0]
+    if 0x90 <= first <= 0x9F:
+        return first - 0x90
+    if first == 0xDC and len(data) >= 3:
+        return int.from_bytes(data[1:3], "big")
+    if first == 0xDD and len(data) >= 5:
+        return int.from_bytes(data[1:5], "big")
+    return None
 
 
 # -- decoding ----------------------------------------------------------------
@@ -309,7 +367,7 @@ def _str_map(value: Any, what: str) -> dict[str, str]:
 
 _ARITY = {
     HELLO: 5,
-    WELCOME: 6,
+    WELCOME: 7,
     REQUEST: 4,
     RESPONSE: 3,
     ERROR: 4,
@@ -369,6 +427,7 @@ def _decode_one(item: Any) -> Message:
             _str_map(item[3], "properties"),
             _expect(item[4], int, "max frame size"),
             _expect(item[5], str, "root"),
+            _expect(item[6], int, "max messages per frame"),
         )
     if code == EVENT:
         return Event(
@@ -451,23 +510,33 @@ class ClientProtocol:
     def request(self, op: str, *args: Any, max_size: int | None = None) -> int:
         """Queue a request and return its correlation id.
 
-        With ``max_size``, a request that could not fit in a frame of that
-        size raises :class:`ValueError` and is not queued.
+        Arguments msgpack cannot carry (an integer outside its 64-bit range,
+        nesting past its limit, an object it has no type for) raise
+        :class:`UnencodableRequestError`; with ``max_size``, a request that
+        could not fit in a frame of that size raises :class:`ValueError`.
+        Either way nothing is queued.
         """
         cid = next(self._ids)
-        message = pack([REQUEST, cid, op, list(args)])
+        try:
+            message = pack([REQUEST, cid, op, list(args)])
+        except (OverflowError, TypeError, ValueError) as e:
+            raise UnencodableRequestError(f"{op} request cannot be encoded: {_unencodable(args, e)}") from None
         if max_size is not None and len(message) + FRAME_OVERHEAD > max_size:
             raise ValueError(f"{op} request of {len(message)} bytes exceeds the frame limit of {max_size}")
         self._outgoing.append(message)
         return cid
 
-    def data_to_send(self, max_size: int | None = None) -> list[bytes]:
-        """The queued requests as frames, none larger than ``max_size``."""
+    def data_to_send(self, max_size: int | None = None, max_messages: int | None = None) -> list[bytes]:
+        """The queued requests as frames, none larger than ``max_size`` bytes
+        nor holding more than ``max_messages`` messages (the server's limits)."""
         frames: list[bytes] = []
         batch: list[bytes] = []
         size = FRAME_OVERHEAD
         for message in self._outgoing:
-            if batch and max_size is not None and size + len(message) > max_size:
+            if batch and (
+                (max_size is not None and size + len(message) > max_size)
+                or (max_messages is not None and len(batch) >= max_messages)
+            ):
                 frames.append(frame(batch))
                 batch, size = [], FRAME_OVERHEAD
             batch.append(message)

@@ -17,6 +17,7 @@ caller is not iterating.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -221,12 +222,13 @@ def connect_sync(
     *,
     hub_root: str | None = None,
     timeout: float | None = 30.0,
+    ca_file: str | os.PathLike[str] | None = None,
 ) -> SyncSession:
-    """Open a blocking session (see the module docstring)."""
+    """Open a blocking session (see the module docstring; ``ca_file`` as for :func:`canopy.connect`)."""
     runner = _Loop()
 
     async def open_session() -> Session:
-        return await connect(url, principal, password, properties, hub_root=hub_root)
+        return await connect(url, principal, password, properties, hub_root=hub_root, ca_file=ca_file)
 
     try:
         session = runner.run(open_session(), timeout)

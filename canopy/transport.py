@@ -16,8 +16,10 @@ stream whose ping went unanswered for ``ping_timeout`` fails with 1011.
 Messages larger than ``max_size`` fail the connection with 1009 (the
 protocol object enforces it).
 
-:func:`connect` opens a client stream and completes its handshake;
-:func:`serve_stream` is the protocol factory of a server.
+:func:`connect` opens a client stream and completes its handshake (over
+TLS for ``wss://``, verified with :func:`client_context`); :func:`serve_stream`
+is the protocol factory of a server (the server's ``create_server`` brings
+TLS, if any).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -282,30 +285,69 @@ class _Opening(Handler):
                 future.set_exception(error)
 
 
-async def connect(url: str, *, max_size: int | None = None, **options: Any) -> WebSocketStream:
+def client_context(ca_file: str | os.PathLike[str] | None = None) -> ssl.SSLContext:
+    """How a client verifies a ``wss://`` server: against the certificates in
+    ``ca_file`` (PEM) when given, else the system's trust store; the host name
+    checked; TLS 1.2 or later.
+
+    Raises :class:`OSError` when ``ca_file`` cannot be read and
+    :class:`ssl.SSLError` when it holds no certificate.
+    """
+    context = ssl.create_default_context(cafile=ca_file)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+_HOSTNAME_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
+_IP_ADDRESS_MISMATCH = 64  # X509_V_ERR_IP_ADDRESS_MISMATCH
+
+
+def tls_failure(error: ssl.SSLError) -> str:
+    """What a failed TLS handshake means, for a person (certificate problems say so)."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        if error.verify_code in (_HOSTNAME_MISMATCH, _IP_ADDRESS_MISMATCH):
+            return f"certificate problem: the server's certificate is not valid for this host ({error.verify_message})"
+        return (
+            f"certificate problem: the server's certificate is not trusted ({error.verify_message}); "
+            "give the CA that signed it (ca_file, --ca-file)"
+        )
+    return f"the TLS handshake failed ({error.reason or error}): does the server serve wss://?"
+
+
+async def connect(
+    url: str, *, max_size: int | None = None, ssl_context: ssl.SSLContext | None = None, **options: Any
+) -> WebSocketStream:
     """Open a client stream to ``url`` (``ws://`` or ``wss://``) and complete the handshake.
 
-    Raises :class:`OSError`, :class:`websockets.exceptions.InvalidURI` or
-    :class:`websockets.exceptions.InvalidHandshake`. Until the caller sets
+    A ``wss://`` server is verified with ``ssl_context`` (default:
+    :func:`client_context`, the system's trust store); a ``ws://`` URL takes
+    no context. Raises :class:`OSError` (:class:`ssl.SSLError` when TLS fails:
+    :func:`tls_failure` explains it), :class:`websockets.exceptions.InvalidURI`
+    or :class:`websockets.exceptions.InvalidHandshake`. Until the caller sets
     :attr:`WebSocketStream.handler`, messages are kept: :func:`first_message`.
     """
     uri = parse_uri(url)
+    if ssl_context is not None and not uri.secure:
+        raise ValueError(f"a TLS context is for wss:// URLs, not {url}")
     protocol = ClientProtocol(uri, max_size=max_size)
     opening = _Opening()
     loop = asyncio.get_running_loop()
+    tls = (ssl_context or client_context()) if uri.secure else None
     _, stream = await loop.create_connection(
-        lambda: WebSocketStream(protocol, opening, **options), uri.host, uri.port, ssl=True if uri.secure else None
+        lambda: WebSocketStream(protocol, opening, **options), uri.host, uri.port, ssl=tls
     )
     protocol.send_request(protocol.connect())
     stream._flush()
     try:
         await opening.ready
     except BaseException as e:
+        opening.arrived.cancel()  # nobody will wait for a first message: keep its failure unlogged
         stream.abort()
         if isinstance(e, ConnectionError):
             raise InvalidHandshake(str(protocol.handshake_exc or "the server refused the handshake")) from None
         raise
     if protocol.handshake_exc is not None:
+        opening.arrived.cancel()
         stream.abort()
         raise protocol.handshake_exc
     return stream
@@ -337,4 +379,4 @@ def serve_stream(handler_factory: Callable[[], Handler], *, max_size: int | None
     return factory
 
 
-__all__ += ["InvalidHandshake", "InvalidURI", "first_message", "take_messages"]
+__all__ += ["InvalidHandshake", "InvalidURI", "client_context", "first_message", "take_messages", "tls_failure"]

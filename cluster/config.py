@@ -140,11 +140,12 @@ class ServerConfig:
         4096, "longest selector a request may give, in characters (a #-set counts whole)", low=16, high=1_048_576
     )
     session_buffer: int = setting(
-        16 * 1024 * 1024, "bytes a session's outbound queue may hold (values, responses and notifications "
+        64 * 1024 * 1024, "bytes a session's outbound queue may hold (values, responses and notifications "
         "alike); a session over it is closed (QUEUE_LIMIT)", low=65536, high=1 << 34, metavar="BYTES",
     )
     max_requests_in_flight: int = setting(
-        1000, "requests a session may have unanswered; more are refused with OVERLOADED", low=1, high=1_000_000
+        1000, "requests a session may have unanswered; while it has that many, its socket is not read "
+        "(flow control: the client slows down, nothing is refused)", low=1, high=1_000_000,
     )
     max_messages_per_frame: int = setting(
         1000, "messages one client frame may carry; a bigger frame closes the session", low=1, high=1_000_000

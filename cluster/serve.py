@@ -3,28 +3,44 @@
 The steps, each of which either completes or leaves nothing behind:
 
 1. lock the data directory (a second ``canopy serve`` on the same directory
-   is refused);
+   is refused); a ``server.json`` found there is stale (its writer no longer
+   holds the lock): serve says so, stops what is left of that instance's
+   embedded Ray, and replaces it;
 2. on the embedded default, check the gateway port is free before paying
-   for a Ray start;
-3. start an embedded Ray (dashboard off) or join ``--address``;
+   for a Ray start, and start the watchdog (below);
+3. start an embedded Ray (dashboard off, on 127.0.0.1 only, token
+   authentication on) or join ``--address``;
 4. create the named, detached controller; if the name is taken, this Ray
    cluster already runs canopy in that namespace and serve refuses, saying
    where that instance listens;
 5. the controller starts partitions and gateways, all or nothing.
 
-Then it waits. Ctrl-C (SIGINT) or SIGTERM shuts every actor down, then Ray
-(when it was embedded), and releases the lock. If the controller dies under
-it, serve exits with status 3.
+Then it supervises: every :data:`HEALTH_INTERVAL` it asks the controller
+which serving actor died (partitions, gateways, the view evaluator, the
+session tree actor). Nothing brings one back yet, so when one dies, or the
+controller itself, serve prints one line naming it, records ``"state":
+"failed"`` and the reason in ``server.json`` (kept after exit), shuts
+everything down and exits with status :data:`EXIT_FAILED`; it never goes on
+claiming to serve. Ctrl-C (SIGINT) or SIGTERM shuts every actor down, then
+Ray (when it was embedded), removes ``server.json`` and exits with status 0.
+A refused start exits with status 1 (:mod:`cluster.cli`).
+
+The watchdog (:mod:`cluster.watchdog`) is a small process of its own that
+stops what is left of the embedded Ray when serve is gone, however it went
+(``kill -9`` included).
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import ipaddress
 import json
 import os
+import secrets
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -32,18 +48,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from cluster import names
+from cluster import names, watchdog
 from cluster.config import ServerConfig
+from cluster.watchdog import LOCK_FILE, SERVER_FILE, write_json
 
-HEALTH_INTERVAL = 2.0
+HEALTH_INTERVAL = 1.0
+CONTROLLER_TIMEOUT = 30.0
+EXIT_FAILED = 3
+
+RAY_TOKEN_FILE = "ray-auth-token"  # in the data directory, when ~/.ray cannot hold Ray's token
 
 
 class ServeError(RuntimeError):
     """serve refused or failed to start; the message says why."""
 
 
+# --- the data directory: its lock and server.json ---------------------------------------------
+
+
 def _lock(data_dir: Path) -> IO[str]:
-    handle = open(data_dir / ".lock", "a+", encoding="utf-8")
+    handle = open(data_dir / LOCK_FILE, "a+", encoding="utf-8")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -56,6 +80,61 @@ def _lock(data_dir: Path) -> IO[str]:
     handle.write(f"canopy serve pid {os.getpid()}\n")
     handle.flush()
     return handle
+
+
+class ServerRecord:
+    """``server.json``: what this instance says about itself while it runs, and why it failed.
+
+    After :meth:`write`, either :meth:`fail` (the file stays, ``"state": "failed"``) or
+    :meth:`close` (the file goes) — ``close`` keeps a failed record."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / SERVER_FILE
+        self.info: dict[str, Any] | None = None
+
+    def write(self, info: dict[str, Any]) -> None:
+        self.info = {**info, "state": "serving"}
+        write_json(self.path, self.info)
+
+    def fail(self, reason: str) -> None:
+        base = self.info or {"pid": os.getpid()}
+        self.info = {**base, "state": "failed", "reason": reason, "failed_at": time.time()}
+        write_json(self.path, self.info)
+
+    def close(self) -> None:
+        if self.info is not None and self.info.get("state") != "failed":
+            self.path.unlink(missing_ok=True)
+
+
+def _replace_stale(data_dir: Path, out: Callable[[str], None]) -> None:
+    """Report and remove a ``server.json`` this process found (it holds the lock, so its writer is gone),
+    stopping what is left of that instance's embedded Ray on this host."""
+    path = data_dir / SERVER_FILE
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(old, dict):
+            raise ValueError("not an object")
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):
+        out(f"canopy: found an unreadable {SERVER_FILE} in {data_dir}; replacing it")
+        path.unlink(missing_ok=True)
+        return
+    pid = old.get("pid")
+    here = isinstance(pid, int) and old.get("host") == socket.gethostname()
+    if here and isinstance(pid, int) and pid != os.getpid() and watchdog.holds(pid, data_dir / LOCK_FILE):
+        # it runs, with a lock file someone replaced under it: two instances must not share the directory
+        raise ServeError(f"canopy serve pid {pid} still serves {data_dir} ({LOCK_FILE} was replaced); stop it first")
+    if old.get("state") == "failed":
+        detail = f"it failed: {old.get('reason') or 'no reason given'}"
+    else:
+        detail = "it was not stopped cleanly"
+    out(f"canopy: found a stale {SERVER_FILE} from pid {pid} ({detail}); replacing it")
+    if here and isinstance(pid, int) and old.get("embedded"):
+        stopped = watchdog.stop_instance(pid, float(old.get("serve_started") or 0))
+        if stopped:
+            out(f"canopy: stopped {stopped} leftover processes of its embedded Ray")
+    path.unlink(missing_ok=True)
 
 
 def _check_port(host: str, port: int) -> None:
@@ -74,6 +153,102 @@ def _check_port(host: str, port: int) -> None:
             raise ServeError(f"cannot listen on {host}:{port}: {e.strerror}") from None
 
 
+# --- Ray: loopback and token authentication ---------------------------------------------------
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _address_host(address: str) -> str:
+    return address.rsplit(":", 1)[0] if ":" in address else address
+
+
+def ray_token_path() -> Path:
+    """Where Ray looks for its token when neither ``$RAY_AUTH_TOKEN`` nor ``$RAY_AUTH_TOKEN_PATH`` says."""
+    return Path.home() / ".ray" / "auth_token"
+
+
+def ensure_token_file(path: Path) -> str | None:
+    """Make ``path`` hold a Ray token readable by its owner only; say what was done, if anything.
+
+    A missing token is created whole (written aside, then linked in), so that two serves
+    starting at once agree on one token; an existing one is kept, its mode tightened."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, secrets.token_hex(32).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return None  # another process created it meanwhile: use theirs
+        finally:
+            tmp.unlink(missing_ok=True)
+        return f"created Ray's authentication token in {path}"
+    if mode & 0o077:
+        os.chmod(path, 0o600)
+        return f"made Ray's token file {path} readable by its owner only (it was mode {mode:o})"
+    return None
+
+
+def _prepare_ray_environment(config: ServerConfig, data_dir: Path, out: Callable[[str], None]) -> None:
+    """Set what Ray reads from the environment, for this process and every Ray process it starts.
+
+    Call before ``import ray``: Ray reads these when it is imported.
+
+    * Loopback: the embedded Ray, and a Ray joined at a loopback address, is a
+      single-machine cluster: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes Ray take
+      the loopback address as the node address (as it does on macOS), so its GCS,
+      raylet, object manager, agents and workers listen on 127.0.0.1 only, and so do
+      the partitions' streams (they listen on the node address).
+    * Token authentication: on for the embedded Ray (``RAY_AUTH_MODE=token``), with
+      Ray's token file (``~/.ray/auth_token``) created or tightened to mode 600 unless
+      ``$RAY_AUTH_TOKEN``/``$RAY_AUTH_TOKEN_PATH`` say where the token is; a home that
+      cannot hold it gets one in the data directory. Joining a cluster, the token is
+      used when there is one. An explicit ``RAY_AUTH_MODE`` is respected.
+    """
+    embedded = config.address is None
+    if embedded or _is_loopback(_address_host(config.address or "")):
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    mode = os.environ.get("RAY_AUTH_MODE")
+    user_token = "RAY_AUTH_TOKEN" in os.environ or "RAY_AUTH_TOKEN_PATH" in os.environ
+    if mode is not None:
+        if embedded and mode.lower() != "token":
+            out(
+                f"canopy: warning: Ray's token authentication is off (RAY_AUTH_MODE={mode}): "
+                "any process on this machine can run code in the embedded Ray"
+            )
+        return
+    if not embedded:
+        if user_token or ray_token_path().exists():
+            os.environ["RAY_AUTH_MODE"] = "token"
+        return
+    os.environ["RAY_AUTH_MODE"] = "token"
+    if user_token:
+        return
+    try:
+        note = ensure_token_file(ray_token_path())
+    except OSError:
+        fallback = data_dir / RAY_TOKEN_FILE
+        note = ensure_token_file(fallback)
+        os.environ["RAY_AUTH_TOKEN_PATH"] = str(fallback)
+    if note:
+        out(f"canopy: {note}")
+
+
 def _init_ray(config: ServerConfig) -> None:
     import ray
 
@@ -87,25 +262,53 @@ def _init_ray(config: ServerConfig) -> None:
             # actors are the server, and a busy client on the same machine starved them
             _system_config={"worker_niceness": 0},
         )
-    else:
+        node = ray.util.get_node_ip_address()
+        if not _is_loopback(node):  # Ray ignored RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER: never listen wider
+            ray.shutdown()
+            raise ServeError(f"the embedded Ray took {node} as its address instead of 127.0.0.1; not starting")
+        return
+    try:
         ray.init(address=config.address, namespace=config.namespace, logging_level="WARNING")
+    except ConnectionError as e:
+        raise ServeError(
+            f"cannot join the Ray cluster at {config.address}: {e} (if it uses token authentication, "
+            f"give this process its token: {ray_token_path()}, $RAY_AUTH_TOKEN_PATH or $RAY_AUTH_TOKEN)"
+        ) from None
+
+
+# --- serve ---------------------------------------------------------------------------------------
 
 
 def serve(config: ServerConfig, out: Callable[[str], None] = print) -> int:
-    """Run canopy until interrupted; return the process exit status."""
+    """Run canopy until interrupted or until part of it dies; return the process exit status."""
+    from actors import tls  # no Ray: the certificate and key are checked before anything starts
+
+    config = tls.check(config)
     data_dir = Path(config.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = _lock(data_dir)
+    record = ServerRecord(data_dir)
+    guard = None
     try:
+        _replace_stale(data_dir, out)
         if config.address is None:
             _check_port(config.host, config.port)
-        return _run(config, data_dir, out)
+            guard = watchdog.start(data_dir)
+        return _run(config, data_dir, record, guard, out)
     finally:
-        (data_dir / "server.json").unlink(missing_ok=True)
-        lock.close()
+        record.close()
+        lock.close()  # the watchdog, waiting for this lock, now sweeps and exits
 
 
-def _run(config: ServerConfig, data_dir: Path, out: Callable[[str], None]) -> int:
+def _run(
+    config: ServerConfig,
+    data_dir: Path,
+    record: ServerRecord,
+    guard: subprocess.Popen[bytes] | None,
+    out: Callable[[str], None],
+) -> int:
+    _prepare_ray_environment(config, data_dir, out)
+
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -130,32 +333,37 @@ def _run(config: ServerConfig, data_dir: Path, out: Callable[[str], None]) -> in
             info = ray.get(controller.start.remote())
         except ray.exceptions.RayTaskError as e:
             raise ServeError(str(e.cause) if e.cause else str(e)) from None
-        ray_address = ray.get_runtime_context().gcs_address
-        (data_dir / "server.json").write_text(
-            json.dumps({"pid": os.getpid(), "data_dir": str(data_dir), "ray_address": ray_address, **info}, indent=2)
-            + "\n"
-        )
+        record.write({
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "serve_started": watchdog.process_start(os.getpid()),
+            "embedded": config.address is None,
+            "data_dir": str(data_dir),
+            "ray_address": ray.get_runtime_context().gcs_address,
+            **info,
+        })
         password = ray.get(controller.take_generated_password.remote())
         if password is not None:
             out(
                 f"canopy: first start: created the security store with principal 'admin', password {password!r} "
                 "(shown this once; set admin_password in the configuration to choose your own)"
             )
-        where = "embedded Ray" if config.address is None else f"Ray at {config.address}"
+        where = "embedded Ray on 127.0.0.1" if config.address is None else f"Ray at {config.address}"
         out(
             f"canopy serving {', '.join(info['urls'])} ({info['partitions']} partitions, "
             f"{where}, namespace {config.namespace!r}, data {data_dir}); Ctrl-C to stop"
         )
         sys.stdout.flush()
-        while not stop.wait(HEALTH_INTERVAL):
-            try:
-                ray.get(controller.describe.remote(), timeout=30)
-            except Exception as e:
-                out(f"canopy: the controller is gone ({type(e).__name__}); exiting")
-                controller = None
-                return 3
-        out("canopy: shutting down")
-        return 0
+        failure, controller_alive = _supervise(controller, stop, guard, out)
+        if not controller_alive:
+            controller = None
+        if failure is None:
+            out("canopy: shutting down")
+            return 0
+        out(f"canopy: {failure}; canopy stops (nothing brings it back yet)")
+        sys.stdout.flush()
+        record.fail(failure)
+        return EXIT_FAILED
     finally:
         if controller is not None:
             try:
@@ -169,6 +377,42 @@ def _run(config: ServerConfig, data_dir: Path, out: Callable[[str], None]) -> in
         ray.shutdown()
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _supervise(
+    controller: Any, stop: threading.Event, guard: subprocess.Popen[bytes] | None, out: Callable[[str], None]
+) -> tuple[str | None, bool]:
+    """Wait for a stop signal or a death: ``(None, True)`` when asked to stop, else
+    ``(what died, whether the controller still answers)``."""
+    import ray
+
+    from actors.controller import death_reason
+
+    unavailable_since: float | None = None
+    while not stop.wait(HEALTH_INTERVAL):
+        try:
+            dead: list[dict[str, str]] = ray.get(controller.check.remote(), timeout=CONTROLLER_TIMEOUT)
+        except ray.exceptions.GetTimeoutError:
+            return f"the controller did not answer for {CONTROLLER_TIMEOUT:.0f} s", False
+        except ray.exceptions.ActorUnavailableError:  # unreachable for now, not dead: give it time
+            unavailable_since = unavailable_since or time.monotonic()
+            if time.monotonic() - unavailable_since > CONTROLLER_TIMEOUT:
+                return f"the controller was unreachable for {CONTROLLER_TIMEOUT:.0f} s", False
+            continue
+        except ray.exceptions.RayActorError as e:
+            return f"the controller ({names.CONTROLLER}, ControllerActor) died: {death_reason(e)}", False
+        except Exception as e:
+            return f"the controller failed: {type(e).__name__}: {e}", True
+        unavailable_since = None
+        if dead:
+            return "; ".join(f"{d['name']} ({d['actor']}) died: {d['reason']}" for d in dead), True
+        if guard is not None and guard.poll() is not None:
+            out(
+                f"canopy: warning: the watchdog exited (status {guard.returncode}); "
+                "if this process is killed, Ray's processes may stay"
+            )
+            guard = None
+    return None, True
 
 
 def _already_running(config: ServerConfig) -> str:

@@ -4,7 +4,8 @@ The language (grammar in ``filter.lark``)::
 
     KEY is 'v'    KEY eq 'v'      the property has exactly this value
     KEY ne 'v'                    it does not (true when the property is absent)
-    KEY matches 'regex'           the whole value matches (Python ``re`` fullmatch)
+    KEY matches 'regex'           the whole value matches (RE2 syntax, linear time;
+                                  see :func:`topics.selectors.compile_regex`)
     has KEY                       the property is present
     KEY in ['a', 'b']             the value is one of these
     hasRoles 'r1' 'r2'            the session has every listed role
@@ -33,7 +34,8 @@ from typing import Any
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
-from topics.errors import excerpt
+from topics.errors import SelectorError, excerpt
+from topics.selectors import Regex, compile_regex
 
 __all__ = ["FilterSyntaxError", "SessionFilter", "parse_filter"]
 
@@ -114,7 +116,7 @@ class NotEqual(Node):
 class Matches(Node):
     key: str
     pattern: str
-    regex: re.Pattern[str]
+    regex: Regex
 
     def evaluate(self, properties: Mapping[str, str], roles: frozenset[str]) -> bool:
         value = properties.get(self.key)
@@ -233,14 +235,33 @@ class SessionFilter:
 
 
 class _FilterError(Exception):
-    def __init__(self, message: str, token: Token) -> None:
+    def __init__(self, message: str, token: Token, offset: int = 0) -> None:
         super().__init__(message)
         self.token = token
+        self.offset = offset  # characters from the token's start to the problem
 
 
 def _unquote(token: Token) -> str:
     body = str(token)[1:-1]
     return re.sub(r"\\(.)", r"\1", body)
+
+
+def _source_offset(token: Token, position: int) -> int:
+    """Where character ``position`` of the unquoted value is in the quoted ``token``."""
+    quoted = str(token)
+    i = 1
+    for _ in range(position):
+        i += 2 if quoted[i] == "\\" else 1
+    return i
+
+
+def _advance(text: str, token: Token, offset: int) -> tuple[int, int]:
+    """The 1-based line and column ``offset`` characters into ``token``."""
+    if token.start_pos is None:
+        return token.line or 1, token.column or 1
+    at = token.start_pos + offset
+    line_start = text.rfind("\n", 0, at) + 1
+    return text.count("\n", 0, at) + 1, at - line_start + 1
 
 
 @v_args(inline=True)
@@ -256,9 +277,11 @@ class _Build(Transformer[Token, Node]):
 
     def matches(self, key: Token, _op: Token, value: tuple[str, Token]) -> Node:
         try:
-            compiled = re.compile(value[0])
-        except re.error as e:
-            raise _FilterError(f"invalid regular expression {value[0]!r}: {e.msg}", value[1]) from None
+            compiled = compile_regex(value[0])
+        except SelectorError as e:
+            raise _FilterError(
+                f"invalid regular expression {value[0]!r}: {e.reason}", value[1], _source_offset(value[1], e.position)
+            ) from None
         return Matches(str(key), value[0], compiled)
 
     def has(self, _op: Token, key: Token) -> Node:
@@ -349,6 +372,7 @@ def parse_filter(text: str) -> SessionFilter:
         inner = e.orig_exc
         if isinstance(inner, _FilterError):
             token = inner.token
-            raise FilterSyntaxError(str(inner), text, token.line or 1, token.column or 1) from None
+            line, column = _advance(text, token, inner.offset)
+            raise FilterSyntaxError(str(inner), text, line, column) from None
         raise
     return SessionFilter(text, tree)

@@ -18,7 +18,10 @@ what happens to *its* values:
 
 Control messages (responses, subscribed/unsubscribed notifications) are
 never dropped or merged and do not count towards the limit; the limit and
-the back-pressure threshold count pending *values*. Messages are opaque
+the back-pressure threshold count pending *values*. Every message counts
+towards ``max_bytes``, the session's outbound budget: past it a value is
+refused (OVERFLOW) and a control message reports it, and the owner closes
+the session. Messages are opaque
 objects (deliveries, responses): the same update object serves every
 session, and the owner encodes what :meth:`OutboundQueue.take` hands out.
 """
@@ -50,13 +53,26 @@ _UNSUBSCRIBE_NOW, _OVERFLOW = Outcome.UNSUBSCRIBE, Outcome.OVERFLOW
 class OutboundQueue:
     """Pending messages for one session. Not thread-safe; one owner."""
 
-    __slots__ = ("limit", "backpressure", "_items", "_pending", "_values", "_per_topic", "conflated", "last_outcome")
+    __slots__ = (
+        "limit", "backpressure", "max_bytes", "bytes", "_size", "_items", "_pending", "_values", "_per_topic",
+        "conflated", "last_outcome",
+    )
 
-    def __init__(self, limit: int = 10_000, backpressure: int = 1_000) -> None:
+    def __init__(
+        self,
+        limit: int = 10_000,
+        backpressure: int = 1_000,
+        max_bytes: int | None = None,
+        size: Callable[[object], int] = size_of,
+    ) -> None:
+        """``size`` measures a message in bytes (for ``max_bytes`` and for :meth:`take`)."""
         if limit < 1 or backpressure < 1:
             raise ValueError("queue limit and back-pressure threshold must be positive")
         self.limit = limit
         self.backpressure = min(backpressure, limit)
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._size = size
         # items are [topic, message]: topic is None for control messages;
         # a message of None is a value that was dropped after queueing
         self._items: deque[list[object]] = deque()
@@ -77,15 +93,20 @@ class OutboundQueue:
     def under_backpressure(self) -> bool:
         return self._values >= self.backpressure
 
-    def push_control(self, message: object) -> None:
+    def push_control(self, message: object) -> bool:
+        """Queue a control message; ``False`` when the queue is now over its byte budget."""
         self._items.append([None, message])
+        self.bytes += self._size(message)
+        return self.max_bytes is None or self.bytes <= self.max_bytes
 
     def push_value(self, topic: object, message: object, policy: Conflation) -> Outcome:
         """Queue a topic value under the topic's conflation policy (the
         outcome is also kept in :attr:`last_outcome`)."""
+        size = self._size(message)
         if policy is _ALWAYS or (policy is _CONFLATE and self._values >= self.backpressure):
             item = self._pending.get(topic)
             if item is not None:
+                self.bytes += size - self._size(item[1])
                 item[1] = message
                 self.conflated += 1
                 self.last_outcome = _CONFLATED
@@ -93,12 +114,13 @@ class OutboundQueue:
         elif policy is _UNSUBSCRIBE and self._values >= self.backpressure:
             self.last_outcome = _UNSUBSCRIBE_NOW
             return _UNSUBSCRIBE_NOW
-        if self._values >= self.limit:
+        if self._values >= self.limit or (self.max_bytes is not None and self.bytes + size > self.max_bytes):
             self.last_outcome = _OVERFLOW
             return _OVERFLOW
         item = [topic, message]
         self._items.append(item)
         self._values += 1
+        self.bytes += size
         per_topic = self._per_topic
         per_topic[topic] = per_topic.get(topic, 0) + 1
         if policy is _ALWAYS or policy is _CONFLATE:
@@ -113,15 +135,16 @@ class OutboundQueue:
         dropped = 0
         for item in self._items:
             if item[0] == topic and item[1] is not None:
+                self.bytes -= self._size(item[1])
                 item[1] = None
                 dropped += 1
         self._values -= dropped
         self._pending.pop(topic, None)
         return dropped
 
-    def take(self, max_bytes: int = 64 * 1024, size: Callable[[object], int] = size_of) -> list[object]:
-        """Pop messages from the front, at least one and up to ~``max_bytes``
-        as ``size`` measures them."""
+    def take(self, max_bytes: int = 64 * 1024) -> list[object]:
+        """Pop messages from the front, at least one and up to ~``max_bytes``."""
+        size = self._size
         out: list[object] = []
         append = out.append
         total = taken_values = 0
@@ -144,4 +167,11 @@ class OutboundQueue:
             append(message)
             total += size(message)
         self._values -= taken_values
+        self.bytes -= total
         return out
+
+    def overflow_reason(self) -> str:
+        """Why a push overflowed: the budget it went over."""
+        if self._values >= self.limit:
+            return f"more than {self.limit:,} values queued"
+        return f"more than {self.max_bytes:,} bytes queued"

@@ -48,6 +48,7 @@ from typing import Any
 
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
 from sessions.filters import ROLES_KEY
+from sessions.limits import Limits
 from sessions.queue import Outcome, OutboundQueue
 from sessions.security import PathPermission, PermissionDenied, SecurityStore
 from sessions.trees import Resolution, SessionTrees, group_key
@@ -170,8 +171,13 @@ class SessionRegistry:
         security: SecurityStore | None = None,
         trees: SessionTrees | None = None,
         partitions_for: Callable[[Selector], int] = lambda _: 1,
+        session_buffer: int | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.queue_limit = queue_limit
+        #: what a request may name; the request checks read it
+        self.limits = limits or Limits()
+        self.session_buffer = session_buffer
         self.backpressure = backpressure
         self.security = security or _open_store()
         self.permissions = self.security.evaluator()
@@ -274,7 +280,7 @@ class SessionRegistry:
             roles = self.security.anonymous_roles
         props = dict(properties)
         props["$Roles"] = roles_text(roles)
-        session = Session(session_id, principal, props, roles, OutboundQueue(self.queue_limit, self.backpressure))
+        session = Session(session_id, principal, props, roles, OutboundQueue(self.queue_limit, self.backpressure, self.session_buffer))
         group = self._group_of(session)
         group.sessions.add(session_id)
         session.group = group
@@ -305,8 +311,19 @@ class SessionRegistry:
         leaves in order with the session's deliveries."""
         session = self.sessions.get(session_id)
         if session is not None:
-            session.queue.push_control(message)
-            self._dirty.add(session_id)
+            self._control(session, message)
+
+    def _control(self, session: Session, message: object) -> None:
+        """Queue a control message; a session over its byte budget is closed."""
+        if not session.queue.push_control(message):
+            self._overflowed(session, "")
+        self._dirty.add(session.id)
+
+    def _overflowed(self, session: Session, detail: str) -> None:
+        if session.id not in self._closing:
+            self._closing[session.id] = (
+                "QUEUE_LIMIT", f"{session.queue.overflow_reason()} for a session that is not reading them{detail}"
+            )
 
     def take_dirty(self) -> set[str]:
         dirty, self._dirty = self._dirty, set()
@@ -510,10 +527,10 @@ class SessionRegistry:
         value = topic.value if topic is not None and topic.value is not None else fresh
         session.views[session_path] = (view.alias, topic_path)
         view.sessions.add(session.id)
-        session.queue.push_control(view.subscribed(value))
+        self._control(session, view.subscribed(value))
         if state.window is not None:
             for event in state.window.events():
-                session.queue.push_control(SeriesUpdate(view.alias, event))
+                self._control(session, SeriesUpdate(view.alias, event))
         self._dirty.add(session.id)
 
     def _drop_view(self, session: Session, session_path: str) -> tuple[int, _View | None] | None:
@@ -536,7 +553,7 @@ class SessionRegistry:
             return
         alias, view = dropped
         session.queue.drop_topic(alias)
-        session.queue.push_control(Unsubscribed(alias, reason))
+        self._control(session, Unsubscribed(alias, reason))
         self._dirty.add(session.id)
 
     # -- partition events ----------------------------------------------------------------
@@ -650,11 +667,9 @@ class SessionRegistry:
         elif outcome is Outcome.UNSUBSCRIBE:
             session.suppressed.add(view.session_path)
             self._unsubscribe_view(session, view.session_path, BACK_PRESSURE)
-        elif session.id not in self._closing:
-            self._closing[session.id] = (
-                "QUEUE_LIMIT",
-                f"more than {session.queue.limit} values queued for a session that is not "
-                f"reading them (topic {view.session_path!r} has CONFLATION {state.policy.value})",
+        else:
+            self._overflowed(
+                session, f" (topic {view.session_path!r} has CONFLATION {state.policy.value})"
             )
 
     def _removed(self, path: str) -> None:

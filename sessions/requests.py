@@ -9,6 +9,9 @@ route, or a small plan. Nothing here does I/O; a bad argument raises
 :class:`~sessions.security.PermissionDenied`, and bad paths, selectors,
 types or values the :class:`~topics.errors.TopicModelError` of the topic
 model — each with a ``code`` and a message that says what and where.
+Every path and selector a client names goes through the registry's
+:class:`~sessions.limits.Limits` (``r.limits``): one over a limit is refused
+like an invalid one (``INVALID_PATH``, ``INVALID_SELECTOR``).
 
 Permissions, per the security model:
 
@@ -26,7 +29,7 @@ security_get       VIEW_SECURITY        security_update  MODIFY_SECURITY
 tree_put           MODIFY_TOPIC on the session tree branch and
                    EXPOSE_BRANCH on every topic tree branch
 tree_remove        MODIFY_TOPIC on the branch
-tree_get, list     READ_TOPIC on the branch
+tree_get, list     MODIFY_TOPIC on the branch (list skips the others)
 session_get        VIEW_SESSION         session_set      MODIFY_SESSION
 =================  ====================================================
 
@@ -42,10 +45,9 @@ from sessions.filters import parse_filter
 from sessions.registry import SessionRegistry
 from sessions.security import GlobalPermission, PathPermission, PermissionDenied, SecurityStore
 from sessions.trees import BranchMappingTable
-from topics import paths
 from topics.errors import InvalidValueError
 from topics.protocol import AddTopic, AppendEvent, EditEvent, FetchTopics, QueryEvents, SetValue
-from topics.selectors import Selector, parse_selector
+from topics.selectors import Selector
 from topics.specification import TopicSpecification
 from topics.types import TopicType
 
@@ -56,6 +58,9 @@ __all__ = [
 ]
 
 P, G = PathPermission, GlobalPermission
+#: the times an event may carry, in ms since 1970: the years 1 to 9999 (a far-future
+#: event would make every later append stamped by the server's clock fail)
+EARLIEST_MS, LATEST_MS = -62_135_596_800_000, 253_402_300_799_999
 
 
 class RequestError(Exception):
@@ -76,15 +81,16 @@ def _optional_int(value: Any, what: str) -> int | None:
     return None if value is None else int(expect(value, int, what))
 
 
-def selector(text: Any) -> Selector:
-    return parse_selector(expect(text, str, "selector"))
+def selector(r: SessionRegistry, text: Any) -> Selector:
+    """A selector a client gave, parsed and checked against ``r.limits``."""
+    return r.limits.selector(expect(text, str, "selector"))
 
 
 # -- topics ------------------------------------------------------------------------------
 
 
 def add_topic(r: SessionRegistry, sid: str, path: Any, type_name: Any, properties: Any = None) -> AddTopic:
-    path = paths.normalise(path)
+    path = r.limits.path(path)
     spec = TopicSpecification.of(expect(type_name, str, "type"), expect(properties or {}, dict, "properties"))
     r.check(sid, P.MODIFY_TOPIC, path)
     return AddTopic(path, spec.type.value, spec.properties)
@@ -94,7 +100,7 @@ def set_value(
     r: SessionRegistry, sid: str, path: Any, data: Any, raw: Any, type_name: Any = None,
     add_if_missing: Any = False, *, max_size: int,
 ) -> SetValue:
-    path = paths.normalise(path)
+    path = r.limits.path(path)
     expect(data, bytes, "value")
     expect(raw, bool, "raw")
     expect(add_if_missing, bool, "add_if_missing")
@@ -118,7 +124,7 @@ class RemovePlan:
 
 
 def remove_plan(r: SessionRegistry, sid: str, text: Any) -> RemovePlan:
-    sel = selector(text)
+    sel = selector(r, text)
     literal = sel.literal_path
     if literal is not None:
         r.check(sid, P.MODIFY_TOPIC, literal)
@@ -142,7 +148,7 @@ def fetch_plan(
     r: SessionRegistry, sid: str, text: Any, with_values: Any = True, with_properties: Any = False,
     types: Any = None, limit: Any = None,
 ) -> FetchPlan:
-    sel = selector(text)
+    sel = selector(r, text)
     expect(with_values, bool, "with_values")
     expect(with_properties, bool, "with_properties")
     if types is not None:
@@ -159,16 +165,20 @@ def fetch_plan(
 
 
 def append_event(r: SessionRegistry, sid: str, path: Any, data: Any, raw: Any, timestamp: Any = None) -> AppendEvent:
-    path = paths.normalise(path)
+    path = r.limits.path(path)
     expect(data, bytes, "value")
     expect(raw, bool, "raw")
-    _optional_int(timestamp, "timestamp")
+    if _optional_int(timestamp, "timestamp") is not None and not EARLIEST_MS <= timestamp <= LATEST_MS:
+        raise RequestError(
+            "INVALID_REQUEST",
+            f"timestamp {timestamp} is not a time between the years 1 and 9999 (milliseconds since 1970)",
+        )
     r.check(sid, P.UPDATE_TOPIC, path)
     return AppendEvent(path, data, raw, timestamp, r.sessions[sid].principal)
 
 
 def edit_event(r: SessionRegistry, sid: str, path: Any, original: Any, data: Any, raw: Any) -> EditEvent:
-    path = paths.normalise(path)
+    path = r.limits.path(path)
     expect(original, int, "original sequence")
     expect(data, bytes, "value")
     expect(raw, bool, "raw")
@@ -185,7 +195,7 @@ def query_events(
     view: Any, limit: Any = None,
 ) -> QueryEvents:
     """A range query over a *session* path, resolved to the topic it shows."""
-    session_path = paths.normalise(path)
+    session_path = r.limits.path(path)
     expect(anchor, str, "anchor")
     expect(anchor_value, int, "anchor value")
     expect(span, str, "span")
@@ -203,11 +213,22 @@ def query_events(
 def security_commands(r: SessionRegistry, sid: str, commands: Any) -> SecurityStore:
     """Check MODIFY_SECURITY and the commands (all or nothing); return the store they make."""
     r.check(sid, G.MODIFY_SECURITY)
-    return r.security.apply(expect(commands, list, "commands"))
+    store = r.security.apply(expect(commands, list, "commands"))
+    for command in commands:  # well formed, or apply would have refused them
+        if command[0] in _PATH_COMMANDS:
+            r.limits.path(command[2])
+    return store
+
+
+#: the security commands that name a path, third (after the verb and the role)
+_PATH_COMMANDS = frozenset({"set_path_permissions", "remove_path_permissions"})
 
 
 def tree_table(r: SessionRegistry, sid: str, branch: Any, mappings: Any) -> BranchMappingTable:
     table = BranchMappingTable.of(branch, expect(mappings, list, "mappings"))
+    r.limits.check_path(table.session_tree_branch)
+    for mapping in table.mappings:
+        r.limits.check_path(mapping.topic_tree_branch)
     r.check(sid, P.MODIFY_TOPIC, table.session_tree_branch)
     for mapping in table.mappings:
         r.check(sid, P.EXPOSE_BRANCH, mapping.topic_tree_branch)
@@ -215,7 +236,7 @@ def tree_table(r: SessionRegistry, sid: str, branch: Any, mappings: Any) -> Bran
 
 
 def tree_branch(r: SessionRegistry, sid: str, branch: Any, permission: PathPermission) -> str:
-    branch = paths.normalise(branch)
+    branch = r.limits.path(branch)
     r.check(sid, permission, branch)
     return str(branch)
 

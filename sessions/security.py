@@ -110,6 +110,12 @@ class PermissionDenied(Exception):
 class AuthenticationFailed(Exception):
     code = "AUTHENTICATION_FAILED"
 
+    @classmethod
+    def wrong_credentials(cls, principal: str) -> AuthenticationFailed:
+        """The one answer to a failed named login, whatever failed (a refusal
+        by the login guard too), so that the answer says nothing more."""
+        return cls(f"wrong principal or password for {principal!r}")
+
 
 # -- passwords -------------------------------------------------------------------
 
@@ -120,20 +126,35 @@ def hash_password(password: str, salt: bytes | None = None) -> str:
     """A salted scrypt hash, self-describing: ``scrypt$n$r$p$salt$hash``."""
     salt = salt or secrets.token_bytes(16)
     digest = hashlib.scrypt(password.encode("utf-8"), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P, dklen=32)
+    return _scrypt_hash(salt, digest)
+
+
+def _scrypt_hash(salt: bytes, digest: bytes) -> str:
     b64 = base64.b64encode
     return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${b64(salt).decode()}${b64(digest).decode()}"
 
 
+#: checked instead of a hash that is missing (unknown principal) or unusable,
+#: so that every named login costs one scrypt with today's parameters; its
+#: digest is random, so no password matches it
+_DUMMY_HASH = _scrypt_hash(secrets.token_bytes(16), secrets.token_bytes(32))
+
+
 def verify_password(password: str, stored: str) -> bool:
+    """Whether ``password`` matches ``stored``, compared in constant time. A
+    ``stored`` that is not an scrypt hash matches nothing, after as long a
+    check as one that is."""
     try:
         scheme, n, r, p, salt, digest = stored.split("$")
         if scheme != "scrypt":
-            return False
+            raise ValueError(scheme)
         expected = base64.b64decode(digest)
         actual = hashlib.scrypt(
             password.encode("utf-8"), salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p), dklen=len(expected)
         )
     except (ValueError, TypeError):
+        if stored != _DUMMY_HASH:
+            verify_password(password, _DUMMY_HASH)
         return False
     return hmac.compare_digest(actual, expected)
 
@@ -301,14 +322,22 @@ class SecurityStore:
     # -- authentication -------------------------------------------------------------
 
     def authenticate(self, principal: str | None, password: str | None) -> frozenset[str]:
-        """The roles of a session that connects with these credentials."""
+        """The roles of a session that connects with these credentials.
+
+        A named login costs one scrypt whether or not the principal exists
+        and whether or not a password came (an unknown principal is checked
+        against a dummy hash), so the time to answer does not tell which
+        names are principals. Slowing repeated failures is the caller's
+        part: :class:`sessions.logins.LoginGuard`.
+        """
         if not principal:
             if not self.anonymous_allowed:
                 raise AuthenticationFailed("anonymous sessions are not allowed")
             return self.anonymous_roles
         known = self.principals.get(principal)
-        if known is None or password is None or not verify_password(password, known.password_hash):
-            raise AuthenticationFailed(f"wrong principal or password for {principal!r}")
+        right = verify_password(password or "", _DUMMY_HASH if known is None else known.password_hash)
+        if known is None or password is None or not right:
+            raise AuthenticationFailed.wrong_credentials(principal)
         return known.roles
 
     def evaluator(self) -> PermissionEvaluator:

@@ -100,8 +100,7 @@ def _depth(path: str) -> int:
 
 def branch_selector(branch: str) -> Selector:
     """A selector for ``branch`` and everything below it."""
-    patterns = tuple(re.escape(s) for s in branch.split("/"))
-    return SplitPathSelector(patterns, Qualifier.MATCH_AND_DESCENDANTS, tuple(re.compile(p) for p in patterns))
+    return SplitPathSelector.of((re.escape(s) for s in branch.split("/")), Qualifier.MATCH_AND_DESCENDANTS)
 
 
 def _translate(member: Selector, session_branch: str, topic_branch: str) -> Selector:
@@ -111,10 +110,7 @@ def _translate(member: Selector, session_branch: str, topic_branch: str) -> Sele
     if isinstance(member, SplitPathSelector):
         k = _depth(session_branch)
         head = tuple(re.escape(s) for s in topic_branch.split("/"))
-        patterns = head + member.patterns[k:]
-        return SplitPathSelector(
-            patterns, member.qualifier, tuple(re.compile(p) for p in head) + member.regexes[k:]
-        )
+        return SplitPathSelector.of(head + member.patterns[k:], member.qualifier)
     return branch_selector(topic_branch)  # a full-path regex cannot be rewritten: take the branch
 
 

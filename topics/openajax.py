@@ -112,9 +112,7 @@ class OpenAjaxPattern:
         patterns = [re.escape(s) for s in root_segments] + [
             ".+" if t == ONE else re.escape(t) for t in tokens
         ]
-        return SplitPathSelector(
-            tuple(patterns), qualifier, tuple(re.compile(p) for p in patterns)
-        )
+        return SplitPathSelector.of(patterns, qualifier)
 
 
 def parse_pattern(pattern: object) -> OpenAjaxPattern:

@@ -18,7 +18,8 @@ REMOVAL                         non-empty text (a removal policy)
 SCHEMA                          JSON text
 TIDY_ON_UNSUBSCRIBE             true, false
 TIME_SERIES_EVENT_VALUE_TYPE    STRING, INT64, DOUBLE, JSON, BINARY
-TIME_SERIES_RETAINED_RANGE      ``limit N`` and/or ``last N(ms|s|h)``
+TIME_SERIES_RETAINED_RANGE      ``limit N`` and/or ``last N(ms|s|h)``; N up to
+                                10^9 events, ``last`` up to 87840h (ten years)
 TIME_SERIES_SUBSCRIPTION_RANGE  same syntax as the retained range
 VALIDATE_VALUES                 true, false
 ==============================  ===============================================
@@ -83,7 +84,33 @@ class Priority(enum.Enum):
 
 
 _UNIT_MS = {"ms": 1, "s": 1000, "h": 3_600_000}
-_RANGE_TOKEN = re.compile(r"\s*(limit|last)\s+(\d+)\s*(ms|s|h)?\s*", re.IGNORECASE)
+_RANGE_TOKEN = re.compile(r"\s*(limit|last)\s+([0-9]+)\s*(ms|s|h)?\s*", re.IGNORECASE)
+
+#: the most events a range may name: beyond any log one node holds, so a larger
+#: number is a typing slip rather than a wish
+MAX_RANGE_LIMIT = 1_000_000_000
+#: the longest duration a range may name: ten years of 366 days (``last 87840h``)
+MAX_RANGE_LAST_MS = 10 * 366 * 24 * 3_600_000
+
+_MAX_LAST = f"{MAX_RANGE_LAST_MS // 3_600_000}h (ten years)"
+
+
+def _out_of_range(what: str, number: int, maximum: str) -> SpecificationError:
+    shown = str(number) if number.bit_length() < 128 else f"of {number.bit_length()} bits"
+    return SpecificationError(f"range {what} {shown} is out of range: at most {maximum}")
+
+
+def _range_number(word: str, digits: str, unit: str | None) -> int:
+    """The number after ``word`` in a range; past its maximum an error that quotes
+    it as written (and before ``int()`` of thousands of digits fails)."""
+    if len(digits.lstrip("0")) <= 18:
+        number = int(digits)
+        scaled = number * _UNIT_MS[unit.lower()] if unit is not None else number
+        if scaled <= (MAX_RANGE_LIMIT if word == "limit" else MAX_RANGE_LAST_MS):
+            return number
+    shown = digits if len(digits) <= 24 else digits[:20] + "..."
+    maximum = f"{MAX_RANGE_LIMIT} events" if word == "limit" else _MAX_LAST
+    raise SpecificationError(f"range '{word} {shown}{unit or ''}' is out of range: at most {maximum}")
 
 
 @dataclass(frozen=True)
@@ -105,6 +132,10 @@ class TimeSeriesRange:
             raise SpecificationError(f"range limit must not be negative, got {self.limit}")
         if self.last_ms is not None and self.last_ms < 0:
             raise SpecificationError(f"range duration must not be negative, got {self.last_ms}")
+        if self.limit is not None and self.limit > MAX_RANGE_LIMIT:
+            raise _out_of_range("limit", self.limit, f"{MAX_RANGE_LIMIT} events")
+        if self.last_ms is not None and self.last_ms > MAX_RANGE_LAST_MS:
+            raise _out_of_range("duration (ms)", self.last_ms, _MAX_LAST)
 
     @classmethod
     def parse(cls, text: str) -> TimeSeriesRange:
@@ -121,7 +152,8 @@ class TimeSeriesRange:
                     f"invalid range {text!r} at position {pos}: "
                     "expected 'limit N' and/or 'last N(ms|s|h)'"
                 )
-            word, number, unit = m.group(1).lower(), int(m.group(2)), m.group(3)
+            word, digits, unit = m.group(1).lower(), m.group(2), m.group(3)
+            number = _range_number(word, digits, unit)
             if word == "limit":
                 if unit is not None or limit is not None:
                     raise SpecificationError(f"invalid range {text!r}: misplaced 'limit'")

@@ -24,9 +24,13 @@ A trailing ``/`` on a ``?`` or ``*`` expression selects only the
 *descendants* of the matched paths; a trailing ``//`` selects the matched
 paths *and* their descendants (:class:`Qualifier`).
 
-Regular expressions are Python :mod:`re` patterns applied with
-``fullmatch``; the reference system uses Java's syntax, which agrees for
-everything but exotic constructs (``\\p{Alpha}``, ``\\Q..\\E``).
+Regular expressions use RE2's syntax (:class:`Regex`) and must match the
+whole segment or path; matching takes time linear in the path, whatever
+the pattern. The reference system uses Java's syntax, which agrees for
+everyday patterns; what RE2 cannot run in linear time (backreferences,
+lookaround, possessive quantifiers, atomic groups) is refused when the
+selector is parsed, never when it is matched, and ``\\d``, ``\\w``, ``\\s``
+and ``\\b`` are ASCII-only, as in Java.
 
 Every selector has a :attr:`Selector.path_prefix`, the longest run of
 leading path segments that every matching path must start with. It is what
@@ -46,9 +50,11 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, Literal, NoReturn
+
+import re2  # type: ignore[import-untyped]
 
 from topics import paths
 from topics.errors import PathError, SelectorError
@@ -57,11 +63,13 @@ __all__ = [
     "FullPathSelector",
     "PathSelector",
     "Qualifier",
+    "Regex",
     "Selector",
     "SelectorSet",
     "SelectorType",
     "SplitPathSelector",
     "any_of",
+    "compile_regex",
     "literal_text",
     "parse_selector",
 ]
@@ -174,7 +182,7 @@ class SplitPathSelector(Selector):
     type = SelectorType.SPLIT_PATH_PATTERN
     patterns: tuple[str, ...]
     qualifier: Qualifier
-    regexes: tuple[re.Pattern[str], ...]
+    regexes: tuple[Regex, ...]
     #: for each segment, the exact text it matches when its regex is a plain
     #: literal, else ``None`` (the subscription index uses it as a trie key)
     literals: tuple[str | None, ...]
@@ -183,7 +191,7 @@ class SplitPathSelector(Selector):
         self,
         patterns: tuple[str, ...],
         qualifier: Qualifier,
-        regexes: tuple[re.Pattern[str], ...],
+        regexes: tuple[Regex, ...],
     ) -> None:
         literals = tuple(literal_text(p) for p in patterns)
         prefix: list[str] = []
@@ -197,6 +205,14 @@ class SplitPathSelector(Selector):
         object.__setattr__(self, "literals", literals)
         self._init("?" + "/".join(patterns) + qualifier.value, "/".join(prefix))
 
+    @classmethod
+    def of(cls, patterns: Iterable[str], qualifier: Qualifier) -> SplitPathSelector:
+        """The selector of ``patterns`` (one regex per segment, at least one);
+        raise :class:`SelectorError` for an invalid one. :func:`re.escape`
+        makes a segment's literal pattern: its escapes are valid RE2."""
+        patterns = tuple(patterns)
+        return cls(patterns, qualifier, tuple(compile_regex(p) for p in patterns))
+
     def matches(self, path: str) -> bool:
         parts = path.split("/")
         n = len(self.regexes)
@@ -209,8 +225,11 @@ class SplitPathSelector(Selector):
                 return False
         elif len(parts) < n:
             return False
-        for rx, part in zip(self.regexes, parts):
-            if rx.fullmatch(part) is None:
+        for rx, literal, part in zip(self.regexes, self.literals, parts):
+            if literal is not None:
+                if part != literal:
+                    return False
+            elif rx.fullmatch(part) is None:
                 return False
         return True
 
@@ -228,13 +247,13 @@ class FullPathSelector(Selector):
     type = SelectorType.FULL_PATH_PATTERN
     pattern: str
     qualifier: Qualifier
-    regex: re.Pattern[str]
+    regex: Regex
     #: one regex for the pattern *and* its qualifier, or ``None`` when the
-    #: pattern cannot be wrapped (global inline flags); see :meth:`matches`
-    qualified: re.Pattern[str] | None
+    #: pattern cannot be wrapped (``\\Q`` quoting to its end); see :meth:`matches`
+    qualified: Regex | None
     _whole_literal: str | None
 
-    def __init__(self, pattern: str, qualifier: Qualifier, regex: re.Pattern[str]) -> None:
+    def __init__(self, pattern: str, qualifier: Qualifier, regex: Regex) -> None:
         head, whole = _literal_head(pattern)
         if _has_top_level_alternation(pattern):
             prefix = ""
@@ -260,7 +279,7 @@ class FullPathSelector(Selector):
             # ancestors matches: try each ancestor (each "/" position).
             cut = path.find("/")
             while cut >= 0:
-                if rx.fullmatch(path, 0, cut) is not None:
+                if rx.fullmatch(path[:cut]) is not None:
                     return True
                 cut = path.find("/", cut + 1)
         return False
@@ -320,18 +339,19 @@ _QUALIFIED_TAIL = {
 }
 
 
-def _qualify(pattern: str, qualifier: Qualifier) -> re.Pattern[str] | None:
+def _qualify(pattern: str, qualifier: Qualifier) -> Regex | None:
     """``pattern`` followed by what its qualifier adds, as one regex.
 
     A path is a descendant of a path matching ``P`` exactly when it matches
     ``(?:P)/.+`` (segments are never empty), which one C-level match tests
-    faster than trying ``P`` against every ancestor. Patterns that cannot be
-    wrapped in a group (global inline flags must come first) return ``None``
-    and are matched ancestor by ancestor instead.
+    faster than trying ``P`` against every ancestor. A pattern that cannot be
+    wrapped in a group (``\\Q`` quoting to its end would swallow the ``)``, and
+    the wrapped pattern then does not compile) returns ``None`` and is matched
+    ancestor by ancestor instead.
     """
     try:
-        return re.compile(f"(?:{pattern}){_QUALIFIED_TAIL[qualifier]}")
-    except re.error:
+        return compile_regex(f"(?:{pattern}){_QUALIFIED_TAIL[qualifier]}")
+    except SelectorError:
         return None
 
 
@@ -370,31 +390,232 @@ def literal_text(regex: str) -> str | None:
 
 def _has_top_level_alternation(regex: str) -> bool:
     depth = 0
+    for _, token in _scan(regex):
+        if token == "(":
+            depth += 1
+        elif token == ")":
+            depth -= 1
+        elif token == "|" and depth == 0:
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------
+# the regular expression engine (RE2)
+
+# Users' patterns run on RE2, whose matching time is linear in the text
+# (Python's re backtracks: "(?:(?:[^!]*)*)*!" takes exponential time).
+# Matching calls the extension's RE2 object directly: the module's
+# re-compatible wrapper maps UTF-8 offsets back to characters and builds a
+# match object, 4-8x the cost of the direct call, which is itself 3-5x
+# Python re's on short texts (bench/selector_regex.py).
+_MAX_PROGRAM_BYTES = 1 << 20  # bounds each pattern's memory and compile time
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False  # errors become SelectorErrors, not lines on stderr
+_OPTIONS.never_capture = True  # only "does it match" is ever asked
+_OPTIONS.max_mem = _MAX_PROGRAM_BYTES
+_ANCHOR_BOTH = re2._re2.RE2.Anchor.ANCHOR_BOTH
+
+# Constructs of Python's re, Java or PCRE that RE2 does not have, each
+# refused with what it is rather than RE2's terser message.
+_UNSUPPORTED_GROUPS = (
+    ("(?=", "lookahead '(?=...)'"),
+    ("(?!", "negative lookahead '(?!...)'"),
+    ("(?<=", "lookbehind '(?<=...)'"),
+    ("(?<!", "negative lookbehind '(?<!...)'"),
+    ("(?>", "atomic group '(?>...)'"),
+    ("(?P=", "backreference '(?P=name)'"),
+    ("(?P>", "recursion '(?P>name)'"),
+    ("(?R", "recursion '(?R)'"),
+    ("(?(", "conditional '(?(...)...)'"),
+    ("(?#", "comment '(?#...)'"),
+    ("(?|", "branch reset group '(?|...)'"),
+)
+_INLINE_FLAGS = re.compile(r"\(\?([A-Za-z-]+)[:)]")
+_RE2_FLAGS = frozenset("imsU-")
+_REPETITION = re.compile(r"\{(?:\d+(?:,\d*)?|,\d+)\}")
+_BRACED_ESCAPE = frozenset("xpPN")
+_WHY = "regular expressions use RE2 syntax, which always matches in linear time"
+
+
+class Regex:
+    """A user's regular expression compiled by RE2: :meth:`fullmatch` takes
+    time linear in the text, whatever the pattern.
+
+    Build it with :func:`compile_regex`. Regexes are immutable, compare
+    equal by pattern and pickle as their pattern.
+    """
+
+    __slots__ = ("pattern", "_match")
+    pattern: str
+    _match: Any  # the RE2 object's Match method
+
+    def __init__(self, pattern: str, program: Any) -> None:
+        object.__setattr__(self, "pattern", pattern)
+        object.__setattr__(self, "_match", program.Match)
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise AttributeError("Regex is immutable")
+
+    def fullmatch(self, text: str) -> Literal[True] | None:
+        """``True`` when the whole of ``text`` matches, else ``None`` (the
+        shape of :meth:`re.Pattern.fullmatch`, so ``is not None`` reads the same)."""
+        # surrogatepass: a lone surrogate (no wire decoder lets one through)
+        # does not match rather than raising
+        data = text.encode("utf-8", "surrogatepass")
+        if self._match(_ANCHOR_BOTH, data, 0, len(data))[0][0] >= 0:
+            return True
+        return None
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (compile_regex, (self.pattern,))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Regex):
+            return self.pattern == other.pattern
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.pattern)
+
+    def __repr__(self) -> str:
+        return f"Regex({self.pattern!r})"
+
+
+def compile_regex(pattern: str) -> Regex:
+    """Compile a user's regular expression (RE2 syntax) for :meth:`Regex.fullmatch`.
+
+    Raises :class:`SelectorError` whose ``expression`` is ``pattern`` and
+    whose ``position`` is where in it the problem is; constructs RE2 cannot
+    run in linear time (backreferences, lookaround, possessive quantifiers,
+    atomic groups...) are named as such. Callers outside selectors re-raise
+    it as their own syntax error.
+    """
+    return _compile_cached(pattern)
+
+
+@lru_cache(maxsize=1024)  # selectors share segment patterns (".*"); each program may be ~100 KiB
+def _compile_cached(pattern: str) -> Regex:
+    found = _unsupported(pattern)
+    if found is not None:
+        raise SelectorError(found[1], pattern, found[0])
+    try:
+        encoded = pattern.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise SelectorError(f"lone surrogate U+{ord(pattern[e.start]):04X}", pattern, e.start) from None
+    program = re2._re2.RE2(encoded, _OPTIONS)
+    if not program.ok():
+        message = program.error()
+        if isinstance(message, bytes):
+            message = message.decode("utf-8", "replace")
+        reason, position = _explain(pattern, str(message))
+        raise SelectorError(reason, pattern, position)
+    return Regex(pattern, program)
+
+
+def _scan(regex: str) -> Iterator[tuple[int, str]]:
+    """The syntax of ``regex`` as RE2 reads it: ``(position, token)`` pairs.
+
+    A token is an escape (``\\d``; ``\\x{41}``, ``\\p{Greek}`` whole), quoted
+    text (``\\Q...\\E``), a character class (``[...]``, ``[[:alpha:]]`` whole), a
+    counted repetition (``{2,3}``) or one character. So ``(``, ``)`` and ``|``
+    tokens are always syntax, never text.
+    """
     i, n = 0, len(regex)
-    in_class = False
     while i < n:
         c = regex[i]
+        start = i
         if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            if c == "]":
-                in_class = False
+            nxt = regex[i + 1 : i + 2]
+            if nxt == "Q":
+                end = regex.find("\\E", i + 2)
+                i = n if end < 0 else end + 2
+            elif nxt in _BRACED_ESCAPE and regex[i + 2 : i + 3] == "{":
+                end = regex.find("}", i + 3)
+                i = n if end < 0 else end + 1
+            elif nxt in ("p", "P"):
+                i += 3
+            else:
+                i += 2
         elif c == "[":
-            in_class = True
-            # "[]...]" and "[^]...]": a leading "]" is a literal member
-            if regex[i + 1 : i + 2] == "^":
+            i += 1
+            if regex[i : i + 1] == "^":
                 i += 1
-            if regex[i + 1 : i + 2] == "]":
+            if regex[i : i + 1] == "]":  # a leading "]" is a member
                 i += 1
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "|" and depth == 0:
-            return True
-        i += 1
-    return False
+            while i < n and regex[i] != "]":
+                if regex[i] == "\\":
+                    i += 2
+                elif regex.startswith("[:", i):
+                    end = regex.find(":]", i + 2)
+                    i = i + 1 if end < 0 else end + 2
+                else:
+                    i += 1
+            i += 1
+        elif c == "{" and (rep := _REPETITION.match(regex, i)) is not None:
+            i = rep.end()
+        else:
+            i += 1
+        yield start, regex[start:i]
+
+
+def _unsupported(regex: str) -> tuple[int, str] | None:
+    """Where ``regex`` uses a construct RE2 lacks, and the reason to give."""
+    previous = ""
+    after_quantifier = False
+    for position, token in _scan(regex):
+        if token[0] == "\\" and len(token) > 1:
+            c = token[1]
+            if c in "123456789":
+                return position, f"backreference '\\{c}' is not supported; {_WHY}"
+            if c == "k":
+                return position, f"backreference '\\k<name>' is not supported; {_WHY}"
+            if c == "Z":
+                return position, "'\\Z' is not supported; use '\\z' for the end of the text"
+            if c == "u":
+                return position, "'\\uHHHH' is not supported; write '\\x{HHHH}'"
+        elif token == "(":
+            for opening, what in _UNSUPPORTED_GROUPS:
+                if regex.startswith(opening, position):
+                    return position, f"{what} is not supported; {_WHY}"
+            flags = _INLINE_FLAGS.match(regex, position)
+            if flags is not None:
+                for k, flag in enumerate(flags.group(1)):
+                    if flag not in _RE2_FLAGS:
+                        return position + 2 + k, f"inline flag {flag!r} is not supported (RE2 has i, m, s and U)"
+        elif token.startswith("{,"):
+            return position, f"'{token}' is not supported; write '{{0{token[1:]}'"
+        elif token == "+" and after_quantifier:
+            return position - len(previous), f"possessive quantifier '{previous}+' is not supported; {_WHY}"
+        # a "?" after "(" opens a group extension, one after a quantifier makes it lazy
+        after_quantifier = (token in ("*", "+", "?") or token[0] == "{" and len(token) > 1) and not (
+            token == "?" and (previous == "(" or after_quantifier)
+        )
+        previous = token
+    return None
+
+
+def _explain(regex: str, message: str) -> tuple[str, int]:
+    """RE2's error ``message`` for ``regex`` as a reason and a position."""
+    what, _, fragment = message.partition(": ")
+    if what == "missing )" or what == "unexpected )":
+        open_at: list[int] = []
+        for position, token in _scan(regex):
+            if token == "(":
+                open_at.append(position)
+            elif token == ")":
+                if not open_at:
+                    return "unexpected ): no group to close", position
+                open_at.pop()
+        return "missing ): unterminated group", open_at[-1] if open_at else len(regex)
+    if what == "missing ]":  # the fragment is the rest of the pattern from the "["
+        where = len(regex) - len(fragment) if regex.endswith(fragment) else 0
+        return "missing ]: unterminated character class", where
+    if what == "trailing \\":
+        return "trailing '\\'", len(regex) - 1
+    if what.startswith("pattern too large"):
+        return f"the pattern is too large (compiled, more than {_MAX_PROGRAM_BYTES >> 20} MiB)", 0
+    return message, max(regex.find(fragment), 0) if fragment else 0
 
 
 # --------------------------------------------------------------------------
@@ -461,13 +682,12 @@ def _split_qualifier(body: str) -> tuple[str, Qualifier]:
     return body, Qualifier.MATCH
 
 
-def _compile(pattern: str, whole: str, offset: int) -> re.Pattern[str]:
+def _compile(pattern: str, whole: str, offset: int) -> Regex:
     try:
-        return re.compile(pattern)
-    except re.error as e:
-        pos = e.pos if e.pos is not None else 0
+        return compile_regex(pattern)
+    except SelectorError as e:
         raise SelectorError(
-            f"invalid regular expression {pattern!r}: {e.msg}", whole, offset + pos
+            f"invalid regular expression {pattern!r}: {e.reason}", whole, offset + e.position
         ) from None
 
 
@@ -481,7 +701,7 @@ def _parse_split(body: str, whole: str, offset: int) -> Selector:
             "a split-path pattern needs at least one regular expression", whole, offset
         )
     patterns: list[str] = []
-    regexes: list[re.Pattern[str]] = []
+    regexes: list[Regex] = []
     pos = offset
     for index, part in enumerate(body.split("/")):
         if not part:

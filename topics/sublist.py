@@ -33,13 +33,13 @@ the only moments a partition needs to tell anyone that interest changed.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Hashable, Iterator
 from typing import Generic, TypeVar
 
 from topics.selectors import (
     FullPathSelector,
     PathSelector,
+    Regex,
     Selector,
     SplitPathSelector,
     parse_selector,
@@ -67,7 +67,7 @@ class _Node(Generic[S]):
 
     def __init__(self) -> None:
         self.literal: dict[str, _Node[S]] = {}
-        self.patterns: dict[str, tuple[re.Pattern[str], _Node[S]]] = {}
+        self.patterns: dict[str, tuple[Regex, _Node[S]]] = {}
         # subscriber -> how many registered members put it in this slot
         self.exact: dict[S, int] = {}
         self.descendants: dict[S, int] = {}

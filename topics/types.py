@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import io
 import math
+import reprlib
 from typing import Any
 
 import cbor2
@@ -45,6 +46,9 @@ INT64_MAX = 2**63 - 1
 # CBOR's native integers (major types 0 and 1); larger ones need bignum tags.
 _CBOR_INT_MIN = -(2**64)
 _CBOR_INT_MAX = 2**64 - 1
+#: the most arrays and objects a JSON value may nest: deep enough for any real
+#: document, shallow enough that no decoder on the way (cbor2 stops at 400, Python's
+#: json at its recursion limit, about 1,000) fails first
 MAX_JSON_DEPTH = 256
 
 
@@ -91,17 +95,24 @@ def _value_type(value_type: TopicType) -> TopicType:
     return value_type
 
 
+# repr() of a deeply nested value recurses past Python's limit; this one stops early
+_short = reprlib.Repr()
+_short.maxlevel, _short.maxstring, _short.maxother, _short.maxlong = 3, 40, 40, 40
+
+
 def _describe(value: object) -> str:
-    text = repr(value)
+    text = _short.repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{type(value).__name__} {text}"
 
 
 def _check_json(value: object, depth: int = 0) -> None:
-    """Raise unless ``value`` is a JSON-compatible Python object."""
-    if depth > MAX_JSON_DEPTH:
-        raise InvalidValueError(f"JSON value nested deeper than {MAX_JSON_DEPTH} levels")
+    """Raise unless ``value`` is a JSON-compatible Python object nested at most
+    :data:`MAX_JSON_DEPTH` arrays and objects deep (``depth``: the containers
+    around ``value``)."""
+    if isinstance(value, (dict, list, tuple)) and depth >= MAX_JSON_DEPTH:
+        raise InvalidValueError(f"JSON value nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects")
     if value is None or isinstance(value, (bool, str)):
         return
     if isinstance(value, int):

@@ -5,6 +5,9 @@ view_create        MODIFY_TOPIC_VIEWS and SELECT_TOPIC on the path
 view_remove        prefix of the view's source selector
 view_list          READ_TOPIC_VIEWS
 =================  ====================================================
+
+A view's source selector is held to the registry's limits
+(:meth:`~sessions.limits.Limits.check_selector`) when the view is created.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ def check_create(r: SessionRegistry, sid: str, name: Any, specification: Any) ->
     """The checked name and specification text of a view to create or replace."""
     checked = view_name(name)
     spec = parse_view(expect(specification, str, "specification"))
+    r.limits.check_selector(spec.selector)
     r.check(sid, GlobalPermission.MODIFY_TOPIC_VIEWS)
     r.check(sid, PathPermission.SELECT_TOPIC, spec.selector.path_prefix)
     return checked, str(specification)

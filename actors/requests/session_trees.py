@@ -1,4 +1,9 @@
-"""Branch mapping table requests: tree_put, tree_remove, tree_get, tree_list."""
+"""Branch mapping table requests: tree_put, tree_remove, tree_get, tree_list.
+
+Reading a table needs what changing it needs, MODIFY_TOPIC on its session tree
+branch: a table names the topic tree branches behind a session path, which a
+session that merely reads (READ_TOPIC) that path must never learn.
+"""
 
 from __future__ import annotations
 
@@ -31,14 +36,14 @@ def tree_remove(ctx: Context, sid: str, branch: Any) -> Any:
 
 
 def tree_get(ctx: Context, sid: str, branch: Any) -> Any:
-    checked = check.tree_branch(ctx.registry, sid, branch, PathPermission.READ_TOPIC)
+    checked = check.tree_branch(ctx.registry, sid, branch, PathPermission.MODIFY_TOPIC)
     table = ctx.registry.trees.tables.get(checked)
     return table.to_wire() if table is not None else None
 
 
 def tree_list(ctx: Context, sid: str) -> list[Any]:
     tables = sorted(ctx.registry.trees.tables.values(), key=lambda t: t.session_tree_branch)
-    return [t.to_wire() for t in tables if ctx.registry.has(sid, PathPermission.READ_TOPIC, t.session_tree_branch)]
+    return [t.to_wire() for t in tables if ctx.registry.has(sid, PathPermission.MODIFY_TOPIC, t.session_tree_branch)]
 
 
 HANDLERS: dict[str, Callable[..., Any]] = {"tree_put": tree_put, "tree_remove": tree_remove, "tree_get": tree_get, "tree_list": tree_list}

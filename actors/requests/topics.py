@@ -66,7 +66,7 @@ def fetch(ctx: Context, sid: str, *args: Any) -> Any:
 
 
 def subscribe(ctx: Context, sid: str, selector: Any) -> Any:
-    sel = check.selector(selector)
+    sel = check.selector(ctx.registry, selector)
     registrations, waits = ctx.registry.subscribe(sid, sel)
     futures = ctx.register(registrations)
 
@@ -91,7 +91,7 @@ def subscribe(ctx: Context, sid: str, selector: Any) -> Any:
 
 
 def unsubscribe(ctx: Context, sid: str, selector: Any) -> None:
-    ctx.unregister(ctx.registry.unsubscribe(sid, check.selector(selector)))
+    ctx.unregister(ctx.registry.unsubscribe(sid, check.selector(ctx.registry, selector)))
 
 
 def trace(ctx: Context, sid: str, every: Any, limit: Any = DEFAULT_LIMIT) -> list[Any]:

@@ -116,7 +116,7 @@ async def test_oversized_frame_closes_only_that_connection(broker: str, prefix: 
         (msgpack.packb([[wire.REQUEST, 1, "fetch", [">a"]]]), "PROTOCOL_ERROR"),
         (msgpack.packb([[wire.HELLO, 99, None, None, {}]]), "UNSUPPORTED_VERSION"),
         (b"\xff\xff", "PROTOCOL_ERROR"),
-        (msgpack.packb([[wire.HELLO, 1, None, None, {"$Principal": "root"}]]), "INVALID_PROPERTIES"),
+        (msgpack.packb([[wire.HELLO, wire.PROTOCOL_VERSION, None, None, {"$Principal": "root"}]]), "INVALID_PROPERTIES"),
     ],
 )
 async def test_bad_handshakes_are_refused(broker: str, first: bytes, code: str) -> None:

@@ -36,6 +36,28 @@ async def test_authentication(broker: str, prefix: str) -> None:
             assert anonymous.properties["$Principal"] == ""
 
 
+async def test_repeated_failures_back_off_and_look_alike(broker: str, prefix: str) -> None:
+    """Keep this test's failures few: every login of the actor tests comes from
+    127.0.0.1, and the address counts failures too (sessions/logins.py)."""
+    import time
+
+    async with canopy.connect(broker, *ADMIN) as admin:
+        name, _ = await principal(admin, f"{prefix}-p")
+    messages = []
+    took = []
+    for who in (name, name, name, name):  # a known principal: 3 free failures, then a wait
+        started = time.monotonic()
+        with pytest.raises(errors.AuthenticationError) as info:
+            await canopy.connect(broker, who, "a wrong password")
+        took.append(time.monotonic() - started)
+        messages.append(str(info.value).replace(name, "NAME"))
+    assert took[3] >= 0.25 > min(took[:3]), took  # the fourth waited its backoff
+    with pytest.raises(errors.AuthenticationError) as info:
+        await canopy.connect(broker, f"{prefix}-nobody-at-all", "a wrong password")
+    assert str(info.value).replace(f"{prefix}-nobody-at-all", "NAME") == messages[0]  # nothing tells them apart
+    assert len(set(messages)) == 1
+
+
 async def test_topic_permissions(broker: str, prefix: str) -> None:
     async with canopy.connect(broker, *ADMIN) as admin:
         for leaf in ("open/a", "open/b", "locked/c"):

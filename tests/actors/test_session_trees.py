@@ -135,3 +135,18 @@ async def test_putting_tables_is_checked(broker: str, prefix: str) -> None:
         async with canopy.connect(broker) as anonymous:
             with pytest.raises(errors.PermissionDeniedError, match="MODIFY_TOPIC"):
                 await anonymous.session_trees.put_table(f"{prefix}/t", [("all", "x")])
+
+
+async def test_tables_are_hidden_from_sessions_that_cannot_change_them(broker: str, prefix: str) -> None:
+    async with canopy.connect(broker, *ADMIN) as admin:
+        branch = f"{prefix}/market/prices"
+        await admin.session_trees.put_table(branch, mappings(prefix))
+        await admin.security.update(["add_principal", f"{prefix}-client", "client-pw", ["CLIENT"]])
+        async with canopy.connect(broker) as anonymous, canopy.connect(broker, f"{prefix}-client", "client-pw") as client:
+            for session in (anonymous, client):
+                # READ_TOPIC on the branch, as every subscriber has, does not show the table
+                with pytest.raises(errors.PermissionDeniedError, match=f"MODIFY_TOPIC is needed on '{branch}'"):
+                    await session.session_trees.get_table(branch)
+                assert branch not in await session.session_trees.list_tables()
+        assert await admin.session_trees.get_table(branch) == mappings(prefix)
+        assert (await admin.session_trees.list_tables())[branch] == mappings(prefix)

@@ -33,8 +33,8 @@ class Server:
             stderr=subprocess.STDOUT,
             text=True,
             env={
-                **{k: v for k, v in os.environ.items() if k != "CANOPY_ADMIN_PASSWORD"},
-                "RAY_AUTH_MODE": "disabled",
+                # RAY_AUTH_MODE left out: serve runs its embedded Ray with token authentication, its default
+                **{k: v for k, v in os.environ.items() if k not in ("CANOPY_ADMIN_PASSWORD", "RAY_AUTH_MODE")},
                 **({"CANOPY_ADMIN_PASSWORD": ADMIN_PASSWORD} if admin_password else {}),
             },
         )

@@ -95,6 +95,66 @@ def test_errors_are_one_line_and_nonzero(server: Server) -> None:
     assert unreachable.returncode == 1 and "CONNECT_FAILED" in unreachable.stderr
 
 
+def test_bad_input_is_one_line_never_a_traceback(server: Server) -> None:
+    url = server.url
+    ok(cli("topic", "add", "cli-bad/j", "--type", "JSON", url=url))
+    ok(cli("topic", "add", "cli-bad/ts", "--type", "TIME_SERIES", "--property", "TIME_SERIES_EVENT_VALUE_TYPE=DOUBLE",
+           url=url))
+    deep = "[" * 5000 + "]" * 5000
+    cases = [
+        (("topic", "set", "cli-bad/j", deep), "INVALID_VALUE", "nested deeper than 256 levels"),
+        (("topic", "set", "cli-bad/j", "[" * 300 + "]" * 300), "INVALID_VALUE", "nested deeper than 256 levels"),
+        (("topic", "set", "cli-bad/j", "1e400"), "INVALID_VALUE", "out of range"),
+        (("topic", "set", "cli-bad/j", "[1, NaN]"), "INVALID_VALUE", "NaN is not JSON"),
+        (("topic", "set", "cli-bad/d", "1e400", "--type", "DOUBLE"), "INVALID_VALUE", "out of range"),
+        (("hub", "publish", "cli.bad", "[1e400]"), "INVALID_VALUE", "out of range"),
+        (("ts", "append", "cli-bad/ts", "1", "--timestamp", "99999999999999999999"), "INVALID_REQUEST",
+         "integer 99999999999999999999 is outside the 64-bit range"),
+        (("ts", "query", "cli-bad/ts", "--from-sequence", "-99999999999999999999"), "INVALID_REQUEST", "64-bit"),
+        (("topic", "add", "cli-bad/r", "--type", "TIME_SERIES", "--property", "TIME_SERIES_EVENT_VALUE_TYPE=INT64",
+          "--property", "TIME_SERIES_RETAINED_RANGE=limit 999999999999999999999"),
+         "INVALID_SPECIFICATION", "'limit 999999999999999999999' is out of range"),
+        (("topic", "add", "cli-bad/r", "--type", "TIME_SERIES", "--property", "TIME_SERIES_EVENT_VALUE_TYPE=INT64",
+          "--property", "TIME_SERIES_SUBSCRIPTION_RANGE=last 999999999h"), "INVALID_SPECIFICATION", "out of range"),
+    ]
+    for args, code, fragment in cases:
+        result = cli(*args, url=url)
+        assert result.returncode == 1, (args[:3], result.stderr[-500:])
+        assert result.stderr.startswith(f"canopy: {code}: ") and result.stderr.count("\n") == 1, result.stderr[-500:]
+        assert fragment in result.stderr, result.stderr
+        assert len(result.stderr) < 400  # a 10,000-character VALUE is not echoed back whole
+    ok(cli("topic", "remove", "?cli-bad//", url=url))
+
+
+def test_json_output_is_strict_json(server: Server) -> None:
+    url = server.url
+
+    def strict(line: str) -> dict[str, object]:
+        def refuse(name: str) -> object:
+            raise AssertionError(f"{name} is not JSON: {line}")
+
+        record: dict[str, object] = json.loads(line, parse_constant=refuse)
+        return record
+
+    for name, text in (("nan", "nan"), ("pinf", "inf"), ("ninf", "-Infinity"), ("one", "1.5")):
+        ok(cli("topic", "set", "--type", "DOUBLE", "--", f"cli-nf/{name}", text, url=url))  # --: "-Infinity"
+    expected = {"cli-nf/nan": "NaN", "cli-nf/ninf": "-Infinity", "cli-nf/one": 1.5, "cli-nf/pinf": "Infinity"}
+    fetched = [strict(line) for line in ok(cli("topic", "fetch", "?cli-nf//", "--json", url=url)).splitlines()]
+    assert {r["path"]: r["value"] for r in fetched} == expected
+    subscribed = [strict(line) for line in ok(cli("topic", "subscribe", "?cli-nf//", "--json", "--count", "4",
+                                                 url=url)).splitlines()]
+    assert {r["path"]: r["value"] for r in subscribed} == expected
+    plain = ok(cli("topic", "fetch", ">cli-nf/nan", url=url))
+    assert plain.strip() == "cli-nf/nan DOUBLE NaN"  # plain text is not JSON and says NaN as it is
+
+    ok(cli("topic", "add", "cli-nf/ts", "--type", "TIME_SERIES", "--property", "TIME_SERIES_EVENT_VALUE_TYPE=DOUBLE",
+           url=url))
+    ok(cli("ts", "append", "--", "cli-nf/ts", "-inf", url=url))
+    events = [strict(line) for line in ok(cli("ts", "query", "cli-nf/ts", "--json", url=url)).splitlines()]
+    assert [e["value"] for e in events] == ["-Infinity"]
+    ok(cli("topic", "remove", "?cli-nf//", url=url))
+
+
 def test_usage_errors_exit_2() -> None:
     assert cli("topic").returncode == 2
     assert cli("topic", "add", "x").returncode == 2
@@ -141,6 +201,10 @@ def test_security_tree_and_session_commands(server: Server) -> None:
     ok(cli("tree", "put", "cli-sec/virtual", "--map", "TIER is 'gold'", "cli-sec/real", url=url))
     listed = [json.loads(line) for line in ok(cli("tree", "list", "--json", url=url)).splitlines()]
     assert {"branch": "cli-sec/virtual", "mappings": [["TIER is 'gold'", "cli-sec/real"]]} in listed
+    # the tables name the topic branches behind session paths: not for sessions that only read them
+    hidden = cli("tree", "get", "cli-sec/virtual", url=url, admin=False)
+    assert hidden.returncode == 1 and "PERMISSION_DENIED" in hidden.stderr and "MODIFY_TOPIC" in hidden.stderr
+    assert ok(cli("tree", "list", "--json", url=url, admin=False)) == ""
     bad_filter = cli("tree", "put", "cli-sec/v2", "--map", "TIER is", "x", url=url)
     assert bad_filter.returncode == 1 and "INVALID_BRANCH_MAPPING" in bad_filter.stderr
 

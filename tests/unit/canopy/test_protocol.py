@@ -8,7 +8,7 @@ from canopy import protocol as wire
 MESSAGES: list[wire.Message] = [
     wire.Hello(1, "alice", "secret", {"TIER": "1"}),
     wire.Hello(1, None, None, {}),
-    wire.Welcome(1, "gw0-1", {"$SessionId": "gw0-1"}, 1024, "hub"),
+    wire.Welcome(2, "gw0-1", {"$SessionId": "gw0-1"}, 1024, "hub", 500),
     wire.Request(7, "set", ["a", b"\xa1", False, None, True]),
     wire.Response(7, None),
     wire.Response(8, [["a", "STRING", None, b"x"]]),
@@ -81,7 +81,36 @@ def test_client_protocol_refuses_oversized_request() -> None:
     assert client.data_to_send() == []
 
 
+def _nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("a", b"\xf6", False, 99999999999999999999), "integer 99999999999999999999 is outside the 64-bit range"),
+        (("a", b"\xf6", False, -(2**63) - 1), f"integer {-(2**63) - 1} is outside"),
+        (([["set_password", "p", 2**64]],), "integer 18446744073709551616 is outside"),
+        (("a", 10**5000), "integer of 16610 bits is outside"),  # too long to print
+        (("a", object()), "not a wire value"),
+        (("a", _nested(5000)), "nested too deeply"),
+        (("\ud800",), "lone surrogate"),
+    ],
+)
+def test_client_protocol_refuses_arguments_msgpack_cannot_carry(args: tuple[object, ...], fragment: str) -> None:
+    client = wire.ClientProtocol()
+    with pytest.raises(wire.UnencodableRequestError, match=fragment) as caught:
+        client.request("append", *args)
+    assert str(caught.value).startswith("append request cannot be encoded: ")
+    assert client.data_to_send() == []
+    assert client.request("append", "a", b"\xf6", False, 2**64 - 1) > 0  # the edges of the range still go
+    assert client.request("append", "a", b"\xf6", False, -(2**63)) > 0
+
+
 def test_client_rejects_other_protocol_version() -> None:
     client = wire.ClientProtocol()
-    with pytest.raises(wire.ProtocolError, match="version 2"):
-        client.receive(wire.frame([wire.encode(wire.Welcome(2, "s", {}, 1024, "hub"))]))
+    with pytest.raises(wire.ProtocolError, match="version 3"):
+        client.receive(wire.frame([wire.encode(wire.Welcome(3, "s", {}, 1024, "hub", 1000))]))

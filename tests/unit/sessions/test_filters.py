@@ -67,7 +67,9 @@ def test_evaluation(text: str, properties: dict[str, str], expected: bool) -> No
         ("a == 'x'", 1, 3, "expected 'in', 'is', 'matches', 'ne'"),
         ("a is 'x' b is 'y'", 1, 10, "unexpected 'b'"),
         ("(a is 'x'", 1, 10, "expected ')'"),
-        ("a matches '('", 1, 11, "invalid regular expression"),
+        ("a matches '('", 1, 12, "invalid regular expression"),
+        ("a matches 'x(?<=y)'", 1, 13, "lookbehind '(?<=...)' is not supported"),
+        ("a is 'x' and\n b matches 'p\\\\2'", 2, 14, "backreference '\\2' is not supported"),
         ("a is 'x' and\n\nb", 3, 2, "ends too early"),
         ("hasRoles", 1, 9, "a quoted value"),
     ],
@@ -125,3 +127,15 @@ def test_generated_filters_agree_with_python(case: tuple[str, object], propertie
 def test_printed_filters_parse_to_the_same_meaning(case: tuple[str, object]) -> None:
     tree = parse_filter(case[0]).tree
     assert parse_filter(str(tree)).tree == tree
+
+
+def test_matches_runs_in_linear_time() -> None:
+    """A backtracking engine takes exponential time on this pattern and value (issue 11)."""
+    session_filter = parse_filter("A matches '(?:(?:[^!]*)*)*!'")
+    assert not session_filter.matches({"A": "x" * 10_000})
+    assert session_filter.matches({"A": "x" * 10_000 + "!"})
+
+
+def test_matches_uses_re2_classes() -> None:
+    assert parse_filter("A matches '[[:digit:]]+'").matches({"A": "42"})
+    assert not parse_filter("A matches '\\\\d'").matches({"A": "٣"})  # ASCII digits, as in Java

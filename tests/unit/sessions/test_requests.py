@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from sessions import requests as check
+from sessions.limits import Limits
 from sessions.registry import SessionRegistry
 from sessions.security import PermissionDenied, SecurityStore
 from topics.errors import InvalidValueError, PathError, SelectorError, TopicTypeError
@@ -15,7 +16,7 @@ from topics.protocol import AddTopic, AppendEvent, EditEvent, FetchTopics, Query
 ALL_PATH = ["READ_TOPIC", "SELECT_TOPIC", "MODIFY_TOPIC", "UPDATE_TOPIC", "EXPOSE_BRANCH", "EDIT_TIME_SERIES_EVENTS"]
 
 
-def registry(*commands: list[Any]) -> SessionRegistry:
+def registry(*commands: list[Any], limits: Limits | None = None) -> SessionRegistry:
     store = SecurityStore().apply(
         [
             ["set_default_path_permissions", "WRITER", ALL_PATH],
@@ -25,7 +26,7 @@ def registry(*commands: list[Any]) -> SessionRegistry:
             *commands,
         ]
     )
-    r = SessionRegistry(security=store)
+    r = SessionRegistry(security=store, limits=limits)
     r.open("w", "writer", {}, frozenset({"WRITER"}))
     r.open("r", "reader", {}, frozenset({"READER"}))
     r.open("o", "owner", {}, frozenset({"OWNER"}))
@@ -93,6 +94,8 @@ def test_fetch_plan_checks_select_and_carries_the_options() -> None:
 def test_time_series_requests() -> None:
     r = registry()
     assert check.append_event(r, "w", "ts", b"\x01", False, 5) == AppendEvent("ts", b"\x01", False, 5, "writer")
+    with pytest.raises(check.RequestError, match="years 1 and 9999"):
+        check.append_event(r, "w", "ts", b"\x01", False, 10**17)
     assert check.edit_event(r, "w", "ts", 1, b"\x02", False) == EditEvent("ts", 1, b"\x02", False, "writer", False)
     # only its own events: the partition checks the author
     assert check.edit_event(r, "o", "ts", 1, b"\x02", False).own_only
@@ -121,3 +124,75 @@ def test_session_targets_and_property_changes() -> None:
         check.property_changes({"$Principal": "x"})
     with pytest.raises(check.RequestError, match="string value or nil"):
         check.property_changes({"TIER": 2})
+
+
+# -- limits on what a request may name (issue 11) ------------------------------------------
+
+SMALL = Limits(max_path_length=20, max_path_segments=3, max_selector_length=30)
+
+#: every check that takes a path from the client, with the path in place of "{}"
+PATH_CHECKS: list[tuple[str, Any]] = [
+    ("add", lambda r, p: check.add_topic(r, "w", p, "STRING")),
+    ("set", lambda r, p: check.set_value(r, "w", p, b"", False, max_size=10)),
+    ("append", lambda r, p: check.append_event(r, "w", p, b"", False)),
+    ("edit", lambda r, p: check.edit_event(r, "w", p, 1, b"", False)),
+    ("range_query", lambda r, p: check.query_events(r, "w", p, "start", 0, "end", 0, "values")),
+    ("tree branch", lambda r, p: check.tree_branch(r, "w", p, check.P.MODIFY_TOPIC)),
+    ("tree session branch", lambda r, p: check.tree_table(r, "w", p, [["all", "t"]])),
+    ("tree topic branch", lambda r, p: check.tree_table(r, "w", "s", [["all", "t"], ["all", p]])),
+    ("security path", lambda r, p: check.security_commands(r, "w", [["set_path_permissions", "X", p, []]])),
+]
+#: every check that takes a selector from the client (subscribe and unsubscribe use check.selector)
+SELECTOR_CHECKS: list[tuple[str, Any]] = [
+    ("subscribe", lambda r, s: check.selector(r, s)),
+    ("remove", lambda r, s: check.remove_plan(r, "w", s)),
+    ("fetch", lambda r, s: check.fetch_plan(r, "w", s)),
+]
+
+
+@pytest.mark.parametrize("name, call", PATH_CHECKS, ids=[n for n, _ in PATH_CHECKS])
+def test_every_path_is_held_to_the_limits(name: str, call: Any) -> None:
+    r = registry(limits=SMALL)
+    call(r, "a/b/" + "c" * 16)  # 20 characters, 3 segments: at the limits
+    with pytest.raises(PathError) as info:
+        call(r, "a/b/" + "c" * 17)
+    assert info.value.code == "INVALID_PATH"
+    assert "path has 21 characters; at most 20 (max_path_length)" in str(info.value)
+    with pytest.raises(PathError, match=r"path has 4 segments; at most 3 \(max_path_segments\)"):
+        call(r, "a/b/c/d")
+    call(r, "//a//b/c//")  # repeated separators are not segments
+
+
+@pytest.mark.parametrize("name, call", SELECTOR_CHECKS, ids=[n for n, _ in SELECTOR_CHECKS])
+def test_every_selector_is_held_to_the_limits(name: str, call: Any) -> None:
+    r = registry(limits=SMALL)
+    call(r, "?a/" + "b" * 27)  # 30 characters
+    with pytest.raises(SelectorError) as info:
+        call(r, "?a/" + "b" * 28)
+    assert info.value.code == "INVALID_SELECTOR"
+    assert "selector has 31 characters; at most 30 (max_selector_length)" in str(info.value)
+    with pytest.raises(SelectorError, match=r"path has 4 segments; at most 3 \(max_path_segments\)"):
+        call(r, "#>x////>a/b/c/d")
+    with pytest.raises(SelectorError, match=r"split-path pattern has 4 segments; at most 3"):
+        call(r, "?a/b/c/.*")
+
+
+def test_the_default_limits_refuse_what_issue_11_sent() -> None:
+    r = registry()
+    with pytest.raises(PathError, match="path has 100,000 characters; at most 1,024") as info:
+        check.add_topic(r, "w", "x" * 100_000, "STRING")
+    assert len(str(info.value)) < 300  # names the limit; does not echo 100,000 characters back
+    with pytest.raises(PathError, match="path has 79,999 characters"):
+        check.add_topic(r, "w", "/".join(["x"] * 40_000), "STRING")
+    with pytest.raises(PathError, match="path has 100 segments; at most 64"):
+        check.add_topic(r, "w", "/".join(["x"] * 100), "STRING")
+    with pytest.raises(SelectorError, match="selector has 5,001 characters; at most 4,096") as selector_info:
+        check.selector(r, "*" + "a" * 5000)
+    assert len(str(selector_info.value)) < 300
+    check.add_topic(r, "w", "/".join(["abcdefghijklmno"] * 64), "STRING")  # 1,023 characters, 64 segments
+
+
+def test_a_selector_over_the_limit_is_refused_before_it_is_parsed() -> None:
+    """Its length alone refuses it: no regular expression is compiled for it."""
+    with pytest.raises(SelectorError, match="max_selector_length"):
+        check.selector(registry(limits=SMALL), "*(" * 20)

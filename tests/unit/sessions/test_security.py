@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import hashlib
+import time
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from sessions.security import (
@@ -97,6 +102,60 @@ def test_authentication() -> None:
     closed = store.apply([["set_anonymous", False, []]])
     with pytest.raises(AuthenticationFailed, match="anonymous"):
         closed.authenticate("", None)
+
+
+@pytest.fixture
+def scrypt_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int, int]]:
+    """Every scrypt derivation made while the test runs, as (n, r, p, dklen)."""
+    calls: list[tuple[int, int, int, int]] = []
+    real = hashlib.scrypt
+
+    def counting(password: bytes, *, salt: bytes, n: int, r: int, p: int, dklen: int = 64, **kw: Any) -> bytes:
+        calls.append((n, r, p, dklen))
+        return real(password, salt=salt, n=n, r=r, p=p, dklen=dklen, **kw)
+
+    monkeypatch.setattr(hashlib, "scrypt", counting)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("principal", "password"),
+    [("ghost", "password1"), ("admin", "password1"), ("ghost", None), ("admin", None), ("broken", "password1")],
+)
+def test_every_named_login_costs_one_scrypt_with_the_same_parameters(
+    scrypt_calls: list[tuple[int, int, int, int]], principal: str, password: str | None
+) -> None:
+    data = default_store("s3cret-pass").to_dict()
+    data["principals"]["broken"] = {"password": "md5$not-scrypt", "roles": []}  # a hash it cannot use
+    store = SecurityStore.from_dict(data)
+    scrypt_calls.clear()
+    with pytest.raises(AuthenticationFailed) as failure:
+        store.authenticate(principal, password)
+    assert scrypt_calls == [(2**14, 8, 1, 32)]
+    assert str(failure.value) == str(AuthenticationFailed.wrong_credentials(principal))
+    scrypt_calls.clear()
+    assert store.authenticate("admin", "s3cret-pass") == {"ADMINISTRATOR"}
+    assert scrypt_calls == [(2**14, 8, 1, 32)]
+    scrypt_calls.clear()
+    store.authenticate(None, None)
+    assert scrypt_calls == []  # anonymous logins have nothing to check
+
+
+def test_an_unknown_principal_takes_as_long_as_a_wrong_password() -> None:
+    store = default_store("s3cret-pass")
+
+    def fastest(attempt: Callable[[], object]) -> float:
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            with pytest.raises(AuthenticationFailed):
+                attempt()
+            times.append(time.perf_counter() - start)
+        return min(times)  # the least disturbed by other work on the machine
+
+    unknown = fastest(lambda: store.authenticate("ghost", "password1"))
+    known = fastest(lambda: store.authenticate("admin", "password1"))
+    assert 0.5 < unknown / known < 2, (unknown, known)
 
 
 def test_default_store_is_safe() -> None:

@@ -35,6 +35,9 @@ GOOD: list[tuple[str, Any, str]] = [
     (P.TIME_SERIES_RETAINED_RANGE, "last 1500ms limit 3", "limit 3 last 1500ms"),
     (P.TIME_SERIES_RETAINED_RANGE, "last 7200s", "last 2h"),
     (P.TIME_SERIES_SUBSCRIPTION_RANGE, "limit 1", "limit 1"),
+    (P.TIME_SERIES_RETAINED_RANGE, "limit 1000000000", "limit 1000000000"),  # the maxima
+    (P.TIME_SERIES_RETAINED_RANGE, "last 87840h", "last 87840h"),
+    (P.TIME_SERIES_SUBSCRIPTION_RANGE, "last 316224000000ms limit 0001000000000", "limit 1000000000 last 87840h"),
     (P.VALIDATE_VALUES, "false", "false"),
 ]
 
@@ -54,6 +57,15 @@ BAD: list[tuple[Any, Any, str]] = [
     (P.TIME_SERIES_RETAINED_RANGE, "last 10m", "unit ms, s or h"),
     (P.TIME_SERIES_RETAINED_RANGE, "limit 5 limit 6", "misplaced 'limit'"),
     (P.TIME_SERIES_RETAINED_RANGE, "limit -1", "expected 'limit N'"),
+    (P.TIME_SERIES_RETAINED_RANGE, "limit 999999999999999999999",
+     "TIME_SERIES_RETAINED_RANGE: range 'limit 999999999999999999999' is out of range: at most 1000000000 events"),
+    (P.TIME_SERIES_RETAINED_RANGE, "limit 1000000001", "out of range: at most 1000000000 events"),
+    (P.TIME_SERIES_RETAINED_RANGE, "last 87841h", r"'last 87841h' is out of range: at most 87840h \(ten years\)"),
+    (P.TIME_SERIES_RETAINED_RANGE, "last 316224000001ms", "out of range"),
+    (P.TIME_SERIES_RETAINED_RANGE, "limit 5 last 99999999999999999999s", "'last 99999999999999999999s' is out"),
+    (P.TIME_SERIES_RETAINED_RANGE, "limit \u0663", "expected 'limit N'"),  # ASCII digits only
+    (P.TIME_SERIES_SUBSCRIPTION_RANGE, "limit 999999999999999999999", "TIME_SERIES_SUBSCRIPTION_RANGE: range"),
+    (P.TIME_SERIES_SUBSCRIPTION_RANGE, "last 100000h", "out of range"),
     ("NO_SUCH_PROPERTY", "x", "unknown topic property"),
     (P.VALIDATE_VALUES, 1.5, "needs a string value"),
 ]
@@ -68,6 +80,21 @@ def test_valid_properties(name: str, value: Any, normal: str) -> None:
 def test_invalid_properties(name: Any, value: Any, fragment: str) -> None:
     with pytest.raises(SpecificationError, match=fragment):
         validate_property(name, value)
+
+
+def test_a_range_number_of_thousands_of_digits_is_out_of_range_not_a_crash() -> None:
+    with pytest.raises(SpecificationError, match=r"'limit 9{20}\.\.\.' is out of range"):
+        validate_property(P.TIME_SERIES_RETAINED_RANGE, "limit " + "9" * 5000)  # int() would refuse it
+
+
+@pytest.mark.parametrize(
+    ("limit", "last_ms"),
+    [(P.MAX_RANGE_LIMIT + 1, None), (None, P.MAX_RANGE_LAST_MS + 1), (10**5000, None)],
+    ids=["limit", "last", "huge limit"],
+)
+def test_ranges_built_in_code_are_bounded_too(limit: int | None, last_ms: int | None) -> None:
+    with pytest.raises(SpecificationError, match="is out of range: at most"):
+        TimeSeriesRange(limit, last_ms)
 
 
 def test_range_semantics() -> None:

@@ -7,7 +7,7 @@ import cbor2
 import pytest
 
 from topics.errors import InvalidValueError, TopicTypeError
-from topics.types import TopicType, decode, encode, validate
+from topics.types import EVENT_VALUE_TYPES, MAX_JSON_DEPTH, TopicType, accept, decode, encode, encode_any, validate
 
 T = TopicType
 
@@ -90,12 +90,80 @@ def test_bad_values_are_rejected_with_reason(value_type: TopicType, value: Any, 
         encode(value_type, value)
 
 
+def nested(depth: int, inner: Any = 1) -> Any:
+    """``inner`` inside ``depth`` arrays and objects, alternating."""
+    value = inner
+    for i in range(depth):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
 def test_json_nesting_is_bounded() -> None:
     deep: Any = []
     for _ in range(300):
         deep = [deep]
     with pytest.raises(InvalidValueError, match="nested deeper"):
         encode(T.JSON, deep)
+
+
+def test_json_nesting_limit_is_exact_and_counts_containers_only() -> None:
+    at_limit = nested(MAX_JSON_DEPTH)  # a scalar inside 256 containers
+    assert decode(T.JSON, encode(T.JSON, at_limit)) == at_limit
+    assert validate(T.JSON, cbor2.dumps(at_limit)) == cbor2.dumps(at_limit)
+    for value in (nested(MAX_JSON_DEPTH + 1), nested(MAX_JSON_DEPTH, [])):  # 257 containers
+        with pytest.raises(InvalidValueError, match=f"nested deeper than {MAX_JSON_DEPTH} levels"):
+            encode(T.JSON, value)
+        with pytest.raises(InvalidValueError, match="nested deeper"):
+            encode_any(value)
+        with pytest.raises(InvalidValueError, match="nested deeper"):
+            validate(T.JSON, cbor2.dumps(value))
+
+
+def _cyclic() -> list[Any]:
+    loop: list[Any] = []
+    loop.append(loop)
+    return loop
+
+
+@pytest.mark.parametrize("value_type", sorted(EVENT_VALUE_TYPES, key=str))
+@pytest.mark.parametrize("value", [nested(5000), _cyclic()], ids=["5000 deep", "cyclic"])
+def test_deep_values_are_invalid_values_not_recursion_errors(value_type: TopicType, value: Any) -> None:
+    with pytest.raises(InvalidValueError) as caught:
+        encode(value_type, value)
+    assert len(str(caught.value)) < 200  # the value is described, not printed
+
+
+def test_deep_values_without_a_type_are_refused() -> None:
+    for value in (nested(5000), _cyclic()):
+        with pytest.raises(InvalidValueError, match="nested deeper"):
+            encode_any(value)
+
+
+@pytest.mark.parametrize("data", [b"\x81" * 5000 + b"\x01", b"\xa1\x61k" * 5000 + b"\x01"], ids=["arrays", "maps"])
+def test_deep_cbor_is_refused(data: bytes) -> None:
+    for value_type in (T.JSON, T.STRING, T.DOUBLE):
+        with pytest.raises(InvalidValueError):
+            validate(value_type, data)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_json_values_hold_only_finite_numbers(bad: float) -> None:
+    for value in (bad, [1, bad], {"a": {"b": bad}}):
+        with pytest.raises(InvalidValueError, match="finite"):
+            encode(T.JSON, value)
+        with pytest.raises(InvalidValueError, match="finite"):
+            validate(T.JSON, cbor2.dumps(value))
+    with pytest.raises(InvalidValueError, match="finite"):
+        encode_any([bad])  # inside a structure it can only be meant as JSON
+
+
+@pytest.mark.parametrize("special", [math.nan, math.inf, -math.inf])
+def test_double_values_may_be_nan_or_infinite(special: float) -> None:
+    data = encode(T.DOUBLE, special)
+    assert accept(T.DOUBLE, data, raw=False) == data
+    assert decode(T.DOUBLE, data) == special or math.isnan(decode(T.DOUBLE, data))
+    sent, raw = encode_any(special)  # no type: the receiving DOUBLE topic takes it
+    assert (sent, raw) == (data, False)
 
 
 BAD_BYTES: list[tuple[TopicType, bytes, str]] = [
