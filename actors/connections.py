@@ -42,6 +42,13 @@ HELLO_TIMEOUT = 10.0
 CLOSE_QUEUE_LIMIT = 4001
 CLOSE_SHUTDOWN = 1001
 CLOSE_POLICY = 1008
+#: requests whose cost grows with the tree, or that reach every partition or other actors:
+#: a session has only ``max_wide_requests_in_flight`` of them at a time, so that one cannot
+#: stall the partitions for everyone else
+WIDE = frozenset({
+    "fetch", "remove", "subscribe", "range_query", "view_create", "view_remove", "view_list",
+    "session_get", "session_set", "security_update", "tree_put", "tree_remove",
+})
 #: messages a client may send before its HELLO is answered
 EARLY_LIMIT = 64
 
@@ -75,8 +82,9 @@ class _Client(Handler):
         self.early: list[bytes | str] | None = None  # messages that came before WELCOME
         self.closing = False
         self._hello_timer: asyncio.TimerHandle | None = None
-        #: requests handed to the gateway and not answered yet, and those waiting for room
+        #: requests handed to the gateway and not answered yet (wide ones too), and those waiting for room
         self.in_flight = 0
+        self.wide_in_flight = 0
         self.waiting: deque[tuple[wire.Request, int]] = deque()
         self.protocol_errors = 0
 
@@ -147,6 +155,7 @@ class Connections:
         self.logins = LoginGuard(time.monotonic)
         self._scrypt = asyncio.Semaphore(4)
         self._max_in_flight = int(config.get("max_requests_in_flight", 1000))
+        self._max_wide = int(config.get("max_wide_requests_in_flight", 4))
         self._max_messages = int(config.get("max_messages_per_frame", 1000))
         self._max_protocol_errors = int(config.get("max_protocol_errors", 100))
 
@@ -277,9 +286,8 @@ class Connections:
         else:
             for m in messages:
                 if isinstance(m, wire.Request):
-                    if client.in_flight < self._max_in_flight and not client.waiting:
-                        client.in_flight += 1
-                        self._dispatch(client.session_id or "", m, received)
+                    if not client.waiting and self._room(client, m):
+                        self._start(client, m, received)
                     else:
                         client.waiting.append((m, received))
                 elif isinstance(m, wire.Malformed):
@@ -306,24 +314,39 @@ class Connections:
             return
         self.registry.send(client.session_id, wire.encode(wire.Error(cid, "PROTOCOL_ERROR", message)))
 
-    def error(self, session_id: str, cid: int, code: str, message: str) -> None:
-        """Answer a request with an error (every request gets one answer)."""
-        self._answered(session_id)
+    def error(self, session_id: str, cid: int, code: str, message: str, op: str) -> None:
+        """Answer a request (of operation ``op``) with an error; every request gets one answer."""
+        self._answered(session_id, op)
         self.registry.send(session_id, wire.encode(wire.Error(cid, code, message)))
 
-    def respond(self, session_id: str, cid: int, result: Any) -> None:
-        """Answer a request; the answer counts against the session's budget at its encoded size."""
-        self._answered(session_id)
+    def respond(self, session_id: str, cid: int, result: Any, op: str) -> None:
+        """Answer a request (of operation ``op``); the answer counts against the
+        session's budget at its encoded size."""
+        self._answered(session_id, op)
         self.registry.send(session_id, wire.encode(wire.Response(cid, result)))
 
-    def _answered(self, session_id: str) -> None:
+    def _answered(self, session_id: str, op: str) -> None:
         client = self.by_session.get(session_id)
         if client is None:
             return
         client.in_flight -= 1
-        if client.waiting and client.in_flight < self._max_in_flight:
+        if op in WIDE:
+            client.wide_in_flight -= 1
+        if client.waiting and self._room(client, client.waiting[0][0]):
             self._admit.add(client)
             self.wake()
+
+    def _room(self, client: _Client, request: wire.Request) -> bool:
+        """Whether the session may have one more request like this one in flight."""
+        if client.in_flight >= self._max_in_flight:
+            return False
+        return request.op not in WIDE or client.wide_in_flight < self._max_wide
+
+    def _start(self, client: _Client, request: wire.Request, received: int) -> None:
+        client.in_flight += 1
+        if request.op in WIDE:
+            client.wide_in_flight += 1
+        self._dispatch(client.session_id or "", request, received)
 
     def _admit_waiting(self) -> None:
         """Hand waiting requests to the gateway as answers make room; read again when none wait."""
@@ -331,10 +354,9 @@ class Connections:
         for client in admit:
             if client.closing or client.session_id is None:
                 continue
-            while client.waiting and client.in_flight < self._max_in_flight:
+            while client.waiting and self._room(client, client.waiting[0][0]):
                 request, received = client.waiting.popleft()
-                client.in_flight += 1
-                self._dispatch(client.session_id, request, received)
+                self._start(client, request, received)
             if not client.waiting and client.stream is not None and client.stream.transport is not None:
                 client.stream.transport.resume_reading()
         if admit:

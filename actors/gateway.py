@@ -182,33 +182,35 @@ class Gateway:
         handler = HANDLERS.get(request.op) if request.op in wire.OPERATIONS else None
         if handler is None:
             known = ", ".join(sorted(wire.OPERATIONS))
-            self.connections.error(sid, request.cid, "UNKNOWN_OPERATION", f"unknown operation {request.op!r}; known: {known}")
+            self.connections.error(
+                sid, request.cid, "UNKNOWN_OPERATION", f"unknown operation {request.op!r}; known: {known}", request.op
+            )
             return
         try:
             outcome = handler(self.ctx, sid, *request.args)
         except TypeError as e:
-            self.connections.error(sid, request.cid, "INVALID_REQUEST", f"{request.op}: wrong arguments ({e})")
+            self.connections.error(sid, request.cid, "INVALID_REQUEST", f"{request.op}: wrong arguments ({e})", request.op)
             return
         except REQUEST_ERRORS as e:
-            self.connections.error(sid, request.cid, e.code, str(e))
+            self.connections.error(sid, request.cid, e.code, str(e), request.op)
             return
         if isinstance(outcome, Routed):
             # one partition result: answer from the link's callback, no task, no future
             if request.op == "set" and self.ctx.tracer.sample():
                 answer = functools.partial(self._traced, sid, request.cid, outcome, received_ns)
             else:
-                answer = functools.partial(self._answer, sid, request.cid)
+                answer = functools.partial(self._answer, sid, request.cid, request.op)
             self.link.route(outcome.path, outcome.operation, answer)
         elif asyncio.iscoroutine(outcome):
-            self.connections.spawn(self._finish(sid, request.cid, outcome))
+            self.connections.spawn(self._finish(sid, request.cid, request.op, outcome))
         else:
-            self.connections.respond(sid, request.cid, outcome)
+            self.connections.respond(sid, request.cid, outcome, request.op)
 
-    def _answer(self, sid: str, cid: int, result: Result) -> None:
+    def _answer(self, sid: str, cid: int, op: str, result: Result) -> None:
         if isinstance(result, Failed):
-            self.connections.error(sid, cid, result.code, result.message)
+            self.connections.error(sid, cid, result.code, result.message, op)
         else:
-            self.connections.respond(sid, cid, result.value)
+            self.connections.respond(sid, cid, result.value, op)
         self.connections.wake()
 
     def _traced(self, sid: str, cid: int, routed: Routed, received_ns: int, result: Result) -> None:
@@ -218,7 +220,7 @@ class Gateway:
         op = routed.operation
         assert isinstance(op, SetValue)
         self.ctx.tracer.unwritten.append(TraceRecord(op.path, op.data, received_ns, forwarded, applied, returned, 0))
-        self._answer(sid, cid, result)
+        self._answer(sid, cid, "set", result)
 
     def _written(self) -> None:
         tracer = self.ctx.tracer
@@ -227,20 +229,20 @@ class Gateway:
             tracer.records += [r._replace(written_ns=now) for r in tracer.unwritten]
             tracer.unwritten.clear()
 
-    async def _finish(self, sid: str, cid: int, work: Any) -> None:
+    async def _finish(self, sid: str, cid: int, op: str, work: Any) -> None:
         try:
             result = await work
         except REQUEST_ERRORS as e:
-            self.connections.error(sid, cid, e.code, str(e))
+            self.connections.error(sid, cid, e.code, str(e), op)
         except ray.exceptions.RayTaskError as e:
             cause = e.cause if e.cause is not None else e
             code = getattr(cause, "code", "INTERNAL")
-            self.connections.error(sid, cid, code if isinstance(code, str) else "INTERNAL", str(cause))
+            self.connections.error(sid, cid, code if isinstance(code, str) else "INTERNAL", str(cause), op)
         except Exception as e:  # never let a bug kill the session silently
             log.exception("request %s failed", cid)
-            self.connections.error(sid, cid, "INTERNAL", f"{type(e).__name__}: {e}")
+            self.connections.error(sid, cid, "INTERNAL", f"{type(e).__name__}: {e}", op)
         else:
-            self.connections.respond(sid, cid, result)
+            self.connections.respond(sid, cid, result, op)
         self.connections.wake()
 
 

@@ -147,6 +147,10 @@ class ServerConfig:
         1000, "requests a session may have unanswered; while it has that many, its socket is not read "
         "(flow control: the client slows down, nothing is refused)", low=1, high=1_000_000,
     )
+    max_wide_requests_in_flight: int = setting(
+        4, "of those, how many may be wide (fetch, remove, subscribe, range queries, views, sessions, "
+        "security, session trees): requests whose work grows with the tree", low=1, high=100_000,
+    )
     max_messages_per_frame: int = setting(
         1000, "messages one client frame may carry; a bigger frame closes the session", low=1, high=1_000_000
     )

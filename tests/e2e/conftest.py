@@ -85,14 +85,20 @@ def cli(
     return subprocess.run([str(BIN / "canopy"), *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One `canopy serve` for a test module, with small queues to make slow consumers visible."""
-    data = tmp_path_factory.mktemp("data")
-    srv = Server(data, "--partitions", "2", "--queue-limit", "40", "--backpressure-threshold", "8",
-                 "--max-frame-size", "4194304")
+def serving(factory: pytest.TempPathFactory, name: str, *args: str) -> Iterator[Server]:
+    """A `canopy serve` with these flags for a fixture to yield; it must stop with status 0."""
+    srv = Server(factory.mktemp(name), *args)
     try:
         yield srv.wait_ready()
     finally:
         code = srv.stop()
         assert code == 0, f"canopy serve exited with {code}:\n{srv.output}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One `canopy serve` for a test module, with small queues to make slow consumers visible."""
+    yield from serving(
+        tmp_path_factory, "data", "--partitions", "2", "--queue-limit", "40", "--backpressure-threshold", "8",
+        "--max-frame-size", "4194304",
+    )

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import canopy
-from tests.e2e.conftest import ADMIN, Server
+from tests.e2e.conftest import ADMIN, Server, serving
 
 WINDOW = 200  # sets outstanding per publisher
 
@@ -28,12 +28,7 @@ WINDOW = 200  # sets outstanding per publisher
 @pytest.fixture(scope="module")
 def roomy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server whose queues hold a burst (the checker wants every update delivered)."""
-    srv = Server(tmp_path_factory.mktemp("data"), "--partitions", "2", "--queue-limit", "200000")
-    try:
-        yield srv.wait_ready()
-    finally:
-        code = srv.stop()
-        assert code == 0, f"canopy serve exited with {code}:\n{srv.output}"
+    yield from serving(tmp_path_factory, "data", "--partitions", "2", "--queue-limit", "200000")
 
 
 class Subscriber:

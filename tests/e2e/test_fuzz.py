@@ -32,7 +32,7 @@ from websockets.exceptions import ConnectionClosed
 import canopy
 from canopy import errors
 from canopy import protocol as wire
-from tests.e2e.conftest import ADMIN, Server
+from tests.e2e.conftest import ADMIN, Server, serving
 
 KNOWN_CODES = set(errors._BY_CODE) - {"INTERNAL"}
 TOPIC_TYPES = ["STRING", "INT64", "DOUBLE", "JSON", "BINARY", "TIME_SERIES"]
@@ -44,12 +44,7 @@ PROBE_PATH = ">fuzz/probe/nothing"
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(tmp_path_factory.mktemp("fuzz"), "--partitions", "2", "--max-frame-size", "65536")
-    try:
-        yield srv.wait_ready()
-    finally:
-        code = srv.stop()
-        assert code == 0, f"canopy serve exited with {code}:\n{srv.output}"
+    yield from serving(tmp_path_factory, "fuzz", "--partitions", "2", "--max-frame-size", "65536")
 
 
 class Tally:
