@@ -16,12 +16,30 @@ its protocol message, until the session's queue is empty or its socket
 buffer is full; when the client has read enough, the stream says so
 (:meth:`_Client.writable`) and writing goes on. Meanwhile the session's
 queue grows, and the topics' CONFLATION policies decide what it keeps.
+
+**Sessions outlive their connections** (protocol version 3, see
+:mod:`canopy.protocol`). A connection that ends without a WebSocket close
+from its client (1000 or 1001: the client meant to end) leaves its session
+*kept* for ``session_grace_ms``: still registered and subscribed, its queue
+still filled within its byte budget (over it, the kept session is ended).
+A HELLO that names the session and its resume token (a random secret made at
+open, compared in constant time), authenticated as usual and as the same
+principal, takes it over: the registry drops the old queue and queues a
+refresh of every view (:meth:`~sessions.registry.SessionRegistry.refresh`),
+the WELCOME says ``resumed`` and how many messages make up the refresh. A
+connection the gateway still holds for that session is dropped first. Every
+other resume is refused without saying why, and the HELLO opens a new
+session. Answers to requests of a connection that is gone are dropped (each
+connection counts its own requests by correlation id). After the grace
+period the session is closed as a closed connection's always was.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable
@@ -32,7 +50,7 @@ from canopy.transport import Handler, WebSocketStream
 from sessions.countries import CountryTable
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
 from sessions.logins import LoginFailure, LoginGuard, describe_failure
-from sessions.registry import SessionRegistry
+from sessions.registry import Session, SessionRegistry
 from sessions.requests import RequestError
 from sessions.security import AuthenticationFailed
 from topics.selectors import Selector
@@ -51,6 +69,8 @@ WIDE = frozenset({
 })
 #: messages a client may send before its HELLO is answered
 EARLY_LIMIT = 64
+#: WebSocket close codes with which a client ends its session on purpose (any other end keeps it)
+CLEAN_CLOSES = frozenset({1000, 1001})
 
 
 def to_wire(item: object) -> wire.Message | bytes:
@@ -86,6 +106,8 @@ class _Client(Handler):
         self.in_flight = 0
         self.wide_in_flight = 0
         self.waiting: deque[tuple[wire.Request, int]] = deque()
+        #: correlation id -> requests of this connection with it that were handed on and not answered
+        self.outstanding: dict[int, int] = {}
         self.protocol_errors = 0
 
     def on_open(self, stream: WebSocketStream) -> None:
@@ -114,7 +136,7 @@ class _Client(Handler):
         if self._hello_timer is not None:
             self._hello_timer.cancel()
         self.connections.streams.discard(stream)
-        self.connections.forget(self)
+        self.connections.dropped(self)
 
 
 class Connections:
@@ -124,7 +146,8 @@ class Connections:
     at ``received_ns`` on the monotonic clock); ``unregister`` carries out
     the unregistrations a closed session leaves behind; ``after_receive`` is
     called after each client frame's requests, ``after_write`` after every
-    write pass.
+    write pass. ``config["session_grace_ms"]`` is how long a session whose
+    connection dropped is kept for its client to resume.
     """
 
     def __init__(
@@ -146,6 +169,11 @@ class Connections:
         self._after_write = after_write
         self._after_receive = after_receive
         self.by_session: dict[str, _Client] = {}
+        #: session id -> resume token, for every session (connected or kept)
+        self.tokens: dict[str, str] = {}
+        #: session id -> the end of its grace period, for the sessions kept without a connection
+        self.kept: dict[str, asyncio.TimerHandle] = {}
+        self._grace = int(config.get("session_grace_ms", 30_000)) / 1000
         self.streams: set[WebSocketStream] = set()
         self._serial = 0
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -178,29 +206,67 @@ class Connections:
             return
         if not stream.open:
             return
-        self._serial += 1
-        session_id = f"{self.gateway_id}-{self._serial:x}"
-        properties = {
-            **hello.properties,
-            "$SessionId": session_id,
-            "$Principal": hello.principal or "",
-            "$ClientIP": client_ip,
-            "$Country": self.countries.lookup(client_ip),
-            "$Transport": "WEBSOCKET",
-            "$StartTime": str(int(time.time() * 1000)),
-        }
-        session = self.registry.open(session_id, hello.principal or "", properties, roles)
-        client.session_id = session_id
-        self.by_session[session_id] = client
+        principal = hello.principal or ""
+        resumed = self._take_over(hello.resume, principal) if hello.resume is not None else None
+        if resumed is not None:
+            session, refresh = resumed
+        else:
+            session, refresh = self._open(hello, principal, roles, client_ip), 0
+        client.session_id = session.id
+        self.by_session[session.id] = client
         welcome = wire.Welcome(
-            wire.PROTOCOL_VERSION, session_id, dict(session.properties),
+            wire.PROTOCOL_VERSION, session.id, dict(session.properties),
             self.config["max_frame_size"], self.config["hub_root"], self._max_messages,
+            self.tokens[session.id], resumed is not None, refresh,
         )
         stream.send(wire.encode_frame([welcome]))
         early, client.early = client.early or [], []
         for message in early:
             self.receive(client, message)
         self.wake()
+
+    def _open(self, hello: wire.Hello, principal: str, roles: frozenset[str], client_ip: str) -> Session:
+        self._serial += 1
+        session_id = f"{self.gateway_id}-{self._serial:x}"
+        properties = {
+            **hello.properties,
+            "$SessionId": session_id,
+            "$Principal": principal,
+            "$ClientIP": client_ip,
+            "$Country": self.countries.lookup(client_ip),
+            "$Transport": "WEBSOCKET",
+            "$StartTime": str(int(time.time() * 1000)),
+        }
+        self.tokens[session_id] = secrets.token_urlsafe(32)
+        return self.registry.open(session_id, principal, properties, roles)
+
+    def _take_over(self, resume: wire.Resume, principal: str) -> tuple[Session, int] | None:
+        """The session a (authenticated) HELLO may resume and the size of its
+        refresh, or ``None``: no such session here any more, a wrong token, or
+        another principal's session. A connection still attached to it is dropped."""
+        expected = self.tokens.get(resume.session_id)
+        session = self.registry.sessions.get(resume.session_id)
+        if (
+            expected is None
+            or session is None
+            or not hmac.compare_digest(expected.encode(), resume.token.encode())
+            or session.principal != principal
+        ):
+            log.info("not resuming session %s: unknown here, or not this client's", resume.session_id)
+            return None
+        refresh = self.registry.refresh(session.id)
+        if refresh is None:  # over its budget: the next write pass ends it
+            return None
+        old = self.by_session.pop(session.id, None)
+        if old is not None:  # its client gave up on it before we noticed: it is no longer the session's
+            old.closing = True
+            if old.stream is not None:
+                old.stream.abort()
+        timer = self.kept.pop(session.id, None)
+        if timer is not None:
+            timer.cancel()
+        log.info("session %s resumed (a refresh of %d messages)", session.id, refresh)
+        return session, refresh
 
     async def _authenticate(self, stream: WebSocketStream, hello: wire.Hello, address: str) -> frozenset[str]:
         """The roles for a HELLO, or :class:`AuthenticationFailed`: one answer for
@@ -249,6 +315,8 @@ class Connections:
             stream.close(ws_code, code)
 
     async def close_all(self, timeout: float = 6.0) -> None:
+        for session_id in list(self.kept):
+            self._end_kept(session_id)
         for client in list(self.by_session.values()):
             self.close(client, "SERVER_SHUTDOWN", "the server is shutting down", CLOSE_SHUTDOWN)
         for stream in list(self.streams):
@@ -258,14 +326,44 @@ class Connections:
             await asyncio.wait(lost, timeout=timeout)
 
     def forget(self, client: _Client) -> None:
+        """End the client's session (if it still is the client's)."""
         session_id = client.session_id
-        if session_id is None or self.by_session.pop(session_id, None) is None:
+        if session_id is None or self.by_session.get(session_id) is not client:
             return
+        del self.by_session[session_id]
+        self.tokens.pop(session_id, None)
+        self._unregister(self.registry.close(session_id))
+
+    def dropped(self, client: _Client) -> None:
+        """A connection is gone. Its session ends with it when the client closed
+        it (or the server did); otherwise it is kept for the grace period."""
+        session_id = client.session_id
+        if session_id is None or self.by_session.get(session_id) is not client:
+            return  # no session yet, or ended, or taken over by another connection
+        stream = client.stream
+        close = stream.protocol.close_rcvd if stream is not None else None
+        if client.closing or self._grace <= 0 or (close is not None and close.code in CLEAN_CLOSES):
+            self.forget(client)
+            return
+        del self.by_session[session_id]
+        self._admit.discard(client)
+        self.kept[session_id] = asyncio.get_running_loop().call_later(self._grace, self._end_kept, session_id)
+        log.info("session %s lost its connection; kept %.3g s for its client to resume it", session_id, self._grace)
+
+    def _end_kept(self, session_id: str, why: str = "its grace period passed") -> None:
+        timer = self.kept.pop(session_id, None)
+        if timer is None:
+            return
+        timer.cancel()
+        self.tokens.pop(session_id, None)
+        log.info("session %s ended without its client: %s", session_id, why)
         self._unregister(self.registry.close(session_id))
 
     # -- requests and notifications ---------------------------------------------------------
 
     def receive(self, client: _Client, data: bytes | str) -> None:
+        if client.closing:  # its session ended, or another connection took it over
+            return
         received = time.perf_counter_ns()
         if not isinstance(data, bytes):
             self._protocol_error(client, 0, "frames must be binary")
@@ -316,25 +414,36 @@ class Connections:
 
     def error(self, session_id: str, cid: int, code: str, message: str, op: str) -> None:
         """Answer a request (of operation ``op``) with an error; every request gets one answer."""
-        self._answered(session_id, op)
-        self.registry.send(session_id, wire.encode(wire.Error(cid, code, message)))
+        if self._answered(session_id, cid, op):
+            self.registry.send(session_id, wire.encode(wire.Error(cid, code, message)))
 
     def respond(self, session_id: str, cid: int, result: Any, op: str) -> None:
         """Answer a request (of operation ``op``); the answer counts against the
         session's budget at its encoded size."""
-        self._answered(session_id, op)
-        self.registry.send(session_id, wire.encode(wire.Response(cid, result)))
+        if self._answered(session_id, cid, op):
+            self.registry.send(session_id, wire.encode(wire.Response(cid, result)))
 
-    def _answered(self, session_id: str, op: str) -> None:
+    def _answered(self, session_id: str, cid: int, op: str) -> bool:
+        """Count an answer to the session's connection; ``False`` when the request
+        came on a connection that is gone (the answer goes nowhere)."""
         client = self.by_session.get(session_id)
         if client is None:
-            return
+            return False
+        outstanding = client.outstanding
+        count = outstanding.get(cid, 0)
+        if count <= 0:
+            return False
+        if count == 1:
+            del outstanding[cid]
+        else:
+            outstanding[cid] = count - 1
         client.in_flight -= 1
         if op in WIDE:
             client.wide_in_flight -= 1
         if client.waiting and self._room(client, client.waiting[0][0]):
             self._admit.add(client)
             self.wake()
+        return True
 
     def _room(self, client: _Client, request: wire.Request) -> bool:
         """Whether the session may have one more request like this one in flight."""
@@ -344,6 +453,7 @@ class Connections:
 
     def _start(self, client: _Client, request: wire.Request, received: int) -> None:
         client.in_flight += 1
+        client.outstanding[request.cid] = client.outstanding.get(request.cid, 0) + 1
         if request.op in WIDE:
             client.wide_in_flight += 1
         self._dispatch(client.session_id or "", request, received)
@@ -383,6 +493,8 @@ class Connections:
             client = self.by_session.get(session_id)
             if client is not None:
                 self.close(client, code, message, CLOSE_QUEUE_LIMIT)
+            else:
+                self._end_kept(session_id, f"{code}: {message}")
         self._after_write()
 
     def write(self, client: _Client, frames: dict[tuple[int, ...], tuple[bytes, list[object]]] | None = None) -> None:

@@ -5,7 +5,8 @@ gateways listen, and tears everything down again. Start-up is all or
 nothing: if any gateway cannot start (its port is taken, say) every actor
 created so far is killed and the error is raised to the caller. While it
 runs, :meth:`ControllerActor.check` says which of the actors that serve
-(partitions, gateways, the view evaluator, the session tree actor) died.
+(partitions, gateways, the view evaluator, the session tree actor) crashed,
+brings back the ones Ray restarted, and says which died for good.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from sessions.security import ADMINISTRATOR, SecurityStore, default_store
 
 START_TIMEOUT = 120.0
 STOP_TIMEOUT = 15.0
+RECOVER_TIMEOUT = 60.0
+#: restarts in a minute after which an actor counts as dead for good
+CRASH_LOOP = 5
 
 
 class StartupError(RuntimeError):
@@ -47,38 +51,77 @@ def death_reason(error: BaseException) -> str:
 
 
 class Liveness:
-    """Which actors died, found without waiting on any of them.
+    """Which actors crashed, came back or died for good, found without waiting on any of them.
 
-    :meth:`dead` keeps one ``__ray_ready__`` call in flight per actor and reads the
-    answers that have come in: a call that failed with ``ActorDiedError`` means the actor
-    is dead; a call still pending means it is busy (a partition stalled by a costly
-    selector, say), which is not death. A death therefore shows at the first or second
-    call after it, and a name found dead stays dead: whatever replaces a dead actor under
-    its name needs a new ``Liveness``."""
+    :meth:`poll` keeps one ``incarnation()`` call in flight per actor and reads the
+    answers that have come in. Each actor answers a token it made when it started, so:
+
+    * ``ActorUnavailableError`` -- the actor crashed and Ray is restarting it (``crashed``);
+    * a token other than the last one seen -- it was restarted (``restarted``): whoever
+      owns it must bring it back into the instance (start it, push what it missed);
+    * ``ActorDiedError`` -- it is dead for good (``dead``): Ray gave up on it, or it was
+      killed; so is one restarted more than :data:`CRASH_LOOP` times in a minute.
+
+    A call still pending means the actor is busy (a partition stalled by a costly
+    selector, say), which is not a crash."""
 
     def __init__(self) -> None:
-        self._pending: dict[str, Any] = {}  # actor name -> the ObjectRef of its ping
+        self._pending: dict[str, Any] = {}  # actor name -> the ObjectRef of its probe
         self._dead: dict[str, str] = {}  # actor name -> why
+        self._known: dict[str, str] = {}  # actor name -> incarnation last seen
+        self._down: set[str] = set()
+        self._restarts: dict[str, list[float]] = {}  # actor name -> when it said it restarted
 
-    def dead(self, actors: dict[str, Any]) -> dict[str, str]:
-        """``{name: reason}`` for each of ``actors`` (name -> handle) that died."""
+    def restarted(self, name: str) -> None:
+        """An actor's constructor said it started again (see :mod:`actors.supervision`)."""
+        now = time.monotonic()
+        self._restarts[name] = [t for t in self._restarts.get(name, []) if now - t < 60] + [now]
+
+    def baseline(self, actors: dict[str, Any], timeout: float) -> None:
+        """Learn each actor's incarnation now (at start), so that a restart right
+        after it is seen as one."""
+        tokens = ray.get([handle.incarnation.remote() for handle in actors.values()], timeout=timeout)
+        self._known.update(zip(actors, tokens))
+
+    def poll(self, actors: dict[str, Any]) -> list[tuple[str, str, str]]:
+        """``[(name, "crashed" | "restarted" | "dead", detail)]`` since the last poll."""
+        events: list[tuple[str, str, str]] = []
         for name, handle in actors.items():
             if name not in self._pending and name not in self._dead:
-                self._pending[name] = handle.__ray_ready__.remote()
-        if self._pending:
-            ready, _ = ray.wait(list(self._pending.values()), num_returns=len(self._pending), timeout=0)
-            answered = set(ready)
-            for name, ref in list(self._pending.items()):
-                if ref not in answered:
-                    continue
-                del self._pending[name]
-                try:
-                    ray.get(ref, timeout=0)
-                except ray.exceptions.ActorUnavailableError:
-                    pass  # unreachable for now; the next ping asks again
-                except ray.exceptions.RayActorError as e:
-                    self._dead[name] = death_reason(e)
-        return {name: why for name, why in self._dead.items() if name in actors}
+                self._pending[name] = handle.incarnation.remote()
+        if not self._pending:
+            return events
+        ready, _ = ray.wait(list(self._pending.values()), num_returns=len(self._pending), timeout=0)
+        answered = set(ready)
+        for name, ref in list(self._pending.items()):
+            if ref not in answered:
+                continue
+            del self._pending[name]
+            try:
+                incarnation = ray.get(ref, timeout=0)
+            except ray.exceptions.ActorUnavailableError as e:
+                if name not in self._down:
+                    self._down.add(name)
+                    events.append((name, "crashed", death_reason(e)))
+                continue
+            except ray.exceptions.RayActorError as e:
+                self._dead[name] = death_reason(e)
+                events.append((name, "dead", self._dead[name]))
+                continue
+            before = self._known.get(name)
+            self._known[name] = incarnation
+            if before is not None and before != incarnation:
+                if name not in self._down:  # crashed and came back between two probes
+                    events.append((name, "crashed", "its process died"))
+                self._down.discard(name)
+                now = time.monotonic()
+                recent = [t for t in self._restarts.get(name, []) if now - t < 60]
+                if len(recent) > CRASH_LOOP:
+                    self._dead[name] = f"it crashed {len(recent)} times in a minute"
+                    events.append((name, "dead", self._dead[name]))
+                else:
+                    events.append((name, "restarted", ""))
+        return events
 
 
 class ControllerActor:
@@ -132,7 +175,7 @@ class ControllerActor:
         gateway_cls = gateway.remote_class()
         try:
             self.partitions = [
-                partition_cls.options(name=names.partition(i)).remote(i, count) for i in range(count)
+                partition_cls.options(name=names.partition(i)).remote(i, count, self.config) for i in range(count)
             ]
             port = self.config["port"]
             nodes = self._nodes()
@@ -165,6 +208,7 @@ class ControllerActor:
             self._kill_all()
             cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) and e.cause else e
             raise StartupError(_explain(cause, self.config)) from None
+        self._liveness.baseline({name: handle for name, (_, handle) in self._serving().items()}, START_TIMEOUT)
         self.started_at = time.time()
         return self.describe()
 
@@ -193,14 +237,51 @@ class ControllerActor:
             "controller_pid": os.getpid(),
         }
 
-    def check(self) -> list[dict[str, str]]:
-        """The serving actors found dead: ``[{"name", "actor" (its class), "reason"}]``.
+    def started(self, name: str) -> None:
+        """Called by every serving actor's constructor: after the instance started,
+        a start is a restart (counted, to tell a crash loop)."""
+        if self.started_at is not None:
+            self._liveness.restarted(name)
 
-        Cheap and never blocks on a busy actor (see :class:`Liveness`); canopy serve calls
-        it every second."""
+    def check(self) -> list[dict[str, str]]:
+        """What happened to the serving actors since the last call:
+        ``[{"name", "actor" (its class), "event", "reason"}]`` with event ``crashed``
+        (Ray restarts it), ``recovered`` (it is back and serving), ``dead`` (for good),
+        or ``failed`` (it came back but could not be brought into the instance).
+
+        Cheap and never blocks on a busy actor (see :class:`Liveness`), except to bring
+        a restarted actor back; canopy serve calls it every second."""
         serving = self._serving()
-        dead = self._liveness.dead({name: handle for name, (_, handle) in serving.items()})
-        return [{"name": name, "actor": serving[name][0], "reason": why} for name, why in sorted(dead.items())]
+        report = []
+        for name, event, reason in self._liveness.poll({name: handle for name, (_, handle) in serving.items()}):
+            kind, handle = serving[name]
+            if event == "restarted":
+                try:
+                    self._recover(name, handle)
+                    event, reason = "recovered", ""
+                except Exception as e:
+                    event, reason = "failed", f"{type(e).__name__}: {e}"
+            report.append({"name": name, "actor": kind, "event": event, "reason": reason})
+        return report
+
+    def _recover(self, name: str, handle: Any) -> None:
+        """Bring a restarted actor back into the instance: it started afresh from
+        its creation arguments, so it is started again and told what changed since.
+        A partition needs nothing: it recovers its topics from its journal, and the
+        links reconnect to it by themselves."""
+        security = self.security.to_dict()
+        if handle in self.gateways:
+            k = self.gateways.index(handle)
+            trees = ray.get(self.session_trees.snapshot.remote(), timeout=RECOVER_TIMEOUT)
+            ray.get(handle.set_security.remote(security), timeout=RECOVER_TIMEOUT)
+            ray.get(handle.set_session_trees.remote(trees), timeout=RECOVER_TIMEOUT)
+            self.gateway_info[k] = ray.get(handle.start.remote(), timeout=RECOVER_TIMEOUT)
+            ray.get(handle.set_peers.remote(self.gateways), timeout=RECOVER_TIMEOUT)
+        elif handle is self.views:
+            ray.get(handle.set_security.remote(security), timeout=RECOVER_TIMEOUT)
+            ray.get(handle.start.remote(), timeout=RECOVER_TIMEOUT)
+        elif handle is self.session_trees:
+            ray.get(handle.set_gateways.remote(self.gateways), timeout=RECOVER_TIMEOUT)
 
     def _serving(self) -> dict[str, tuple[str, Any]]:
         actors = {
@@ -229,6 +310,11 @@ class ControllerActor:
         if self.views is not None:
             try:
                 ray.get(self.views.stop.remote(), timeout=STOP_TIMEOUT)
+            except Exception:
+                pass
+        if self.partitions:
+            try:  # their journals get what waits for an fsync
+                ray.get([p.stop.remote() for p in self.partitions], timeout=STOP_TIMEOUT)
             except Exception:
                 pass
         self._kill_all()

@@ -23,8 +23,9 @@ import functools
 import gc
 import logging
 import os
+import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ray
@@ -33,7 +34,9 @@ from actors.connections import Connections
 from actors.link import PartitionLink, PartitionUnavailable
 from actors.requests import HANDLERS, Context, Routed
 from actors.tracing import TraceRecord
+from actors.supervision import announce_start
 from canopy import protocol as wire
+from cluster.partitioning import partition_of
 from canopy.transport import serve_stream
 from sessions.filters import FilterSyntaxError, parse_filter
 from sessions.limits import Limits
@@ -84,6 +87,7 @@ class Gateway:
             gateway_id, partitions, self._on_events,
             max_in_flight=config["max_in_flight"], max_batch=config["max_batch"],
             window=config["batch_window_ms"] / 1000,
+            on_reset=self._partition_reset, on_resynced=self._partition_resynced,
         )
         count = len(partitions)
         self.registry = SessionRegistry(
@@ -131,6 +135,7 @@ class Gateway:
             "pid": os.getpid(),
             "url": self.url,
             "sessions": len(self.registry.sessions),
+            "kept_sessions": len(self.connections.kept),
             "groups": len(self.registry.groups),
             "interest": len(self.registry.interest),
             "cached_topics": len(self.registry.cache),
@@ -170,6 +175,17 @@ class Gateway:
         return [s.id for s in self.registry.sessions.values() if session_filter.matches(s.properties, s.roles)]
 
     # -- events from partitions ----------------------------------------------
+
+    def _owned_by(self, partition: int) -> Callable[[str], bool]:
+        count = self.link.count
+        return lambda path: partition_of(path, count) == partition
+
+    def _partition_reset(self, partition: int) -> None:
+        self.registry.resync_begin(self._owned_by(partition))
+
+    def _partition_resynced(self, partition: int) -> None:
+        self.registry.resync_end(self._owned_by(partition))
+        self.connections.wake()
 
     def _on_events(self, partition: int, events: list[TopicEvent]) -> None:
         for token in self.registry.on_events(events):
@@ -253,11 +269,21 @@ class GatewayActor:
 
     def __init__(self, *args: Any) -> None:
         self.core = Gateway(*args)
+        self._incarnation = secrets.token_hex(8)
+        announce_start()
+        self._started: dict[str, Any] | None = None
+
+    async def incarnation(self) -> str:
+        """A token made when this process started: a new one means Ray restarted it."""
+        return self._incarnation
 
     async def start(self) -> dict[str, Any]:
+        """Attach to the partitions and listen (once; again after a restart)."""
         from cluster import names
 
-        return await self.core.start(ray.get_actor(names.CONTROLLER), ray.get_actor(names.VIEWS))
+        if self._started is None:
+            self._started = await self.core.start(ray.get_actor(names.CONTROLLER), ray.get_actor(names.VIEWS))
+        return self._started
 
     async def set_peers(self, peers: list[Any]) -> None:
         """Every gateway of the instance (this one included), for session-wide operations."""
@@ -296,4 +322,4 @@ def _no_gc() -> Iterator[None]:
 
 
 def remote_class() -> Any:
-    return ray.remote(num_cpus=0, max_restarts=0)(GatewayActor)
+    return ray.remote(num_cpus=0, max_restarts=-1)(GatewayActor)

@@ -22,8 +22,14 @@ partition made them, and a batch's own events before its results: after a
 Events go to ``on_events(partition, events)`` as they arrive.
 
 A stream that breaks fails every unanswered operation with
-``Failed("UNAVAILABLE", ...)`` and every later one at once; the partition
-forgets the link's registrations when it sees the stream close.
+``Failed("UNAVAILABLE", ...)``, and every later one at once until it is back;
+the partition forgets the link's registrations when it sees the stream
+close. The link then reconnects by itself (a crashed partition is restarted
+by Ray and recovers its topics from its journal): it asks the partition for
+its address again, opens a new stream, tells its owner ``on_reset(partition)``,
+registers again every selector it had registered there (same tokens: the
+snapshots come again), and tells ``on_resynced(partition)`` once their
+answers are in, so that the owner can drop what did not come back.
 """
 
 from __future__ import annotations
@@ -46,8 +52,10 @@ from topics.protocol import (
     Hello,
     Operation,
     ProtocolError,
+    Register,
     Result,
     TopicEvent,
+    Unregister,
     decode_event,
     decode_result,
     encode_frame,
@@ -62,6 +70,8 @@ ATTACH_TIMEOUT = 30.0
 #: what is told a result; ``None`` when nobody waits for it
 OnResult = Callable[[Result], None] | None
 OnEvents = Callable[[int, list[TopicEvent]], None]
+OnPartition = Callable[[int], None]
+RECONNECT_DELAY = 0.2  # seconds between attempts to reach a partition again
 
 
 class PartitionUnavailable(Exception):
@@ -140,8 +150,16 @@ class _Channel:
         self.last_done = (0, 0, 0)
         self.batches = 0
         self.operations = 0
+        #: what this link registered here (selector -> token), to register again after a restart
+        self.registered: dict[str, int] = {}
+        self.reconnecting: asyncio.Task[None] | None = None
 
     def submit(self, op: Operation, on_result: OnResult) -> None:
+        kind = type(op)
+        if kind is Register:
+            self.registered[op.selector] = op.token  # type: ignore[union-attr]
+        elif kind is Unregister:
+            self.registered.pop(op.selector, None)  # type: ignore[union-attr]
         if self.broken is not None:
             if on_result is not None:
                 on_result(Failed(UNAVAILABLE, self.broken))
@@ -215,12 +233,49 @@ class _Channel:
             self.broken = f"partition {self.index} is unavailable: " + (str(exc) if exc else "its stream closed")
             if not self.link.closing:
                 log.error("%s", self.broken)
+        self.stream = None
         pending = [entry for _, batch, _ in self._in_flight for entry in batch] + self._queue
         self._in_flight.clear()
         self._queue = []
         for _, on_result in pending:
             if on_result is not None:
                 on_result(Failed(UNAVAILABLE, self.broken))
+        if not self.link.closing and self.reconnecting is None:
+            self.reconnecting = asyncio.ensure_future(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        """Reach the partition again (Ray restarts it), then replay the registrations."""
+        handle = self.link.handles[self.index]
+        try:
+            while not self.link.closing:
+                try:
+                    address = await asyncio.wait_for(handle.attach.remote(self.link.link_id), ATTACH_TIMEOUT)
+                    await self.link.connect(self, address)
+                    break
+                except Exception as e:  # not back yet: Ray is restarting it
+                    log.debug("partition %d not reachable yet: %s", self.index, e)
+                    await asyncio.sleep(RECONNECT_DELAY)
+            else:
+                return
+            log.warning("partition %d is back; registering %d selectors again", self.index, len(self.registered))
+            self.broken = None
+            self.link.on_reset(self.index)
+            registrations = list(self.registered.items())
+            if not registrations:
+                self.link.on_resynced(self.index)
+                return
+            left = len(registrations)
+
+            def answered(result: Result) -> None:
+                nonlocal left
+                left -= 1
+                if left == 0:
+                    self.link.on_resynced(self.index)
+
+            for selector, token in registrations:
+                self.submit(Register(selector, token), answered)
+        finally:
+            self.reconnecting = None
 
 
 class PartitionLink:
@@ -235,10 +290,14 @@ class PartitionLink:
         max_in_flight: int = 2,
         max_batch: int = 2000,
         window: float = 0.0,
+        on_reset: OnPartition = lambda _: None,
+        on_resynced: OnPartition = lambda _: None,
     ) -> None:
         self.link_id = link_id
         self.handles = handles
         self.on_events = on_events
+        self.on_reset = on_reset
+        self.on_resynced = on_resynced
         self.max_in_flight = max_in_flight
         self.max_batch = max_batch
         self.window = window
@@ -254,15 +313,17 @@ class PartitionLink:
         addresses = await asyncio.wait_for(
             asyncio.gather(*(h.attach.remote(self.link_id) for h in self.handles)), ATTACH_TIMEOUT
         )
-        loop = asyncio.get_running_loop()
         for channel, address in zip(self.channels, addresses):
-            transport, stream = await loop.create_connection(
-                lambda channel=channel: _Stream(channel), address["host"], address["port"]  # type: ignore[misc]
-            )
-            transport.write(encode_frame(Hello(self.link_id, address["secret"])))
-            channel.stream = stream
-            if channel._queue and not channel._scheduled:
-                channel._schedule()
+            await self.connect(channel, address)
+
+    async def connect(self, channel: _Channel, address: dict[str, Any]) -> None:
+        transport, stream = await asyncio.get_running_loop().create_connection(
+            lambda: _Stream(channel), address["host"], address["port"]
+        )
+        transport.write(encode_frame(Hello(self.link_id, address["secret"])))
+        channel.stream = stream
+        if channel._queue and not channel._scheduled:
+            channel._schedule()
 
     def flush(self) -> None:
         """Send what is queued now, rather than at the end of the loop turn
@@ -275,6 +336,8 @@ class PartitionLink:
     def close(self) -> None:
         self.closing = True
         for channel in self.channels:
+            if channel.reconnecting is not None:
+                channel.reconnecting.cancel()
             if channel.stream is not None and channel.stream.transport is not None:
                 channel.stream.transport.close()
 

@@ -10,9 +10,11 @@ knows the requesting session.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import ray
+from actors.supervision import announce_start
 
 from replication.configuration import SESSION_TREES_FILE, ConfigurationFile
 from sessions.trees import BranchMappingTable, SessionTrees
@@ -26,6 +28,12 @@ class SessionTreeActor:
         self._gateways: list[Any] = []
         #: seconds the slowest gateway spent re-evaluating its sessions for the last change
         self.last_reevaluation = 0.0
+        self._incarnation = secrets.token_hex(8)
+        announce_start()
+
+    def incarnation(self) -> str:
+        """A token made when this process started: a new one means Ray restarted it."""
+        return self._incarnation
 
     def set_gateways(self, gateways: list[Any]) -> None:
         self._gateways = gateways
@@ -53,4 +61,4 @@ class SessionTreeActor:
 
 
 def remote_class() -> Any:
-    return ray.remote(num_cpus=0, max_restarts=0)(SessionTreeActor)
+    return ray.remote(num_cpus=0, max_restarts=-1)(SessionTreeActor)

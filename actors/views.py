@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -24,6 +26,8 @@ import ray
 
 from actors.delay_store import DelayStore
 from actors.link import PartitionLink
+from actors.supervision import announce_start
+from cluster.partitioning import partition_of
 from replication.configuration import VIEWS_FILE, ConfigurationFile
 from sessions.security import PathPermission, SecurityStore
 from topics.protocol import Operation, Register, TopicEvent, Unregister, decode_operation, encode_operation
@@ -60,12 +64,25 @@ class _Feed:
         self.link = PartitionLink(
             GATEWAY_ID, partitions, self.on_events,
             max_in_flight=config["max_in_flight"], max_batch=config["max_batch"],
+            on_reset=self.on_reset, on_resynced=self.on_resynced,
         )
         self.tokens = 0
         self.wakeup: asyncio.Event | None = None
 
     def on_events(self, partition: int, events: list[TopicEvent]) -> None:
         self.carry(self.engine.on_events(events, _now()))
+
+    def _owned_by(self, partition: int) -> Callable[[str], bool]:
+        count = self.link.count
+        return lambda path: partition_of(path, count) == partition
+
+    def on_reset(self, partition: int) -> None:
+        self.engine.resync_begin(self._owned_by(partition))
+
+    def on_resynced(self, partition: int) -> None:
+        """The partition is back: drop the sources that did not come back and claim
+        its reference topics again (claims are not journaled)."""
+        self.carry(self.engine.resync_end(self._owned_by(partition), _now()))
 
     def carry(self, changes: Changes) -> None:
         link = self.link
@@ -106,9 +123,19 @@ class ViewEvaluatorActor:
         self._carry = self.feed.carry
         self._next_precedence = 1
         self._timer: asyncio.Task[None] | None = None
+        self._incarnation = secrets.token_hex(8)
+        announce_start()
+
+    async def incarnation(self) -> str:
+        """A token made when this process started: a new one means Ray restarted it."""
+        return self._incarnation
 
     async def start(self) -> int:
-        """Attach to the partitions and restore the stored views; return how many."""
+        """Attach to the partitions and restore the stored views (once; again after a
+        restart: the views rebuild their reference topics from the partitions); return
+        how many views there are."""
+        if self._timer is not None:
+            return len(self.engine.views)
         await self.link.attach()
         stored = self._file.load() or []
         for data in stored:
@@ -204,4 +231,4 @@ class ViewEvaluatorActor:
 
 
 def remote_class() -> Any:
-    return ray.remote(num_cpus=0, max_restarts=0)(ViewEvaluatorActor)
+    return ray.remote(num_cpus=0, max_restarts=-1)(ViewEvaluatorActor)

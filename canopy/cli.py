@@ -6,7 +6,7 @@
     canopy topic set PATH VALUE [--type T]
     canopy topic remove SELECTOR
     canopy topic fetch SELECTOR [--json] [--properties] [--type T]... [--limit N]
-    canopy topic subscribe SELECTOR [--count N] [--json]
+    canopy topic subscribe SELECTOR [--count N] [--json] [--reconnect-timeout SECONDS]
     canopy ts append PATH VALUE [--timestamp MS] [--json]
     canopy ts edit PATH SEQUENCE VALUE [--json]
     canopy ts query PATH [--from-sequence N | --from-time MS | --from-last N | --from-last-ms MS]
@@ -14,7 +14,7 @@
                           --previous-ms MS | --until-last N | --until-last-ms MS | --to-start]
                          [--edits latest|all] [--limit N] [--json]
     canopy hub publish NAME VALUE
-    canopy hub subscribe PATTERN [--count N] [--json]
+    canopy hub subscribe PATTERN [--count N] [--json] [--reconnect-timeout SECONDS]
     canopy security show [--json]
     canopy security role ROLE [--global P,..] [--default P,..] [--path PATH=P,..]... [--remove-path PATH]...
                               [--includes R,..]
@@ -53,6 +53,13 @@ that ``jq`` reads: a NaN or infinite DOUBLE prints as the string ``"NaN"``,
 ``"Infinity"`` or ``"-Infinity"`` (as proto3's JSON mapping does; ``null``
 stays a topic without a value). Errors, bad input included, print one line
 (``canopy: CODE: message``) to stderr and exit with status 1.
+
+``subscribe`` outlives a dropped connection: it reconnects (for up to
+``--reconnect-timeout`` seconds, default 60; 0 never), prints
+``canopy: the connection to URL was lost (...); reconnecting`` and then
+``canopy: reconnected (resumed session ID)`` or ``(new session ID)`` to stderr,
+and goes on printing events, the current values first; when it cannot
+reconnect in time it fails with ``RECONNECT_TIMEOUT``.
 
 The server verbs (``canopy serve``) are not defined here: the client needs
 no server code. The ``canopy`` console script is :func:`cluster.cli.main`,
@@ -166,7 +173,8 @@ def _properties(pairs: list[str]) -> dict[str, str]:
 def _session(args: argparse.Namespace) -> Any:
     from canopy.sync import connect_sync
 
-    return connect_sync(args.url, args.principal, args.password, timeout=args.timeout, ca_file=args.ca_file)
+    options = {"reconnect_timeout": args.reconnect_timeout} if "reconnect_timeout" in args else {}
+    return connect_sync(args.url, args.principal, args.password, timeout=args.timeout, ca_file=args.ca_file, **options)
 
 
 def _print_event(event: Any, as_json: bool, name: str | None = None) -> None:
@@ -185,10 +193,18 @@ def _print_event(event: Any, as_json: bool, name: str | None = None) -> None:
 
 
 def _follow(subscription: Any, count: int | None, as_json: bool, hub: bool) -> None:
+    """Print a subscription's events (its connection's go to stderr) until ``count`` values."""
     seen = 0
     if count == 0:
         return
     for event in subscription:
+        if event.kind == "disconnected":
+            print(f"canopy: {event.reason}; reconnecting", file=sys.stderr, flush=True)
+            continue
+        if event.kind == "reconnected":
+            how = "resumed session" if event.reason == "RESUMED" else "new session"
+            print(f"canopy: reconnected ({how} {event.value})", file=sys.stderr, flush=True)
+            continue
         _print_event(event, as_json, event.name if hub else None)
         if event.kind in ("subscribed", "value"):
             seen += 1
@@ -227,9 +243,8 @@ def _topic(args: argparse.Namespace) -> int:
                 else:
                     extra = f" {row.properties}" if args.properties else ""
                     print(f"{row.path} {row.type.value} {_text(row.value)}{extra}")
-        else:
-            with t.subscribe(args.selector) as sub:
-                _follow(sub, args.count, args.json, hub=False)
+        else:  # closing the session ends the subscription: no unsubscribe to wait for
+            _follow(t.subscribe(args.selector), args.count, args.json, hub=False)
     return 0
 
 
@@ -420,8 +435,7 @@ def _hub(args: argparse.Namespace) -> int:
                 value = args.value
             session.hub.publish(args.name, value)
         else:
-            with session.hub.subscribe(args.pattern) as sub:
-                _follow(sub, args.count, args.json, hub=True)
+            _follow(session.hub.subscribe(args.pattern), args.count, args.json, hub=True)
     return 0
 
 
@@ -434,6 +448,23 @@ def _demo(args: argparse.Namespace) -> int:
 #: Adds verbs to the ``canopy`` subcommands (``commands.add_parser(VERB, ...)``), each with a
 #: ``run(args)`` default that returns the exit status.
 Extension = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not seconds >= 0 or math.isinf(seconds):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, at least 0, got {text!r}")
+    return seconds
+
+
+def _reconnect_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--reconnect-timeout", type=_seconds, default=60.0, metavar="SECONDS",
+        help="how long to try to reconnect after the connection drops (default: 60; 0: never)",
+    )
 
 
 def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
@@ -479,6 +510,7 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
     sub.add_argument("selector")
     sub.add_argument("--count", type=int, help="stop after N values")
     sub.add_argument("--json", action="store_true")
+    _reconnect_option(sub)
     for p in (add, set_, remove, fetch, sub):
         p.set_defaults(run=_topic)
 
@@ -590,6 +622,7 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
     hsub.add_argument("pattern")
     hsub.add_argument("--count", type=int)
     hsub.add_argument("--json", action="store_true")
+    _reconnect_option(hsub)
     for p in (publish, hsub):
         p.set_defaults(run=_hub)
     return parser

@@ -23,19 +23,31 @@ A :class:`Subscription` is an async iterator of :class:`TopicEvent`
 ends when the selector is unsubscribed or the session closes. Subscribing
 is per session and per selector, as on the server: two subscriptions with
 the same selector share it, and unsubscribing the selector ends both.
+
+A session outlives its connection. When the connection drops, the client
+reconnects (to the same URL or any other it was given), resumes the session
+where the server still has it or opens a new one and subscribes again, and
+brings every subscription up to date; subscriptions see ``disconnected`` and
+``reconnected`` events around it. Requests in flight when it dropped fail with
+:class:`~canopy.errors.ConnectionInterruptedError` (their outcome is
+unknown); requests made meanwhile wait. :func:`connect` has the details.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import enum
+import functools
+import itertools
 import logging
 import os
+import random
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from canopy import errors
@@ -94,13 +106,24 @@ class RangeResult(NamedTuple):
 class TopicEvent(NamedTuple):
     """One notification for a subscription.
 
-    For a TIME_SERIES topic every event and edit arrives as a ``value``
-    notification whose ``event`` holds the event (``value`` is its value).
+    ``subscribed`` (with the current value), ``value`` for each update,
+    ``unsubscribed`` with a reason. For a TIME_SERIES topic every event and
+    edit arrives as a ``value`` notification whose ``event`` holds the event
+    (``value`` is its value).
+
+    Two kinds concern the session's connection, not a topic (their ``path`` is
+    ``""`` and their ``type`` ``None``): ``disconnected`` when the connection
+    dropped (``reason`` says how; the session is reconnecting, and the values
+    may be stale until) ``reconnected``, once the subscription is up to date
+    again (``reason`` ``RESUMED`` or ``NEW_SESSION``, ``value`` the session id).
+    Between the two come the current values of the topics it knew (``value``),
+    the topics that appeared (``subscribed``) and those that went
+    (``unsubscribed``, reason ``DISCONNECTED``). See :func:`connect`.
     """
 
-    kind: str  # "subscribed" | "value" | "unsubscribed"
+    kind: str  # "subscribed" | "value" | "unsubscribed" | "disconnected" | "reconnected"
     path: str
-    type: TopicType
+    type: TopicType | None  # None for the connection events
     value: Any = None
     specification: TopicSpecification | None = None
     reason: str | None = None
@@ -125,6 +148,8 @@ class _Topic:
     path: str
     spec: TopicSpecification
     value: Any
+    #: the last time series event delivered (TIME_SERIES topics)
+    sequence: int = -1
 
     def decode(self, data: bytes) -> Any:
         """A new value's bytes as a Python value (a TIME_SERIES topic's stay bytes)."""
@@ -149,7 +174,9 @@ class Subscription:
     callback the moment it arrives, from the session's socket callback (no
     task in between), and iterating the subscription only tells when it ends.
     The callback must not block; an exception it raises is logged and the
-    session goes on.
+    session goes on. Either way the subscription also gets the session's
+    ``disconnected`` and ``reconnected`` events (see :class:`TopicEvent`);
+    it ends when the session does, for good.
     """
 
     def __init__(
@@ -167,6 +194,7 @@ class Subscription:
         self._error: errors.CanopyError | None = None
         self._callback = callback
         self.ended = False
+        self._down = False  # told "disconnected", not yet "reconnected"
 
     def _push(self, item: Any) -> None:
         callback = self._callback
@@ -190,6 +218,11 @@ class Subscription:
                 return
             event = event._replace(name=name)
         self._push(event)
+
+    def _notify(self, event: TopicEvent) -> None:
+        """A connection event: for every subscription, whatever its selector."""
+        if not self.ended:
+            self._push(event)
 
     def _end(self, error: errors.CanopyError | None = None) -> None:
         """No more events: the selector was unsubscribed, or the session ended
@@ -347,7 +380,7 @@ class Topics:
 
     async def unsubscribe(self, selector: str | Selector) -> None:
         sel = self._s._selector(selector)
-        await self._s._call("unsubscribe", str(sel))
+        await self._s._call_again("unsubscribe", str(sel))
         for sub in [s for s in self._s._subscriptions if s.selector == sel]:
             self._s._subscriptions.remove(sub)
             sub._end()
@@ -685,14 +718,59 @@ def _failed(error: BaseException) -> asyncio.Future[Any]:
     return future
 
 
+#: server CLOSE codes after which the session may be opened again (the gateway stops; the session is gone)
+RESUMABLE_CLOSES = frozenset({"SERVER_SHUTDOWN"})
+#: WebSocket close codes with which a server refuses what this client did: the session ends for good
+FINAL_CLOSE_CODES = frozenset({1002, 1003, 1007, 1008, 1009, 1010})
+#: the reason of an ``unsubscribed`` event for a topic that went while the session was disconnected
+GONE_WHILE_DISCONNECTED = "DISCONNECTED"
+#: the reason of a ``reconnected`` event: the server still had the session, or a new one was opened
+RESUMED, NEW_SESSION = "RESUMED", "NEW_SESSION"
+
+
+@dataclass
+class _Resync:
+    """Bringing what the application was told up to date after a reconnection.
+
+    For a resumed session, ``remaining`` counts the messages of the server's
+    refresh still to come (SUBSCRIBED and EVENT); for a new one, the
+    re-subscriptions not answered yet. ``seen`` holds the paths announced
+    since, ``previous`` the topics by alias before (a resumed session keeps
+    its aliases: the same alias is the same topic).
+    """
+
+    resumed: bool
+    remaining: int
+    previous: dict[int, _Topic]
+    seen: set[str] = field(default_factory=set)
+
+
 class Session(Handler):
-    """A connected client session. Create it with :func:`connect`."""
+    """A client session. Create it with :func:`connect`.
+
+    The session outlives its connection: when the connection drops (not
+    closed by the client, nor ended by the server for good: see
+    :func:`connect`) the session reconnects on its own, and until
+    :attr:`closed` it takes requests (those made while it is disconnected
+    wait). :attr:`connected` tells whether it has a connection right now,
+    :attr:`session_id` and :attr:`properties` are those of the server's
+    session now (a new one when the server no longer had the old one).
+    """
 
     def __init__(
-        self, stream: WebSocketStream, protocol: wire.ClientProtocol, welcome: wire.Welcome, hub_root: str | None
+        self,
+        stream: WebSocketStream,
+        protocol: wire.ClientProtocol,
+        welcome: wire.Welcome,
+        hub_root: str | None,
+        dialer: _Dialer | None = None,
+        url: str = "",
     ) -> None:
-        self._stream = stream
+        self._stream: WebSocketStream | None = stream
         self._protocol = protocol
+        self._dialer = dialer
+        self._url = url
+        self._resume_token = welcome.resume_token
         self.session_id = welcome.session_id
         self.properties = welcome.properties
         self.max_frame_size = welcome.max_frame_size
@@ -709,13 +787,25 @@ class Session(Handler):
         self.closed = False
         self._closing = False
         self.close_reason: errors.CanopyError | None = None
+        #: how many times the session got a connection back
+        self.reconnects = 0
         self._pending: dict[int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None]] = {}
         self._subscriptions: list[Subscription] = []
         self._aliases: dict[int, _Topic] = {}
         self._routes: dict[int, list[Subscription]] = {}  # alias -> subscriptions matching it
+        #: path -> topic, every topic the subscriptions were told of (and not told it went)
+        self._known: dict[str, _Topic] = {}
+        self._server_close: wire.Close | None = None
+        self._reconnecting: asyncio.Task[None] | None = None
+        self._resync: _Resync | None = None
         self._flush_scheduled = False
         self._writable: asyncio.Future[None] | None = None
         self.errors: list[errors.CanopyError] = []  # errors the server reported outside any request
+
+    @property
+    def connected(self) -> bool:
+        """Whether the session has a connection now (false while it reconnects, and once closed)."""
+        return self._stream is not None and not self.closed
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -731,7 +821,8 @@ class Session(Handler):
 
     def _request(self, op: str, *args: Any, result: Callable[[Any], Any] | None = None) -> asyncio.Future[Any]:
         """Queue a request; the future resolves to its result (passed through
-        ``result`` when given). Requests of one loop turn share a frame."""
+        ``result`` when given). Requests of one loop turn share a frame; while
+        the session is disconnected they wait for the next connection."""
         self._check_open()
         try:
             cid = self._protocol.request(op, *args, max_size=self.max_frame_size)
@@ -739,23 +830,43 @@ class Session(Handler):
             raise errors.InvalidRequestError(str(e)) from None
         except ValueError as e:
             raise errors.FrameTooLargeError(f"{e} (the server's maximum frame size)") from None
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._pending[cid] = (future, result)
-        if not self._flush_scheduled:
+        if not self._flush_scheduled and self._stream is not None:  # disconnected: sent once back
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return future
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled and self._stream is not None:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
-        return future
 
     async def _call(self, op: str, *args: Any) -> Any:
         future = self._request(op, *args)
-        if self._stream.paused:  # the server reads slower than we send: wait for it
+        stream = self._stream
+        if stream is not None and stream.paused:  # the server reads slower than we send: wait for it
             await self._drained()
         return await future
 
+    async def _call_again(self, op: str, *args: Any) -> Any:
+        """A request that may be made twice (subscribe, unsubscribe: they set
+        what the session is subscribed to, which the client must know): when
+        the connection drops while it is in flight, it is made again."""
+        while True:
+            try:
+                return await self._call(op, *args)
+            except errors.ConnectionInterruptedError:
+                continue  # the session goes on: made again on the next connection
+
     def _flush(self) -> None:
         self._flush_scheduled = False
+        stream = self._stream
+        if stream is None:
+            return  # disconnected: the requests wait for the next connection
         for data in self._protocol.data_to_send(self.max_frame_size, self.max_messages):
-            if not self._stream.send(data):
+            if not stream.send(data):
                 return
 
     async def _drained(self) -> None:
@@ -763,10 +874,14 @@ class Session(Handler):
             self._writable = asyncio.get_running_loop().create_future()
         await asyncio.shield(self._writable)
 
+    def _release_writers(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
     # -- what the stream tells the session (transport.Handler) ------------------------
 
     def on_message(self, stream: WebSocketStream, data: bytes | str) -> None:
-        if not isinstance(data, bytes):
+        if not isinstance(data, bytes) or stream is not self._stream:
             return
         try:
             self._receive(data)
@@ -775,34 +890,208 @@ class Session(Handler):
             stream.close(1002, "PROTOCOL_ERROR")
 
     def on_writable(self, stream: WebSocketStream) -> None:
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_result(None)
+        if stream is self._stream:
+            self._release_writers()
 
     def on_closed(self, stream: WebSocketStream) -> None:
-        self._closed_by_peer()
+        if stream is self._stream:
+            self._lost(stream)
 
     def on_open(self, stream: WebSocketStream) -> None:
         pass
 
-    def _closed_by_peer(self) -> None:
-        if self.close_reason is None:
-            code = self._stream.close_code
-            if code == 1009:
-                self.close_reason = errors.FrameTooLargeError("the server closed the session: frame too large")
-            else:
-                detail = f" ({code} {self._stream.close_reason})" if code is not None else ""
-                self.close_reason = errors.SessionClosedError(f"the session is closed{detail}")
-        self.closed = True
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_result(None)
-        for future, _ in self._pending.values():
+    # -- losing a connection, getting one back ------------------------------------------
+
+    def _why_lost(self, stream: WebSocketStream) -> tuple[errors.CanopyError, bool]:
+        """Why the connection ended, and whether that ends the session for good:
+        the client closed it, the client found the server's data broken, the
+        server's CLOSE gave a reason other than :data:`RESUMABLE_CLOSES`, or the
+        server's close code refused what the client sent (:data:`FINAL_CLOSE_CODES`,
+        and 4000-4999, the application's codes)."""
+        if self._closing or self.close_reason is not None:
+            return self.close_reason or errors.SessionClosedError("the session is closed"), True
+        close = self._server_close
+        if close is not None:
+            return errors.SessionClosedError(close.message, close.code), close.code not in RESUMABLE_CLOSES
+        code = stream.close_code
+        if code == 1009:
+            return errors.FrameTooLargeError("the server closed the session: frame too large"), True
+        detail = f" ({code} {stream.close_reason}".rstrip() + ")" if code is not None else ""
+        final = code is not None and (code in FINAL_CLOSE_CODES or 4000 <= code < 5000)
+        return errors.SessionClosedError(f"the session is closed{detail}"), final
+
+    def _lost(self, stream: WebSocketStream) -> None:
+        self._stream = None
+        self._flush_scheduled = False
+        self._release_writers()
+        error, final = self._why_lost(stream)
+        dialer = self._dialer
+        if final or dialer is None or dialer.reconnect_timeout <= 0:
+            self._end(error)
+            return
+        self._interrupt(stream)
+        self._reconnecting = asyncio.ensure_future(self._reconnect(dialer, error))
+
+    def _interrupt(self, stream: WebSocketStream) -> None:
+        """The connection dropped: fail what was in flight on it, tell the subscriptions."""
+        close, code = self._server_close, stream.close_code
+        if close is not None:
+            how = f"the server closed it ({close.code}: {close.message})"
+        elif code is None or code == 1006:
+            how = "it was dropped"
+        else:
+            how = f"it closed with code {code} {stream.close_reason}".rstrip()
+        lost = f"the connection to {self._url or 'the server'} was lost ({how})"
+        interrupted = errors.ConnectionInterruptedError(
+            f"{lost}; the request was in flight: its outcome is unknown"
+        )
+        pending, self._pending = self._pending, {}
+        for future, _ in pending.values():
             if not future.done():
-                future.set_exception(self.close_reason)
-        self._pending.clear()
+                future.set_exception(interrupted)
+        self._protocol.discard()
+        self._resync = None
+        log.info("%s; reconnecting", lost)
+        notice = _new_event(TopicEvent, ("disconnected", "", None, None, None, lost, None, None))
+        for sub in list(self._subscriptions):
+            if not sub._down:
+                sub._down = True
+                sub._notify(notice)
+
+    async def _reconnect(self, dialer: _Dialer, cause: errors.CanopyError) -> None:
+        """Try the URLs in turn (this connection's first), a retry delay with
+        jitter apart, until one takes the session back or the reconnect
+        timeout has passed; then end the session."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + dialer.reconnect_timeout
+        urls = dialer.urls
+        first = urls.index(self._url) if self._url in urls else 0
+        last: BaseException = cause
+        for attempt in itertools.count():
+            if attempt:
+                await asyncio.sleep(min(dialer.retry_delay * random.uniform(0.5, 1.5), max(deadline - loop.time(), 0)))
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            url = urls[(first + attempt) % len(urls)]
+            resume = wire.Resume(self.session_id, self._resume_token)
+            try:
+                opened = await dialer.dial(url, self._protocol, min(dialer.timeout, remaining), resume)
+            except errors.ConnectError as e:
+                last = e
+                continue
+            except errors.CanopyError as e:  # the server refused the HELLO: trying again would not help
+                self._reconnecting = None
+                self._end(errors.SessionClosedError(f"could not reconnect to {url}: {e.message}", e.code))
+                return
+            except Exception as e:  # a bug, not the network: end the session rather than hang it
+                log.exception("reconnecting to %s failed", url)
+                self._reconnecting = None
+                self._end(errors.SessionClosedError(f"could not reconnect to {url}: {type(e).__name__}: {e}"))
+                return
+            self._reconnecting = None
+            self._attach(url, opened)
+            return
+        self._reconnecting = None
+        self._end(errors.SessionClosedError(
+            f"could not reconnect within {dialer.reconnect_timeout:g} s: {last}", "RECONNECT_TIMEOUT"
+        ))
+
+    def _attach(self, url: str, opened: _Opened) -> None:
+        """A new connection: resume the session or go on with a new one, then bring the subscriptions up to date."""
+        stream, welcome = opened.stream, opened.welcome
+        resumed = welcome.resumed and welcome.session_id == self.session_id
+        self._stream, self._url, self._server_close = stream, url, None
+        self._resume_token = welcome.resume_token
+        self.session_id = welcome.session_id
+        self.properties = welcome.properties
+        self.max_frame_size = welcome.max_frame_size
+        self.max_messages = welcome.max_messages
+        self.reconnects += 1
+        log.info("reconnected to %s: %s session %s", url, "resumed" if resumed else "new", self.session_id)
+        previous, self._aliases, self._routes = self._aliases, {}, {}
+        if resumed:
+            resync = self._resync = _Resync(True, welcome.refresh, previous)
+            if not welcome.refresh:
+                self._resynced(resync)
+        else:
+            selectors = list(dict.fromkeys(sub.selector for sub in self._subscriptions))
+            resync = self._resync = _Resync(False, len(selectors), {})
+            for selector in selectors:
+                self._request("subscribe", str(selector)).add_done_callback(
+                    functools.partial(self._resubscribed, resync, selector)
+                )
+            if not selectors:
+                self._resynced(resync)
+        stream.handler = self
+        for m in opened.rest:
+            if self._stream is stream:
+                self._dispatch(m)
+        for data in opened.early:  # anything that came with the WELCOME
+            self.on_message(stream, data)
+        self._schedule_flush()  # the requests that waited, the re-subscriptions
+        if stream.lost.done() and self._stream is stream:  # it went before the session could hear of it
+            self._lost(stream)
+
+    def _resubscribed(self, resync: _Resync, selector: Selector, future: asyncio.Future[Any]) -> None:
+        error = future.exception()
+        if self._resync is not resync:
+            return  # another connection took over (or the session ended)
+        if error is not None and not isinstance(error, errors.ConnectionInterruptedError):
+            assert isinstance(error, errors.CanopyError), error
+            for sub in [s for s in self._subscriptions if s.selector == selector]:
+                self._subscriptions.remove(sub)
+                sub._end(error)
+            self._reroute()
+        resync.remaining -= 1
+        if resync.remaining <= 0:
+            self._resynced(resync)
+
+    def _resynced(self, resync: _Resync) -> None:
+        """The refresh is complete: topics not announced again went while the
+        session was away; every subscription that was told of the disconnection
+        is told it is over."""
+        if self._resync is not resync:
+            return
+        self._resync = None
+        for path in [p for p in self._known if p not in resync.seen]:
+            gone = self._known.pop(path)
+            self._fan_out(_new_event(TopicEvent, (
+                "unsubscribed", path, gone.spec.type, None, gone.spec, GONE_WHILE_DISCONNECTED, None, None
+            )))
+        how = RESUMED if resync.resumed else NEW_SESSION
+        notice = _new_event(TopicEvent, ("reconnected", "", None, self.session_id, None, how, None, None))
+        for sub in list(self._subscriptions):
+            if sub._down:
+                sub._down = False
+                sub._notify(notice)
+
+    def _end(self, error: errors.CanopyError) -> None:
+        """The session is over: every request fails with ``error`` and every
+        subscription ends with it (without an error when the client closed it)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.close_reason is None:
+            self.close_reason = error
+        error = self.close_reason
+        self._stream = None
+        self._resync = None
+        task, self._reconnecting = self._reconnecting, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        self._release_writers()
+        pending, self._pending = self._pending, {}
+        for future, _ in pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self._protocol.discard()
         ended_by_client = self._closing
         for sub in self._subscriptions:
-            sub._end(None if ended_by_client else self.close_reason)
+            sub._end(None if ended_by_client else error)
         self._subscriptions.clear()
+
+    # -- what the server sends ------------------------------------------------------------
 
     def _receive(self, data: bytes) -> None:
         aliases, routes_of = self._aliases, self._routes
@@ -839,15 +1128,13 @@ class Session(Handler):
                 future, convert = pending
                 future.set_result(convert(m.result) if convert is not None else m.result)
         elif isinstance(m, wire.Subscribed):
-            spec = TopicSpecification.of(m.type, dict(m.properties))
-            value = self._decode(spec, m.value) if m.value is not None else None
-            self._aliases[m.alias] = _Topic(m.path, spec, value)
-            self._route(m.alias, m.path)
-            self._fan_out(TopicEvent("subscribed", m.path, spec.type, value, spec))
+            self._subscribed(m)
         elif isinstance(m, wire.Unsubscribed):
             gone = self._aliases.pop(m.alias, None)
             self._routes.pop(m.alias, None)
             if gone is not None:
+                if self._known.get(gone.path) is gone:
+                    del self._known[gone.path]
                 self._fan_out(
                     TopicEvent("unsubscribed", gone.path, gone.spec.type, None, gone.spec, m.reason)
                 )
@@ -860,25 +1147,66 @@ class Session(Handler):
                 log.warning("server error: %s", error)
                 self.errors.append(error)
         elif isinstance(m, wire.Event):
-            topic = self._aliases.get(m.alias)
-            if topic is not None and topic.spec.event_type is not None:
-                original = (
-                    EventMetadata(m.original_sequence, m.original_timestamp or 0, m.original_author or "")
-                    if m.original_sequence is not None
-                    else None
-                )
-                value = values.decode(topic.spec.event_type, m.value)
-                event = TimeSeriesEvent(m.sequence, m.timestamp, m.author, value, original)
-                topic.value = value
-                routes = self._routes.get(m.alias)
-                if routes:
-                    notice = TopicEvent("value", topic.path, topic.spec.type, value, topic.spec, event=event)
-                    for sub in routes:
-                        sub._put(notice)
+            self._event(m)
+            resync = self._resync
+            if resync is not None and resync.resumed:
+                self._refreshed(resync)
         elif isinstance(m, wire.Close):
-            self.close_reason = errors.SessionClosedError(m.message, m.code)
+            self._server_close = m
         elif isinstance(m, wire.Malformed):
             log.warning("malformed message from server: %s", m.reason)
+
+    def _event(self, m: wire.Event) -> None:
+        """A time series event; one seen already (before a reconnection) is not delivered again."""
+        topic = self._aliases.get(m.alias)
+        if topic is None or topic.spec.event_type is None or m.sequence <= topic.sequence:
+            return
+        original = (
+            EventMetadata(m.original_sequence, m.original_timestamp or 0, m.original_author or "")
+            if m.original_sequence is not None
+            else None
+        )
+        value = values.decode(topic.spec.event_type, m.value)
+        event = TimeSeriesEvent(m.sequence, m.timestamp, m.author, value, original)
+        topic.value = value
+        topic.sequence = m.sequence
+        routes = self._routes.get(m.alias)
+        if routes:
+            notice = TopicEvent("value", topic.path, topic.spec.type, value, topic.spec, event=event)
+            for sub in routes:
+                sub._put(notice)
+
+    def _subscribed(self, m: wire.Subscribed) -> None:
+        """A topic announced: new to the subscriptions, or (after a reconnection)
+        one they knew, whose current value they are given again."""
+        spec = TopicSpecification.of(m.type, dict(m.properties))
+        value = self._decode(spec, m.value) if m.value is not None else None
+        topic = _Topic(m.path, spec, value)
+        self._aliases[m.alias] = topic
+        self._route(m.alias, m.path)
+        old = self._known.get(m.path)
+        self._known[m.path] = topic
+        resync = self._resync
+        if old is None:
+            self._fan_out(TopicEvent("subscribed", m.path, spec.type, value, spec))
+        elif old.spec != spec:  # replaced while we were away
+            self._fan_out(TopicEvent("unsubscribed", m.path, old.spec.type, None, old.spec, "REMOVED"))
+            self._fan_out(TopicEvent("subscribed", m.path, spec.type, value, spec))
+        elif spec.type is TopicType.TIME_SERIES:
+            if resync is not None and resync.previous.get(m.alias) is old:
+                topic.sequence = old.sequence  # the same series: only the events not seen yet follow
+        elif value is not None:
+            self._fan_out(TopicEvent("value", m.path, spec.type, value, spec))
+        if resync is not None:
+            resync.seen.add(m.path)
+            if resync.resumed:
+                self._refreshed(resync)
+
+    def _refreshed(self, resync: _Resync) -> None:
+        """One more message of a resumed session's refresh."""
+        resync.remaining -= 1
+        if resync.remaining <= 0:
+            self._resynced(resync)
 
     @staticmethod
     def _decode(spec: TopicSpecification, data: bytes) -> Any:
@@ -897,13 +1225,13 @@ class Session(Handler):
         sub = Subscription(self, selector, hub_root, callback)
         # topics this session already receives through another selector are
         # not announced again by the server: replay them locally
-        for topic in self._aliases.values():
+        for topic in self._known.values():
             if selector.matches(topic.path):
                 sub._put(TopicEvent("subscribed", topic.path, topic.spec.type, topic.value, topic.spec))
         self._subscriptions.append(sub)
         self._reroute()
         try:
-            await self._call("subscribe", str(selector))
+            await self._call_again("subscribe", str(selector))
         except BaseException:
             if sub in self._subscriptions:
                 self._subscriptions.remove(sub)
@@ -914,11 +1242,19 @@ class Session(Handler):
     # -- lifecycle ---------------------------------------------------------------
 
     async def close(self) -> None:
+        """End the session (at once on the server too); closing a closed session does nothing."""
         if not self.closed:
             self._closing = True
             self.close_reason = errors.SessionClosedError("the session was closed by the client")
-            await self._stream.aclose(1000)
-        await self._stream.lost
+            task = self._reconnecting
+            stream = self._stream
+            if stream is not None:
+                await stream.aclose(1000)
+                await stream.lost
+            self._end(self.close_reason)
+            if task is not None and task is not asyncio.current_task():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def __aenter__(self) -> Session:
         return self
@@ -927,20 +1263,86 @@ class Session(Handler):
         await self.close()
 
 
+class _Opened(NamedTuple):
+    """A connection whose HELLO was welcomed, and what came with the WELCOME."""
+
+    stream: WebSocketStream
+    welcome: wire.Welcome
+    rest: list[wire.Message | wire.Malformed]  # after the WELCOME, in its frame
+    early: list[bytes | str]  # frames after it
+
+
+@dataclass(frozen=True)
+class _Dialer:
+    """Where a session's server is, who the session is, and how patiently to reconnect."""
+
+    urls: tuple[str, ...]
+    principal: str | None
+    password: str | None
+    properties: dict[str, str]
+    timeout: float
+    context: ssl.SSLContext | None  # for wss:// URLs
+    reconnect_timeout: float
+    retry_delay: float
+
+    async def dial(
+        self, url: str, protocol: wire.ClientProtocol, timeout: float, resume: wire.Resume | None = None
+    ) -> _Opened:
+        """Connect to ``url`` and say HELLO (asking to resume ``resume``).
+
+        :class:`~canopy.errors.ConnectError` when the server cannot be reached
+        or does not answer in ``timeout`` seconds; the error the server
+        answered the HELLO with (``AuthenticationError``...) when it refused.
+        """
+        hello = protocol.hello(self.principal, self.password, self.properties, resume)
+        secure = url.lower().startswith("wss:")
+        try:
+            stream = await asyncio.wait_for(
+                transport.connect(url, ssl_context=self.context if secure else None), timeout
+            )
+        except ssl.SSLError as e:
+            raise errors.ConnectError(f"cannot connect to {url}: {transport.tls_failure(e)}") from None
+        except (OSError, TimeoutError, transport.InvalidHandshake, transport.InvalidURI) as e:
+            hint = ""
+            if isinstance(e, transport.InvalidHandshake) and not secure:
+                hint = " (if the server serves TLS, use wss://)"
+            elif isinstance(e, ConnectionResetError) and secure:  # only the TLS handshake was under way
+                hint = " during the TLS handshake (does the server serve wss://?)"
+            detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            raise errors.ConnectError(f"cannot connect to {url}: {detail}{hint}") from None
+        try:
+            stream.send(hello)
+            data = await asyncio.wait_for(transport.first_message(stream), timeout)
+            messages = protocol.receive(data) if isinstance(data, bytes) else []
+        except (ConnectionError, TimeoutError, wire.ProtocolError) as e:
+            await stream.aclose()
+            raise errors.ConnectError(f"handshake with {url} failed: {type(e).__name__}: {e}") from None
+        except BaseException:
+            stream.abort()
+            raise
+        first = messages[0] if messages else None
+        if isinstance(first, wire.Error):
+            await stream.aclose()
+            raise errors.error_for(first.code, first.message)
+        if not isinstance(first, wire.Welcome):
+            await stream.aclose()
+            raise errors.ConnectError(f"handshake with {url} failed: unexpected reply")
+        return _Opened(stream, first, messages[1:], transport.take_messages(stream))
+
+
 class _Connect:
     """What :func:`connect` returns: await it, or use it with ``async with``."""
 
-    def __init__(self, url: str, principal: str | None, password: str | None,
-                 properties: dict[str, str] | None, hub_root: str | None, timeout: float,
-                 ca_file: str | os.PathLike[str] | None = None) -> None:
-        self._args = (url, principal, password, properties, hub_root, timeout, ca_file)
+    def __init__(self, dialer: _Dialer, hub_root: str | None) -> None:
+        self._dialer = dialer
+        self._hub_root = hub_root
         self._session: Session | None = None
 
     def __await__(self) -> Generator[Any, None, Session]:
-        return _open(*self._args).__await__()
+        return _open(self._dialer, self._hub_root).__await__()
 
     async def __aenter__(self) -> Session:
-        self._session = await _open(*self._args)
+        self._session = await _open(self._dialer, self._hub_root)
         return self._session
 
     async def __aexit__(self, *exc: object) -> None:
@@ -949,7 +1351,7 @@ class _Connect:
 
 
 def connect(
-    url: str = DEFAULT_URL,
+    url: str | Sequence[str] = DEFAULT_URL,
     principal: str | None = None,
     password: str | None = None,
     properties: dict[str, str] | None = None,
@@ -957,70 +1359,103 @@ def connect(
     hub_root: str | None = None,
     timeout: float = 10.0,
     ca_file: str | os.PathLike[str] | None = None,
+    reconnect_timeout: float = 60.0,
+    retry_delay: float = 0.5,
 ) -> _Connect:
     """Open a session: ``async with canopy.connect(url) as session: ...``.
 
-    A ``wss://`` server must present a certificate for the URL's host that
-    the CA certificates in ``ca_file`` (PEM) sign, or without ``ca_file`` one
-    the system trusts; otherwise :class:`~canopy.errors.ConnectError` says
-    what is wrong with it. ``ca_file`` is not used for ``ws://`` URLs.
+    ``url`` is one URL or a list of them, any of which serves the session:
+    connecting tries them in order until one answers. ``timeout`` bounds
+    each attempt. A ``wss://`` server must present a certificate for the
+    URL's host that the CA certificates in ``ca_file`` (PEM) sign, or without
+    ``ca_file`` one the system trusts; otherwise
+    :class:`~canopy.errors.ConnectError` says what is wrong with it.
+    ``ca_file`` is not used for ``ws://`` URLs.
+
+    **Reconnecting.** When the connection drops, the session reconnects for
+    up to ``reconnect_timeout`` seconds (0: never; the session ends with the
+    connection), trying the URLs in turn from the one it had, ``retry_delay``
+    seconds apart (with jitter: 0.5 to 1.5 times that). Meanwhile:
+
+    * requests that were in flight fail with
+      :class:`~canopy.errors.ConnectionInterruptedError`: their outcome is
+      unknown (a ``set`` may or may not have been applied). ``subscribe``
+      and ``unsubscribe`` are made again instead, being safe to repeat;
+    * requests made while disconnected wait for the next connection;
+    * every subscription yields a ``disconnected`` event (with callbacks too).
+
+    On the next connection the session is *resumed* when the server still
+    has it (same session id, properties and subscriptions; it keeps a session
+    ``session_grace_ms`` after its connection dropped), else a new one is
+    opened with the same principal, password and properties, and every
+    selector subscribed again. Either way each subscription is then told the
+    current state: a ``value`` event with the current value for each topic
+    it knew (for a TIME_SERIES topic, the events of its subscription range
+    not seen yet), ``subscribed`` for topics that appeared and
+    ``unsubscribed`` (reason ``DISCONNECTED``) for those that went, and then
+    a ``reconnected`` event (reason ``RESUMED`` or ``NEW_SESSION``).
+    Requests made while disconnected are sent as soon as the server has
+    welcomed the session.
+
+    The session ends for good — every waiting request and every
+    subscription ends with :class:`~canopy.errors.SessionClosedError` — when
+    the reconnect timeout passes (code ``RECONNECT_TIMEOUT``), when the
+    server refuses the new HELLO (e.g. ``AUTHENTICATION_FAILED``: a changed
+    password), or when the server ends the session on purpose: a CLOSE for
+    anything but ``SERVER_SHUTDOWN`` (``QUEUE_LIMIT``, ``PROTOCOL_ERROR``),
+    or a close code that refuses what the client sent (1002, 1003, 1007,
+    1008, 1009, 1010, 4000-4999). A gateway that shuts down (``SERVER_SHUTDOWN``)
+    took the session with it; the client opens a new one, there or elsewhere.
     """
-    return _Connect(url, principal, password, properties, hub_root, timeout, ca_file)
-
-
-async def _open(url: str, principal: str | None, password: str | None,
-                properties: dict[str, str] | None, hub_root: str | None, timeout: float,
-                ca_file: str | os.PathLike[str] | None = None) -> Session:
+    urls = (url,) if isinstance(url, str) else tuple(url)
+    if not urls or not all(isinstance(u, str) for u in urls):
+        raise errors.InvalidRequestError("url must be a URL or a non-empty list of URLs")
+    for what, seconds in (("reconnect_timeout", reconnect_timeout), ("retry_delay", retry_delay), ("timeout", timeout)):
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds >= 0:
+            raise errors.InvalidRequestError(f"{what} must be a number of seconds, at least 0; got {seconds!r}")
     for key, value in (properties or {}).items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise errors.InvalidPropertiesError("session properties must map strings to strings")
-    protocol = wire.ClientProtocol()
-    try:  # before connecting: a HELLO that cannot be encoded never leaves
-        hello = protocol.hello(principal, password, properties)
-    except (UnicodeEncodeError, TypeError, ValueError) as e:
-        raise errors.InvalidRequestError(
-            f"the principal, password and properties must be text that UTF-8 can encode ({type(e).__name__})"
-        ) from None
-    secure = url.lower().startswith("wss:")
     context = None
-    if ca_file is not None and secure:
+    if ca_file is not None and any(u.lower().startswith("wss:") for u in urls):
         try:
             context = transport.client_context(ca_file)
         except OSError as e:  # an ssl.SSLError: the file holds no certificate
             problem = "it holds no PEM certificate" if isinstance(e, ssl.SSLError) else e.strerror or str(e)
             raise errors.ConnectError(f"cannot use the CA file {os.fspath(ca_file)}: {problem}") from None
-    try:
-        stream = await asyncio.wait_for(transport.connect(url, ssl_context=context), timeout)
-    except ssl.SSLError as e:
-        raise errors.ConnectError(f"cannot connect to {url}: {transport.tls_failure(e)}") from None
-    except (OSError, TimeoutError, transport.InvalidHandshake, transport.InvalidURI) as e:
-        hint = ""
-        if isinstance(e, transport.InvalidHandshake) and not secure:
-            hint = " (if the server serves TLS, use wss://)"
-        elif isinstance(e, ConnectionResetError) and secure:  # only the TLS handshake was under way
-            hint = " during the TLS handshake (does the server serve wss://?)"
-        detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-        raise errors.ConnectError(f"cannot connect to {url}: {detail}{hint}") from None
-    try:
-        stream.send(hello)
-        data = await asyncio.wait_for(transport.first_message(stream), timeout)
-        messages = protocol.receive(data) if isinstance(data, bytes) else []
-    except (ConnectionError, TimeoutError, wire.ProtocolError) as e:
-        await stream.aclose()
-        raise errors.ConnectError(f"handshake with {url} failed: {type(e).__name__}: {e}") from None
-    except BaseException:
-        stream.abort()
-        raise
-    first = messages[0] if messages else None
-    if isinstance(first, wire.Error):
-        await stream.aclose()
-        raise errors.error_for(first.code, first.message)
-    if not isinstance(first, wire.Welcome):
-        await stream.aclose()
-        raise errors.ConnectError(f"handshake with {url} failed: unexpected reply")
-    session = Session(stream, protocol, first, hub_root)
-    early = transport.take_messages(stream)
-    stream.handler = session
-    for data in early:  # anything that came with the WELCOME
-        session.on_message(stream, data)
-    return session
+    dialer = _Dialer(
+        urls, principal, password, dict(properties or {}), float(timeout), context,
+        float(reconnect_timeout), float(retry_delay),
+    )
+    return _Connect(dialer, hub_root)
+
+
+async def _open(dialer: _Dialer, hub_root: str | None) -> Session:
+    """A new session on the first of the dialer's URLs that takes it."""
+    protocol = wire.ClientProtocol()
+    try:  # before connecting: a HELLO that cannot be encoded never leaves
+        protocol.hello(dialer.principal, dialer.password, dialer.properties)
+    except (UnicodeEncodeError, TypeError, ValueError) as e:
+        raise errors.InvalidRequestError(
+            f"the principal, password and properties must be text that UTF-8 can encode ({type(e).__name__})"
+        ) from None
+    failure: errors.ConnectError | None = None
+    for url in dialer.urls:
+        try:
+            opened = await dialer.dial(url, protocol, dialer.timeout)
+        except errors.ConnectError as e:
+            failure = e
+            continue
+        session = Session(opened.stream, protocol, opened.welcome, hub_root, dialer, url)
+        opened.stream.handler = session
+        for m in opened.rest:
+            session._dispatch(m)
+        for data in opened.early:  # anything that came with the WELCOME
+            session.on_message(opened.stream, data)
+        if opened.stream.lost.done() and session._stream is opened.stream:
+            session._lost(opened.stream)  # it went before the session could hear of it
+        return session
+    assert failure is not None
+    if len(dialer.urls) > 1:
+        raise errors.ConnectError(f"none of {len(dialer.urls)} URLs answered; the last: {failure.message}")
+    raise failure

@@ -29,7 +29,9 @@ handle::
     ├── UnknownOperationError        UNKNOWN_OPERATION
     ├── ProtocolViolationError       PROTOCOL_ERROR, UNSUPPORTED_VERSION
     ├── UnavailableError             UNAVAILABLE (a partition is down)
-    ├── SessionClosedError           the session ended (``reason`` says why)
+    ├── SessionClosedError           the session ended (``code`` says why)
+    ├── ConnectionInterruptedError   CONNECTION_INTERRUPTED: the connection dropped
+    │                                while the request was in flight; the session goes on
     └── ConnectError                 could not connect or handshake
 """
 
@@ -180,6 +182,20 @@ class SessionClosedError(CanopyError):
     code = "SESSION_CLOSED"
 
 
+class ConnectionInterruptedError(CanopyError):
+    """The connection dropped while this request was in flight.
+
+    Its outcome is unknown: the server may have carried it out (a ``set``
+    applied, a topic added) or not, and its answer is lost. The session
+    itself goes on: the client reconnects (resuming the session where the
+    server still has it), so a request may be made again — check first when
+    doing it twice would matter. Not a :class:`SessionClosedError`: when the
+    client cannot reconnect, the session ends and *that* error follows.
+    """
+
+    code = "CONNECTION_INTERRUPTED"
+
+
 class ConnectError(CanopyError):
     code = "CONNECT_FAILED"
 
@@ -215,6 +231,7 @@ _BY_CODE: dict[str, type[CanopyError]] = {
         ProtocolViolationError,
         UnavailableError,
         SessionClosedError,
+        ConnectionInterruptedError,
         ConnectError,
     ]
 }

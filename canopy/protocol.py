@@ -1,4 +1,4 @@
-"""The canopy wire protocol (version 2), sans I/O.
+"""The canopy wire protocol (version 3), sans I/O.
 
 canopy speaks over WebSocket. Every WebSocket message is a *binary frame*
 holding one msgpack array of *messages*; a sender may batch any number of
@@ -10,10 +10,12 @@ whose first element is the message type:
 code   message         fields after the code
 =====  ==============  ======================================================
 0      HELLO           version, principal (str|nil), password (str|nil),
-                       properties (map str→str)                     c → s
+                       properties (map str→str), resume ([session
+                       id, resume token] | nil; may be left out)    c → s
 1      WELCOME         version, session id, session properties (map),
                        max frame size (int), OpenAjax root (str),
-                       max messages per frame (int)                  s → c
+                       max messages per frame (int), resume token
+                       (str), resumed (bool), refresh (int)          s → c
 2      REQUEST         correlation id (int > 0), operation (str), args (array)
 3      RESPONSE        correlation id, result                        s → c
 4      ERROR           correlation id (int, 0 when none applies), code (str),
@@ -30,13 +32,41 @@ code   message         fields after the code
 
 The first frame from the client must hold exactly one HELLO; the server
 answers WELCOME, or ERROR (correlation id 0) and closes. The server refuses
-a version it does not speak. After that the client sends REQUESTs; each gets
+a version it does not speak (``UNSUPPORTED_VERSION``): of a HELLO or WELCOME
+of another version only the version is read, whatever its other fields. After that the client sends REQUESTs; each gets
 exactly one RESPONSE or ERROR carrying its correlation id. Topic
 notifications (SUBSCRIBED, VALUE, UNSUBSCRIBED) arrive in the same stream:
 a SUBSCRIBED gives the path and specification once, later messages name the
 topic by its alias. CLOSE tells the client why the server ends the session
-(e.g. ``QUEUE_LIMIT`` for a consumer too slow for a topic with CONFLATION
-off) just before the WebSocket closes.
+just before the WebSocket closes: ``QUEUE_LIMIT`` (a consumer too slow for a
+topic with CONFLATION off, or over its byte budget) and ``PROTOCOL_ERROR``
+end it for what the client did; ``SERVER_SHUTDOWN`` says the gateway stops
+(the session is gone; a client may open a new one, there or elsewhere).
+
+*Resuming* (version 3). Every WELCOME carries the session's *resume token*,
+a random secret the gateway made when it opened the session. A connection
+that drops without a WebSocket close from the client (code 1000 or 1001)
+leaves the session on its gateway for ``session_grace_ms``: its
+subscriptions stay and updates are queued for it (within its byte budget;
+over it the session is ended). A HELLO whose *resume* names that session and
+its token, and whose principal authenticates (as any HELLO's) as the
+session's principal, reattaches the session to the new connection (a
+connection the gateway still holds for it is dropped): the WELCOME says
+``resumed`` (true), with the same session id and the session's properties
+(those of the HELLO are ignored). A refused resume (unknown or expired
+session, wrong token, another principal) is no error: the WELCOME opens a
+new session (``resumed`` false, ``refresh`` 0).
+
+What was queued for the dead connection is dropped, and so are the answers
+to the requests it carried (their outcome is unknown to the client).
+Instead, the WELCOME of a resumed session is followed, before anything
+else, by ``refresh`` messages: a SUBSCRIBED for every topic the session is
+subscribed to, under its alias, with its current value, a TIME_SERIES
+topic's followed by the EVENTs its subscription range selects. A client
+tells the refresh from what comes after by counting; a topic it knew that
+is not among them went while it was away. After the grace
+period the session is closed as if its client had closed it; a client that
+closes the WebSocket itself ends its session at once.
 
 Values travel as the bytes the broker stores: one CBOR item for STRING,
 INT64, DOUBLE and JSON topics, raw bytes for BINARY. In requests a value is
@@ -126,7 +156,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-PROTOCOL_VERSION = 2  # 2: WELCOME says how many messages a frame may carry
+PROTOCOL_VERSION = 3  # 2: WELCOME says how many messages a frame may carry; 3: sessions resume
 FRAME_OVERHEAD = 5  # the largest msgpack array header
 HELLO, WELCOME, REQUEST, RESPONSE, ERROR, SUBSCRIBED, VALUE, UNSUBSCRIBED, CLOSE, EVENT = range(10)
 OPERATIONS = frozenset(
@@ -189,11 +219,19 @@ def _unencodable(args: tuple[Any, ...], error: Exception) -> str:
     return str(error)
 
 
+class Resume(NamedTuple):
+    """What a HELLO names to resume: a session and the token its WELCOME gave."""
+
+    session_id: str
+    token: str
+
+
 class Hello(NamedTuple):
     version: int
     principal: str | None
     password: str | None
     properties: dict[str, str]
+    resume: Resume | None = None
 
 
 class Welcome(NamedTuple):
@@ -203,6 +241,12 @@ class Welcome(NamedTuple):
     max_frame_size: int
     hub_root: str
     max_messages: int = 1000
+    #: the secret a later HELLO gives to resume this session
+    resume_token: str = ""
+    #: whether this WELCOME reattached an existing session
+    resumed: bool = False
+    #: how many messages (SUBSCRIBED, EVENT) follow at once as a resumed session's refresh
+    refresh: int = 0
 
 
 class Request(NamedTuple):
@@ -366,8 +410,8 @@ def _str_map(value: Any, what: str) -> dict[str, str]:
 
 
 _ARITY = {
-    HELLO: 5,
-    WELCOME: 7,
+    HELLO: 6,
+    WELCOME: 10,
     REQUEST: 4,
     RESPONSE: 3,
     ERROR: 4,
@@ -386,7 +430,10 @@ def _decode_one(item: Any) -> Message:
     arity = _ARITY.get(code) if isinstance(code, int) and not isinstance(code, bool) else None
     if arity is None:
         raise ValueError(f"unknown message type {code!r}")
-    if len(item) != arity:
+    if code in (HELLO, WELCOME) and len(item) > 1 and type(item[1]) is int and item[1] != PROTOCOL_VERSION:
+        # another version's handshake: only its version is read, so that the answer can say so
+        return Hello(item[1], None, None, {}) if code == HELLO else Welcome(item[1], "", {}, 0, "")
+    if len(item) != arity and not (code == HELLO and len(item) == arity - 1):  # a HELLO may leave out resume
         raise ValueError(f"message type {code} has {arity - 1} fields, got {len(item) - 1}")
     if code == REQUEST:
         cid = _expect(item[1], int, "correlation id")
@@ -419,8 +466,12 @@ def _decode_one(item: Any) -> Message:
             _expect(item[2], (str, type(None)), "principal"),
             _expect(item[3], (str, type(None)), "password"),
             _str_map(item[4], "properties"),
+            _resume(item[5] if len(item) > 5 else None),
         )
     if code == WELCOME:
+        refresh = _expect(item[9], int, "refresh")
+        if refresh < 0:
+            raise ValueError("refresh may not be negative")
         return Welcome(
             _expect(item[1], int, "version"),
             _expect(item[2], str, "session id"),
@@ -428,6 +479,9 @@ def _decode_one(item: Any) -> Message:
             _expect(item[4], int, "max frame size"),
             _expect(item[5], str, "root"),
             _expect(item[6], int, "max messages per frame"),
+            _expect(item[7], str, "resume token"),
+            _expect(item[8], bool, "resumed"),
+            refresh,
         )
     if code == EVENT:
         return Event(
@@ -441,6 +495,15 @@ def _decode_one(item: Any) -> Message:
             _expect(item[8], (str, type(None)), "original author"),
         )
     return Close(_expect(item[1], str, "code"), _expect(item[2], str, "message"))
+
+
+def _resume(value: Any) -> Resume | None:
+    if value is None:
+        return None
+    _expect(value, list, "resume")
+    if len(value) != 2 or not all(isinstance(v, str) for v in value):
+        raise ValueError("resume must be [session id, resume token] (two strings) or nil")
+    return Resume(value[0], value[1])
 
 
 def unpack_frame(data: bytes) -> list[Any]:
@@ -504,8 +567,17 @@ class ClientProtocol:
         principal: str | None = None,
         password: str | None = None,
         properties: dict[str, str] | None = None,
+        resume: Resume | None = None,
     ) -> bytes:
-        return frame([encode(Hello(PROTOCOL_VERSION, principal, password, dict(properties or {})))])
+        """The HELLO frame; with ``resume``, it asks to resume that session."""
+        return frame([encode(Hello(PROTOCOL_VERSION, principal, password, dict(properties or {}), resume))])
+
+    def discard(self) -> None:
+        """Drop the requests queued and not yet sent (their connection is gone);
+        correlation ids go on from where they were, so answers meant for an
+        old connection never match a new request."""
+        self._outgoing = []
+        self.welcomed = None
 
     def request(self, op: str, *args: Any, max_size: int | None = None) -> int:
         """Queue a request and return its correlation id.

@@ -12,6 +12,13 @@ The session runs on an event loop in a background thread; every method
 blocks until the server has answered (``timeout`` seconds at most, then
 :class:`TimeoutError`). Events a subscription receives are buffered while the
 caller is not iterating.
+
+The session reconnects as the asyncio one does (see :func:`canopy.connect`):
+subscriptions yield ``disconnected`` and ``reconnected`` events, a request
+that was in flight when the connection dropped raises
+:class:`~canopy.errors.ConnectionInterruptedError`, and one made while the
+session is disconnected waits for the next connection (within ``timeout``,
+like any other).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from canopy.client import (
@@ -184,8 +191,6 @@ class SyncSession:
     def __init__(self, runner: _Loop, session: Session, timeout: float | None) -> None:
         self._runner = runner
         self._session = session
-        self.session_id = session.session_id
-        self.properties = session.properties
         self.topics = SyncTopics(runner, session, timeout)
         self.time_series = SyncTimeSeries(runner, session, timeout)
         self.hub = SyncHub(runner, session, timeout)
@@ -196,6 +201,19 @@ class SyncSession:
         self.sessions = _Blocking(runner, session.sessions, timeout)
         self.views = _Blocking(runner, session.views, timeout)
         self.server = _Blocking(runner, session.server, timeout)
+
+    @property
+    def session_id(self) -> str:
+        """The server's session now (another after a reconnection that could not resume it)."""
+        return self._session.session_id
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return self._session.properties
+
+    @property
+    def connected(self) -> bool:
+        return self._session.connected
 
     @property
     def closed(self) -> bool:
@@ -215,7 +233,7 @@ class SyncSession:
 
 
 def connect_sync(
-    url: str = DEFAULT_URL,
+    url: str | Sequence[str] = DEFAULT_URL,
     principal: str | None = None,
     password: str | None = None,
     properties: dict[str, str] | None = None,
@@ -223,12 +241,19 @@ def connect_sync(
     hub_root: str | None = None,
     timeout: float | None = 30.0,
     ca_file: str | os.PathLike[str] | None = None,
+    reconnect_timeout: float = 60.0,
+    retry_delay: float = 0.5,
 ) -> SyncSession:
-    """Open a blocking session (see the module docstring; ``ca_file`` as for :func:`canopy.connect`)."""
+    """Open a blocking session (see the module docstring; ``url`` (one or a
+    list), ``ca_file``, ``reconnect_timeout`` and ``retry_delay`` as for
+    :func:`canopy.connect`)."""
     runner = _Loop()
 
     async def open_session() -> Session:
-        return await connect(url, principal, password, properties, hub_root=hub_root, ca_file=ca_file)
+        return await connect(
+            url, principal, password, properties, hub_root=hub_root, ca_file=ca_file,
+            reconnect_timeout=reconnect_timeout, retry_delay=retry_delay,
+        )
 
     try:
         session = runner.run(open_session(), timeout)

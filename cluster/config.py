@@ -82,6 +82,16 @@ def _topic_path(value: str) -> str | None:
     return None
 
 
+def _fsync_policy(value: str) -> str | None:
+    from replication.journal import FsyncPolicy  # a leaf module: no Ray
+
+    try:
+        FsyncPolicy.parse(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def _password(value: str) -> str | None:
     return None if len(value) >= 8 else "must have at least 8 characters"
 
@@ -156,6 +166,20 @@ class ServerConfig:
     )
     max_protocol_errors: int = setting(
         100, "protocol errors a session may make before it is closed", low=1, high=1_000_000
+    )
+    session_grace_ms: int = setting(
+        30_000, "how long a session whose connection dropped (no clean close by its client) is kept for the "
+        "client to resume it: its subscriptions stay and updates are queued for it within session_buffer; "
+        "0 ends it at once", low=0, high=3_600_000, metavar="MS",
+    )
+    journal_fsync: str = setting(
+        "interval:100", "when the journal forces written changes to disk: always (before each answer), "
+        "interval:<ms> or never; under every policy a change reaches the operating system before it is "
+        "acknowledged, so a killed process loses nothing", check=_fsync_policy, metavar="POLICY",
+    )
+    snapshot_every: int = setting(
+        100_000, "journaled changes after which a partition writes a snapshot (bounding what a restart replays)",
+        low=100, high=1_000_000_000, metavar="CHANGES",
     )
     tls_cert: str | None = setting(
         None, "certificate chain (PEM) for wss://; with tls_key the gateways serve TLS only", shown="none",

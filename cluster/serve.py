@@ -16,12 +16,15 @@ The steps, each of which either completes or leaves nothing behind:
 5. the controller starts partitions and gateways, all or nothing.
 
 Then it supervises: every :data:`HEALTH_INTERVAL` it asks the controller
-which serving actor died (partitions, gateways, the view evaluator, the
-session tree actor). Nothing brings one back yet, so when one dies, or the
-controller itself, serve prints one line naming it, records ``"state":
-"failed"`` and the reason in ``server.json`` (kept after exit), shuts
-everything down and exits with status :data:`EXIT_FAILED`; it never goes on
-claiming to serve. Ctrl-C (SIGINT) or SIGTERM shuts every actor down, then
+what happened to the serving actors (partitions, gateways, the view
+evaluator, the session tree actor). Ray restarts one that crashes and the
+controller brings it back into the instance (a partition recovers its
+topics from its journal); serve prints a line for the crash and one for the
+recovery. When one cannot come back (dead for good, crashing in a loop, or
+failing to start again), or the controller itself dies, serve prints one
+line naming it, records ``"state": "failed"`` and the reason in
+``server.json`` (kept after exit), shuts everything down and exits with
+status :data:`EXIT_FAILED`; it never goes on claiming to serve. Ctrl-C (SIGINT) or SIGTERM shuts every actor down, then
 Ray (when it was embedded), removes ``server.json`` and exits with status 0.
 A refused start exits with status 1 (:mod:`cluster.cli`).
 
@@ -360,7 +363,7 @@ def _run(
         if failure is None:
             out("canopy: shutting down")
             return 0
-        out(f"canopy: {failure}; canopy stops (nothing brings it back yet)")
+        out(f"canopy: {failure}; canopy stops")
         sys.stdout.flush()
         record.fail(failure)
         return EXIT_FAILED
@@ -404,8 +407,20 @@ def _supervise(
         except Exception as e:
             return f"the controller failed: {type(e).__name__}: {e}", True
         unavailable_since = None
+        for d in dead:
+            if d["event"] == "crashed":
+                out(f"canopy: {d['name']} ({d['actor']}) crashed: {d['reason']}; Ray restarts it")
+            elif d["event"] == "recovered":
+                out(f"canopy: {d['name']} ({d['actor']}) is back and serving")
+        final = [d for d in dead if d["event"] in ("dead", "failed")]
+        if final:
+            return "; ".join(
+                f"{d['name']} ({d['actor']}) {'died' if d['event'] == 'dead' else 'could not be brought back'}: "
+                f"{d['reason']}"
+                for d in final
+            ), True
         if dead:
-            return "; ".join(f"{d['name']} ({d['actor']}) died: {d['reason']}" for d in dead), True
+            sys.stdout.flush()
         if guard is not None and guard.poll() is not None:
             out(
                 f"canopy: warning: the watchdog exited (status {guard.returncode}); "

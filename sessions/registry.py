@@ -37,6 +37,13 @@ The driver (the gateway actor) sends the registrations these methods return
 to the partitions, feeds partition events (:mod:`topics.protocol`) to
 :meth:`on_events`, and drains :meth:`take_dirty` and :meth:`take_closing` to
 wake writers and end sessions.
+
+**Connections come and go.** The registry knows nothing of them: a session
+whose connection dropped stays registered, subscribed and queued for (its
+byte budget still applies) until the driver closes it. When the driver gives
+the session a new connection, :meth:`refresh` drops what was queued for the
+old one (messages that may or may not have reached the client) and queues
+the session's current state instead.
 """
 
 from __future__ import annotations
@@ -196,6 +203,8 @@ class SessionRegistry:
         self._specs: dict[tuple[str, tuple[tuple[str, str], ...]], TopicSpecification] = {}
         self._dirty: set[str] = set()
         self._closing: dict[str, tuple[str, str]] = {}
+        #: topics of a restarted partition not seen again yet (see resync_begin)
+        self._doubtful: set[str] = set()
 
     # -- groups -------------------------------------------------------------------
 
@@ -280,12 +289,47 @@ class SessionRegistry:
             roles = self.security.anonymous_roles
         props = dict(properties)
         props["$Roles"] = roles_text(roles)
-        session = Session(session_id, principal, props, roles, OutboundQueue(self.queue_limit, self.backpressure, self.session_buffer))
+        session = Session(session_id, principal, props, roles, self._new_queue())
         group = self._group_of(session)
         group.sessions.add(session_id)
         session.group = group
         self.sessions[session_id] = session
         return session
+
+    def _new_queue(self) -> OutboundQueue:
+        return OutboundQueue(self.queue_limit, self.backpressure, self.session_buffer)
+
+    def refresh(self, session_id: str) -> int | None:
+        """Start a session's outbound stream afresh, for a new connection.
+
+        Everything queued for the session is dropped (values, notifications,
+        answers alike); queued instead, in its place, is one
+        :class:`~sessions.deliveries.Subscribed` per view the session is
+        subscribed to, with the view's alias and the topic's current value
+        (a TIME_SERIES view's followed by the events of its window). Returns
+        how many deliveries were queued (Subscribed and events), or ``None``
+        when the session is unknown or already being closed (over its budget):
+        it cannot be resumed.
+        """
+        session = self.sessions.get(session_id)
+        if session is None or session_id in self._closing:
+            return None
+        session.queue = self._new_queue()
+        count = 0
+        for session_path, (alias, topic_path) in session.views.items():
+            state = self._topics.get(topic_path)
+            view = state.views.get(session_path) if state is not None else None
+            if state is None or view is None or view.alias != alias:
+                continue  # cannot happen: a view goes from session.views when its topic goes
+            topic = self.cache.get(topic_path)
+            self._control(session, view.subscribed(topic.value if topic is not None else None))
+            count += 1
+            if state.window is not None:
+                for event in state.window.events():
+                    self._control(session, SeriesUpdate(alias, event))
+                    count += 1
+        self._dirty.add(session_id)
+        return count
 
     def close(self, session_id: str) -> list[Selector]:
         """Forget a session; return the topic selectors to unregister."""
@@ -590,9 +634,22 @@ class SessionRegistry:
             spec = self._specs[key] = TopicSpecification.of(type_name, dict(key[1]))
         return spec
 
+    def resync_begin(self, owned: Callable[[str], bool]) -> None:
+        """A partition came back (restarted, its state recovered): every cached
+        topic it owns (``owned(path)``) is in doubt until its registrations'
+        snapshots arrive again; :meth:`resync_end` drops those that did not."""
+        self._doubtful |= {path for path in self._topics if owned(path)}
+
+    def resync_end(self, owned: Callable[[str], bool]) -> None:
+        gone = [path for path in self._doubtful if owned(path)]
+        self._doubtful -= set(gone)
+        for path in gone:
+            self._removed(path)
+
     def _appeared(
         self, path: str, type_name: str, props: list[list[str]], value: bytes | None, *, snapshot: bool
     ) -> None:
+        self._doubtful.discard(path)
         if not self._interest_index.match(path):
             return
         state = self._topics.get(path)

@@ -36,6 +36,15 @@ fails when its selector names one path, a reference topic).
 ``properties`` is a list of ``[name, value]`` pairs. Values are the stored
 bytes. A topic with DONT_RETAIN_VALUE keeps no value: updates are delivered
 but snapshots and fetches carry none.
+
+Durability (:mod:`topics.changes`): a store made with ``record_changes=True``
+records every change it applies to a persistent topic (PERSISTENT not
+``false``; never a reference topic) until :meth:`TopicStore.drain_changes`
+hands them out; the owner journals them after each batch. :meth:`TopicStore.state`
+is every persistent topic as it is now: take it right after draining, so it
+holds exactly the changes drained so far. A fresh store rebuilds the
+original with :meth:`TopicStore.load` of a state and :meth:`TopicStore.replay`
+of the changes drained after it; neither emits events nor records changes.
 """
 
 from __future__ import annotations
@@ -45,6 +54,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from topics import types as values
+from topics.changes import (
+    Change,
+    EventAppended,
+    Properties,
+    TopicAdded,
+    TopicRemoved,
+    TopicState,
+    ValueSet,
+)
 from topics.errors import (
     InvalidValueError,
     NoSuchTopicError,
@@ -118,6 +136,20 @@ def _spec_wire(spec: TopicSpecification) -> list[list[str]]:
     return [list(item) for item in spec.items]
 
 
+class _SpecificationCache:
+    """Specifications by their wire form: restoring validates each kind once, not once a topic."""
+
+    def __init__(self) -> None:
+        self._specs: dict[tuple[str, tuple[tuple[str, ...], ...]], TopicSpecification] = {}
+
+    def __call__(self, type_name: str, properties: Properties) -> TopicSpecification:
+        key = (type_name, tuple(map(tuple, properties)))
+        spec = self._specs.get(key)
+        if spec is None:
+            spec = self._specs[key] = TopicSpecification.of(type_name, {name: v for name, v in properties})
+        return spec
+
+
 def _no_clock() -> int:
     raise InvalidValueError("this store has no clock: give every event a timestamp")
 
@@ -129,8 +161,10 @@ class TopicStore:
     stamps time series events that come without a timestamp.
     """
 
-    def __init__(self, clock: Callable[[], int] = _no_clock) -> None:
+    def __init__(self, clock: Callable[[], int] = _no_clock, *, record_changes: bool = False) -> None:
         self.clock = clock
+        #: changes to persistent topics not drained yet; None: this store records none
+        self._changes: list[Change] | None = [] if record_changes else None
         self.tree = TopicTree()
         self.index: SubscriptionIndex[str] = SubscriptionIndex()
         self._registrations: dict[str, set[Selector]] = {}
@@ -182,6 +216,19 @@ class TopicStore:
         events, self._events = self._events, {}
         return events
 
+    @property
+    def records_changes(self) -> bool:
+        return self._changes is not None
+
+    def drain_changes(self) -> list[Change]:
+        """The changes to persistent topics recorded since the last drain, in
+        the order they were applied (always empty when not recording)."""
+        changes = self._changes
+        if not changes:
+            return []
+        self._changes = []
+        return changes
+
     def _emit(self, path: str, event: TopicEvent) -> None:
         for gateway in self.index.match(path):
             self._events.setdefault(gateway, []).append(event)
@@ -196,7 +243,10 @@ class TopicStore:
         topic, created = self.tree.add(path, spec)
         if not created:
             return EXISTS
-        self._emit(topic.path, Added(topic.path, spec.type.value, _spec_wire(spec), None))
+        wire = _spec_wire(spec)
+        if self._changes is not None and spec.persistent:
+            self._changes.append(TopicAdded(topic.path, spec.type.value, wire, None))
+        self._emit(topic.path, Added(topic.path, spec.type.value, wire, None))
         return CREATED
 
     def set(
@@ -233,11 +283,17 @@ class TopicStore:
                     f"topic {topic.path!r} is a TIME_SERIES topic: append events instead of setting a value"
                 )
             stored = values.accept(spec.type, data, raw=raw)
+        changes = self._changes
         if created:
             self._store(topic, stored)
-            self._emit(topic.path, Added(topic.path, spec.type.value, _spec_wire(spec), stored))
+            wire = _spec_wire(spec)
+            if changes is not None and spec.persistent:
+                changes.append(TopicAdded(topic.path, spec.type.value, wire, stored))
+            self._emit(topic.path, Added(topic.path, spec.type.value, wire, stored))
             return CREATED
         self._store(topic, stored)
+        if changes is not None and spec.persistent:
+            changes.append(ValueSet(topic.path, spec.type.value, stored))
         self._emit(topic.path, Changed(topic.path, stored))
         return None
 
@@ -251,8 +307,11 @@ class TopicStore:
         if literal is not None and literal in self.references:
             self._writable(literal)
         removed = [t for t in self.tree.select(sel) if t.path not in self.references]
+        changes = self._changes
         for topic in removed:
             self.tree.remove(topic.path)
+            if changes is not None and topic.specification.persistent:
+                changes.append(TopicRemoved(topic.path))
             self._emit(topic.path, Removed(topic.path))
             if topic.path in self.claims:
                 self._rebind(topic.path)
@@ -327,6 +386,8 @@ class TopicStore:
         if timestamp is None:
             timestamp = self._now(log)
         event = log.append(stored, timestamp, author)
+        if self._changes is not None and topic.specification.persistent:
+            self._changes.append(EventAppended(topic.path, event_type.value, event))
         self._emit(topic.path, Appended(topic.path, event))
         return EventMeta(event.sequence, event.timestamp, event.author)
 
@@ -350,6 +411,8 @@ class TopicStore:
             )
         stored = values.accept(event_type, data, raw=raw)
         event = log.edit(original_sequence, stored, self._now(log), author)
+        if self._changes is not None and topic.specification.persistent:
+            self._changes.append(EventAppended(topic.path, event_type.value, event))
         self._emit(topic.path, Appended(topic.path, event))
         assert event.original_sequence is not None and event.original_timestamp is not None
         return EditMeta(event.sequence, event.timestamp, event.author, event.original_sequence,
@@ -372,6 +435,98 @@ class TopicStore:
             raise RangeQueryError(f"invalid range query: {e}") from None
         result = log.query(q)
         return QueryAnswer(result.selected_count, list(result.events), event_type.value)
+
+    # -- durability --------------------------------------------------------
+
+    def state(self) -> list[TopicState]:
+        """Every persistent normal topic as it is now (no reference topics)."""
+        wires: dict[int, Properties] = {}
+        references = self.references
+        out: list[TopicState] = []
+        for topic in self.tree:
+            spec = topic.specification
+            if not spec.persistent or topic.path in references:
+                continue
+            wire = wires.get(id(spec))
+            if wire is None:
+                wire = wires[id(spec)] = _spec_wire(spec)
+            log = topic.log
+            if log is None:
+                out.append(TopicState(topic.path, spec.type.value, wire, topic.value))
+            else:
+                out.append(TopicState(topic.path, spec.type.value, wire, None, log.events(), log.next_sequence))
+        return out
+
+    def load(self, states: Iterable[TopicState]) -> int:
+        """Put the topics of a :meth:`state` into this store (replacing a normal
+        topic already at a path); return how many. No events, no changes."""
+        n = 0
+        specification = _SpecificationCache()
+        for state in states:
+            spec = specification(state.type, state.properties)
+            topic = self._restore_topic(state.path, spec, state.value)
+            if topic is None:
+                continue
+            if topic.log is not None:
+                topic.log = EventLog.restored(spec.retained_range, state.events or (), state.next_sequence)
+            n += 1
+        return n
+
+    def replay(self, changes: Iterable[Change]) -> int:
+        """Apply recorded changes in order, as they were applied to the
+        original; return how many did not apply. No events, no changes.
+
+        On the state they were recorded after, every change applies. Replaying
+        changes a state already holds is harmless (an add replaces the topic,
+        events the log already has are skipped, a set or remove of a missing
+        topic is skipped): those count as not applied.
+        """
+        skipped = 0
+        tree = self.tree
+        specification = _SpecificationCache()
+        for change in changes:
+            kind = type(change)
+            if kind is ValueSet:
+                assert isinstance(change, ValueSet)
+                topic = tree.get(change.path)
+                if (topic is None or topic.log is not None or topic.type.value != change.type
+                        or change.path in self.references):
+                    skipped += 1
+                else:
+                    self._store(topic, change.value)
+            elif kind is EventAppended:
+                assert isinstance(change, EventAppended)
+                topic = tree.get(change.path)
+                log = topic.log if topic is not None else None
+                if log is None or change.path in self.references or change.event.sequence < log.next_sequence:
+                    skipped += 1
+                    continue
+                try:
+                    log.put(change.event)
+                except (TopicModelError, ValueError):
+                    skipped += 1
+            elif kind is TopicAdded:
+                assert isinstance(change, TopicAdded)
+                spec = specification(change.type, change.properties)
+                if self._restore_topic(change.path, spec, change.value) is None:
+                    skipped += 1
+            elif kind is TopicRemoved:
+                if change.path in self.references or tree.remove(change.path) is None:
+                    skipped += 1
+            else:
+                raise TypeError(f"not a change: {change!r}")
+        return skipped
+
+    def _restore_topic(self, path: str, spec: TopicSpecification, value: bytes | None) -> Topic | None:
+        """A fresh topic at ``path`` (replacing a normal one), holding ``value``;
+        ``None`` when a reference topic holds the path."""
+        if path in self.references:
+            return None
+        self.tree.remove(path)
+        topic, _ = self.tree.add(path, spec)
+        if value is not None and topic.log is None:
+            self._store(topic, value)
+        return topic
 
     # -- reference topics (topic views) ------------------------------------
 

@@ -57,6 +57,7 @@ from __future__ import annotations
 import enum
 from bisect import bisect_left, bisect_right
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from topics.errors import RangeQueryError, TimestampOrderError, UnknownSequenceError
@@ -211,6 +212,40 @@ class EventLog:
         self._edits.setdefault(original.sequence, []).append(event)
         self._retain()
         return event
+
+    @classmethod
+    def restored(
+        cls, retained_range: TimeSeriesRange, events: Iterable[Event], next_sequence: int
+    ) -> EventLog:
+        """The log that held ``events`` (its :meth:`events`, in sequence order)
+        and would number its next event ``next_sequence``: equal to that log in
+        every query, retention and edit to come."""
+        log = cls(retained_range)
+        for event in events:
+            log._put(event)
+        if next_sequence < log._next_sequence:
+            raise ValueError(f"next sequence {next_sequence} is not after the events' ({log._next_sequence - 1})")
+        log._next_sequence = next_sequence
+        return log
+
+    def put(self, event: Event) -> None:
+        """Append ``event`` exactly as it was recorded (replaying a journal):
+        its own sequence number, which may not be below :attr:`next_sequence`,
+        and for an edit its original's fields; then apply retention."""
+        self._put(event)
+        self._retain()
+
+    def _put(self, event: Event) -> None:
+        if event.sequence < self._next_sequence:
+            raise ValueError(f"event {event.sequence} is not after the log's newest ({self._next_sequence - 1})")
+        self._check_time(event.timestamp)
+        if event.original_sequence is not None:
+            self._original(event.original_sequence)  # an edit of a retained original only
+            self._edits.setdefault(event.original_sequence, []).append(event)
+        else:
+            self._originals.append(event)
+        self._events.append(event)
+        self._next_sequence = event.sequence + 1
 
     def original(self, sequence: int) -> Event:
         """The retained original event with this sequence number."""

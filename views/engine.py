@@ -146,6 +146,8 @@ class ViewEngine:
         self._readers: dict[str, set[tuple[str, str]]] = {}
         self._changes = Changes()
         self._now = 0
+        #: sources of a restarted partition not seen again yet
+        self._doubtful: set[str] = set()
 
     # -- views -----------------------------------------------------------------------
 
@@ -210,6 +212,30 @@ class ViewEngine:
 
     # -- events ------------------------------------------------------------------------
 
+    def resync_begin(self, owned: Callable[[str], bool]) -> None:
+        """A partition came back (restarted): the source topics it owns are in
+        doubt until its snapshots arrive again (see :meth:`resync_end`)."""
+        self._doubtful |= {path for path in self.topics if owned(path)}
+
+    def resync_end(self, owned: Callable[[str], bool], now: int) -> Changes:
+        """Forget the doubtful sources that did not come back, and claim again
+        every reference topic the partition owns (claims are not journaled: a
+        restarted partition has none)."""
+        self._now = now
+        gone = [path for path in self._doubtful if owned(path)]
+        self._doubtful -= set(gone)
+        for path in gone:
+            self._topic(path, None)
+        for view in self.views.values():
+            for path, output in view.emitted.items():
+                if owned(path):
+                    if view.spec.delay_ms is not None:
+                        self._changes.operations.append(
+                            (path, RefReserve(path, view.definition.precedence, view.definition.name))
+                        )
+                    self._changes.operations.append((path, self._put(view, output, None)))
+        return self._take()
+
     def on_events(self, events: list[TopicEvent], now: int) -> Changes:
         """Apply a batch of partition events (:mod:`topics.protocol`)."""
         self._now = now
@@ -220,6 +246,7 @@ class ViewEngine:
                     source = Source(event.path, known.specification, event.value)
                     self._topic(event.path, source, RefEvent(event.value, now, ""))
             elif isinstance(event, (Snapshot, Added)):
+                self._doubtful.discard(event.path)
                 spec = TopicSpecification.of(event.type, dict(event.properties))
                 self._topic(event.path, Source(event.path, spec, event.value))
             elif isinstance(event, Removed):

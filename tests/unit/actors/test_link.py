@@ -205,3 +205,30 @@ async def test_a_failing_receiver_does_not_break_the_stream(partitions: list[Par
         assert await link.request_route("a/x", p.SetValue("a/x", cb(1), False, None, True)) == p.Ok("CREATED")
     finally:
         link.close()
+
+
+async def test_a_link_reconnects_and_registers_again(partitions: list[PartitionActor]) -> None:
+    recorder = Recorder()
+    resets: list[tuple[str, int]] = []
+    link = PartitionLink(
+        "gw", [Handle(a) for a in partitions], recorder.on_events,
+        on_reset=lambda i: resets.append(("reset", i)), on_resynced=lambda i: resets.append(("resynced", i)),
+    )
+    await link.attach()
+    try:
+        await asyncio.gather(*link.everywhere(parse_selector("?a/"), p.Register("?a/", 5)))
+        index = partition_of("a/x", 2)
+        await link.request(index, p.SetValue("a/x", cb(1), False, None, True))
+        core = partitions[index].core
+        assert core is not None
+        old = core.links["gw"]
+        assert old.transport is not None
+        old.transport.abort()  # the stream breaks (as when the partition's process dies)
+        await until(lambda: ("resynced", index) in resets, "the link to be back and resynced")
+        assert resets == [("reset", index), ("resynced", index)]
+        assert core.links["gw"] is not old and len(core.store.index) == 1  # registered again
+        snapshots = [e for i, e in recorder.events if i == index and isinstance(e, p.Snapshot)]
+        assert [s.path for s in snapshots][-1] == "a/x"  # the registration's snapshot came again
+        assert await link.request(index, p.SetValue("a/x", cb(2), False)) == p.Ok(None)
+    finally:
+        link.close()

@@ -1,7 +1,9 @@
 """The client always finishes: when its connection ends, however it ends,
-every pending request fails with SessionClosedError and every subscription
-ends with the reason, at once. The server here is a scripted one on the
-client's own WebSocket shell, over real loopback TCP."""
+and it does not reconnect (``reconnect_timeout=0``), every pending request
+fails with SessionClosedError and every subscription ends with the reason,
+at once. (Reconnecting, it finishes when the reconnect timeout passes:
+test_client_reconnect.py.) The server here is a scripted one on the client's
+own WebSocket shell, over real loopback TCP."""
 
 from __future__ import annotations
 
@@ -77,7 +79,7 @@ async def server() -> AsyncIterator[Callable[[Callable[[WebSocketStream], None]]
 
 @pytest.mark.parametrize("ending", [abort, close_with_reason, fail_protocol], ids=lambda f: f.__name__)
 async def test_pending_requests_fail_and_subscriptions_end_at_once(server: Any, ending: Any) -> None:
-    session = await canopy.connect(await server(ending))
+    session = await canopy.connect(await server(ending), reconnect_timeout=0)
     iterated = await session.topics.subscribe("?a//")
     called: list[canopy.TopicEvent] = []
     await session.topics.subscribe("?a//", callback=called.append)

@@ -5,10 +5,13 @@ import pytest
 
 from canopy import protocol as wire
 
+V = wire.PROTOCOL_VERSION
 MESSAGES: list[wire.Message] = [
-    wire.Hello(1, "alice", "secret", {"TIER": "1"}),
-    wire.Hello(1, None, None, {}),
-    wire.Welcome(2, "gw0-1", {"$SessionId": "gw0-1"}, 1024, "hub", 500),
+    wire.Hello(V, "alice", "secret", {"TIER": "1"}),
+    wire.Hello(V, None, None, {}),
+    wire.Hello(V, "alice", "secret", {}, wire.Resume("gw0-1", "token")),
+    wire.Welcome(V, "gw0-1", {"$SessionId": "gw0-1"}, 1024, "hub", 500, "token"),
+    wire.Welcome(V, "gw0-1", {"$SessionId": "gw0-1"}, 1024, "hub", 500, "token", True, 12),
     wire.Request(7, "set", ["a", b"\xa1", False, None, True]),
     wire.Response(7, None),
     wire.Response(8, [["a", "STRING", None, b"x"]]),
@@ -51,7 +54,14 @@ def test_garbage_frames_raise(data: bytes) -> None:
         ([wire.REQUEST, 5, 6, []], 5, "operation must be str"),
         ([wire.REQUEST, 0, "set", []], 0, "must be positive"),
         ([wire.REQUEST, 5, "set", "args"], 5, "args must be list"),
-        ([wire.HELLO, 1, None, None, {"k": 1}], 0, "map strings to strings"),
+        ([wire.HELLO, 3, None, None, {"k": 1}, None], 0, "map strings to strings"),
+        ([wire.HELLO, 3, None, None], 0, "has 5 fields, got 3"),
+        ([wire.HELLO, 3, None, None, {}, None, None], 0, "has 5 fields, got 6"),
+        ([wire.HELLO, 3, None, None, {}, ["gw0-1"]], 0, "resume must be [session id, resume token]"),
+        ([wire.HELLO, 3, None, None, {}, "gw0-1"], 0, "resume must be list"),
+        ([wire.HELLO, "3", None, None, {}, None], 0, "version must be int"),
+        ([wire.WELCOME, 3, "s", {}, 1024, "hub", 10, "t", 1, 0], 0, "resumed must be bool"),
+        ([wire.WELCOME, 3, "s", {}, 1024, "hub", 10, "t", True, -1], 0, "refresh may not be negative"),
         ([wire.VALUE, 1, "text"], 0, "value must be bytes"),
     ],
 )
@@ -110,7 +120,35 @@ def test_client_protocol_refuses_arguments_msgpack_cannot_carry(args: tuple[obje
     assert client.request("append", "a", b"\xf6", False, -(2**63)) > 0
 
 
+def test_a_hello_may_leave_out_resume() -> None:
+    data = msgpack.packb([[wire.HELLO, wire.PROTOCOL_VERSION, "alice", "pw", {}]], use_bin_type=True)
+    assert wire.decode(data) == [wire.Hello(wire.PROTOCOL_VERSION, "alice", "pw", {}, None)]
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ([wire.HELLO, 2, "alice", "pw", {}], wire.Hello(2, None, None, {})),  # a version 2 client's
+        ([wire.HELLO, 99, "x"], wire.Hello(99, None, None, {})),
+        ([wire.WELCOME, 2, "gw0-1", {}, 1024, "hub", 10], wire.Welcome(2, "", {}, 0, "")),  # a version 2 server's
+    ],
+)
+def test_of_another_versions_handshake_only_the_version_is_read(item: list[object], expected: wire.Message) -> None:
+    assert wire.decode(msgpack.packb([item], use_bin_type=True)) == [expected]
+
+
 def test_client_rejects_other_protocol_version() -> None:
     client = wire.ClientProtocol()
-    with pytest.raises(wire.ProtocolError, match="version 3"):
-        client.receive(wire.frame([wire.encode(wire.Welcome(3, "s", {}, 1024, "hub", 1000))]))
+    with pytest.raises(wire.ProtocolError, match="version 2, not 3"):
+        client.receive(wire.frame([wire.encode(wire.Welcome(2, "s", {}, 1024, "hub", 1000))]))
+
+
+def test_a_hello_asks_to_resume_and_discarding_keeps_the_correlation_ids_going() -> None:
+    client = wire.ClientProtocol()
+    hello = wire.decode(client.hello("p", "pw", {"K": "v"}, wire.Resume("gw0-7", "secret")))
+    assert hello == [wire.Hello(wire.PROTOCOL_VERSION, "p", "pw", {"K": "v"}, wire.Resume("gw0-7", "secret"))]
+    assert wire.decode(client.hello()) == [wire.Hello(wire.PROTOCOL_VERSION, None, None, {}, None)]
+    assert [client.request("fetch", ">a") for _ in range(2)] == [1, 2]
+    client.discard()  # their connection is gone: they never leave
+    assert client.data_to_send() == []
+    assert client.request("fetch", ">a") == 3

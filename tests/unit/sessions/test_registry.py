@@ -309,3 +309,51 @@ def test_read_topic_filters_topics_and_follows_permission_changes() -> None:
     assert sorted(summary(r, "s")) == [("sub", "a/hidden", "h"), ("sub", "a/hidden/deep", "d")]
     r.set_security(r.security.apply([["set_default_path_permissions", "ANONYMOUS", ["SELECT_TOPIC"]]]))
     assert sorted(x[0] + x[2] for x in summary(r, "s")) == ["unsubAUTHORIZATION"] * 3
+
+
+# -- a new connection for a session: refresh -----------------------------------------------------
+
+
+def test_refresh_drops_what_was_queued_and_reannounces_every_view_with_its_current_value() -> None:
+    r = SessionRegistry()
+    r.open("s", "", {})
+    regs, _ = r.subscribe("s", sel("?a//"))
+    feed_snapshot(r, regs, {"a/x": ("INT64", 1), "a/y": ("STRING", None)})
+    announced = {m.path: m.alias for m in messages(r, "s") if isinstance(m, Subscribed)}
+    r.on_events([Changed("a/x", cb(2)), Changed("a/x", cb(3)), Removed("a/y")])
+    r.send("s", b"an answer the dead connection never delivered")
+    assert r.refresh("s") == 1
+    again = messages(r, "s")
+    assert again == [Subscribed(announced["a/x"], "a/x", "INT64", [], cb(3))]  # same alias, the current value
+    assert "s" in r.take_dirty()
+    r.on_events([Changed("a/x", cb(4))])  # and it goes on as before
+    assert messages(r, "s") == [Update(announced["a/x"], cb(4))]
+
+
+def test_refresh_follows_a_time_series_subscription_with_its_window() -> None:
+    from topics.protocol import Appended
+    from topics.timeseries import Event
+
+    r = SessionRegistry()
+    r.open("s", "", {})
+    regs, _ = r.subscribe("s", sel(">ts"))
+    token = regs[0][1]
+    props = [["TIME_SERIES_EVENT_VALUE_TYPE", "INT64"]]
+    r.on_events([Snapshot(token, "ts", "TIME_SERIES", props, None), End(token)])
+    r.on_events([Appended("ts", Event(i, 1000 + i, "me", cb(i))) for i in range(3)])
+    messages(r, "s")
+    count = r.refresh("s")
+    kinds = [type(m).__name__ for m in messages(r, "s")]
+    assert kinds[0] == "Subscribed" and set(kinds[1:]) == {"SeriesUpdate"} and len(kinds) == count >= 2
+
+
+def test_a_session_unknown_or_over_its_budget_cannot_be_refreshed() -> None:
+    r = SessionRegistry(queue_limit=3, backpressure=1)
+    assert r.refresh("nobody") is None
+    r.open("s", "", {})
+    regs, _ = r.subscribe("s", sel(">t"))
+    token = regs[0][1]
+    r.on_events([Snapshot(token, "t", "INT64", [["CONFLATION", "off"]], None), End(token)])
+    r.on_events([Changed("t", cb(i)) for i in range(5)])  # nobody reads: over the limit
+    assert r.refresh("s") is None
+    assert list(r.take_closing()) == ["s"]

@@ -1,0 +1,207 @@
+"""A checker in the style of Jepsen's, for canopy's durability and recovery tests.
+
+Publishers write increasing counters (1, 2, 3, ...) to topics of their own and
+record, for every write, whether it was acknowledged, refused, or ended with an
+unknown outcome (the connection or the partition went away before the answer).
+Subscribers record every value they see per topic. After the faults, a final
+read gives each topic's value. :func:`check` then reports:
+
+* **lost** -- a topic whose final value is below its last acknowledged write:
+  an acknowledged write was lost (a later value overwrites an earlier one, so
+  the final value must be at least the last acknowledged one);
+* **unexpected** -- a value a subscriber saw, or the final read returned,
+  that no publisher ever sent;
+* **out of order** -- a subscriber saw a topic's values go backwards (seeing
+  the same value again, as after a reconnection, is not out of order);
+* **recovered** -- writes with an unknown outcome that turned out applied
+  (the final value is at least theirs): informative, not an error.
+
+:class:`Workload` drives publishers and subscribers against a broker while a
+test does its damage, and collects the :class:`History`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import canopy
+from canopy import errors
+
+
+@dataclass
+class History:
+    #: topic -> values whose set was acknowledged, in the order sent
+    acknowledged: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    #: topic -> values whose set ended with an unknown outcome
+    indeterminate: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    #: topic -> every value sent
+    sent: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    #: subscriber -> topic -> values seen, in order
+    observed: dict[int, dict[str, list[int]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+    #: topic -> value read at the end (None: the topic was not there)
+    final: dict[str, int | None] = field(default_factory=dict)
+    refused: int = 0
+
+
+@dataclass
+class Report:
+    topics: int
+    acknowledged: int
+    indeterminate: int
+    lost: dict[str, tuple[int, int | None]]  # topic -> (last acknowledged, final)
+    unexpected: list[tuple[str, int]]
+    out_of_order: list[tuple[int, str, int, int]]  # (subscriber, topic, value, after)
+    recovered: int
+
+    @property
+    def valid(self) -> bool:
+        return not self.lost and not self.unexpected and not self.out_of_order
+
+    def __str__(self) -> str:
+        return (
+            f"{self.topics} topics, {self.acknowledged} acknowledged writes, {self.indeterminate} with an unknown "
+            f"outcome ({self.recovered} of them applied); lost {len(self.lost)} {dict(list(self.lost.items())[:5])}, "
+            f"unexpected {len(self.unexpected)} {self.unexpected[:5]}, "
+            f"out of order {len(self.out_of_order)} {self.out_of_order[:5]}"
+        )
+
+
+def check(history: History) -> Report:
+    lost: dict[str, tuple[int, int | None]] = {}
+    unexpected: list[tuple[str, int]] = []
+    recovered = 0
+    topics = set(history.sent)
+    for topic in topics:
+        final = history.final.get(topic)
+        acked = history.acknowledged.get(topic, [])
+        if acked and (final is None or final < max(acked)):
+            lost[topic] = (max(acked), final)
+        if final is not None and final not in history.sent[topic]:
+            unexpected.append((topic, final))
+        if final is not None:
+            recovered += sum(1 for v in history.indeterminate.get(topic, []) if v <= final)
+    out_of_order = []
+    for subscriber, seen in history.observed.items():
+        for topic, values in seen.items():
+            sent = history.sent.get(topic, set())
+            unexpected += [(topic, v) for v in values if v not in sent]
+            for before, after in zip(values, values[1:]):
+                if after < before:
+                    out_of_order.append((subscriber, topic, after, before))
+    return Report(
+        topics=len(topics),
+        acknowledged=sum(len(v) for v in history.acknowledged.values()),
+        indeterminate=sum(len(v) for v in history.indeterminate.values()),
+        lost=lost,
+        unexpected=unexpected,
+        out_of_order=out_of_order,
+        recovered=recovered,
+    )
+
+
+#: errors after which a write's outcome is unknown (it may or may not have been applied)
+INDETERMINATE = (errors.UnavailableError, errors.SessionClosedError, errors.ConnectError, TimeoutError)
+
+
+class Workload:
+    """Publishers and subscribers on ``urls`` (the client reconnects between them)."""
+
+    def __init__(
+        self, urls: list[str], admin: tuple[str, str], *, publishers: int = 2, topics: int = 10,
+        subscribers: int = 2, branch: str = "check", window: int = 50, reconnect_timeout: float = 60.0,
+    ) -> None:
+        self.urls = urls
+        self.admin = admin
+        self.branch = branch
+        self.window = window
+        self.reconnect_timeout = reconnect_timeout
+        self.paths = [[f"{branch}/p{p}/t{t}" for t in range(topics)] for p in range(publishers)]
+        self.subscriber_count = subscribers
+        self.history = History()
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._sessions: list[Any] = []
+
+    async def _connect(self) -> Any:
+        session = await canopy.connect(self.urls, *self.admin, reconnect_timeout=self.reconnect_timeout)
+        self._sessions.append(session)
+        return session
+
+    async def start(self) -> None:
+        admin = await self._connect()
+        for group in self.paths:
+            for path in group:
+                await admin.topics.add(path, "INT64", {"CONFLATION": "off"})
+        for i in range(self.subscriber_count):
+            session = await self._connect()
+            seen = self.history.observed[i]
+
+            def on_event(event: Any, seen: dict[str, list[int]] = seen) -> None:
+                if event.kind in ("subscribed", "value") and isinstance(event.value, int):
+                    seen[event.path].append(event.value)
+
+            await session.topics.subscribe(f"?{self.branch}//", callback=on_event)
+        for group in self.paths:
+            session = await self._connect()
+            self._tasks.append(asyncio.ensure_future(self._publish(session, group)))
+
+    async def _publish(self, session: Any, paths: list[str]) -> None:
+        n = 0
+        pending: list[tuple[str, int, asyncio.Future[None]]] = []
+        while not self._stop.is_set():
+            n += 1
+            for path in paths:
+                self.history.sent[path].add(n)
+                try:
+                    pending.append((path, n, session.topics.set(path, n)))
+                except errors.CanopyError:
+                    self.history.indeterminate[path].append(n)
+            if len(pending) >= self.window:
+                await self._settle(pending)
+                pending = []
+            await asyncio.sleep(0)
+        await self._settle(pending)
+
+    async def _settle(self, pending: list[tuple[str, int, asyncio.Future[None]]]) -> None:
+        for path, n, future in pending:
+            try:
+                await asyncio.wait_for(future, 60)
+                self.history.acknowledged[path].append(n)
+            except INDETERMINATE:
+                self.history.indeterminate[path].append(n)
+            except errors.CanopyError:
+                self.history.refused += 1
+
+    async def stop(self, settle: float = 1.0) -> None:
+        """Stop publishing; wait until every answer is in (and ``settle`` seconds for deliveries)."""
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+        await asyncio.sleep(settle)
+
+    async def read_final(self, urls: list[str] | None = None, deadline: float = 60.0) -> None:
+        """Each topic's value now, from a fresh session (retried until the broker answers)."""
+        end = time.monotonic() + deadline
+        while True:
+            try:
+                async with canopy.connect(urls or self.urls, *self.admin, reconnect_timeout=0) as session:
+                    rows = await session.topics.fetch(f"?{self.branch}//")
+                    break
+            except (errors.CanopyError, OSError):
+                if time.monotonic() > end:
+                    raise
+                await asyncio.sleep(0.5)
+        found = {row.path: row.value for row in rows}
+        for group in self.paths:
+            for path in group:
+                self.history.final[path] = found.get(path)
+
+    async def close(self) -> None:
+        for session in self._sessions:
+            try:
+                await session.close()
+            except Exception:
+                pass

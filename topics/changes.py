@@ -1,0 +1,206 @@
+"""Change records and topic states: what a partition journals and snapshots (pure).
+
+A :class:`~topics.store.TopicStore` that records changes turns every change
+it applies to a *persistent* topic (PERSISTENT not ``false``) into a
+:class:`Change`; :meth:`~topics.store.TopicStore.drain_changes` hands them
+out in the order they happened. Reference topics of views are never
+recorded: they are rebuilt from their sources.
+
+=====================  ============================================================
+change                 recorded when
+=====================  ============================================================
+:class:`TopicAdded`    a topic is created (by ``add`` or by ``set`` with
+                       add-if-missing: then ``value`` is its first value)
+:class:`ValueSet`      a topic's value is set (``type``: the topic type)
+:class:`TopicRemoved`  a topic is removed
+:class:`EventAppended` a time series event is appended or edited: the
+                       :class:`~topics.timeseries.Event` as the log numbered
+                       it (an edit carries its ``original_*`` fields);
+                       ``type``: the event value type
+=====================  ============================================================
+
+A :class:`TopicState` is one persistent topic as a snapshot holds it:
+specification, value, and for a TIME_SERIES topic its retained events and
+the sequence number the next event gets. ``TopicStore.state()`` →
+``TopicStore.load()``, then ``TopicStore.replay()`` of the changes made
+after the state was taken, rebuild the store.
+
+Each kind has exactly one encoder and one decoder here (to plain lists of
+msgpack-able values); nobody else indexes into the encoded lists::
+
+    TopicAdded     [1, path, type, properties, value | None]
+    ValueSet       [2, path, type, value]
+    TopicRemoved   [3, path]
+    EventAppended  [4, path, type, sequence, timestamp, author, value,
+                    original_sequence, original_timestamp, original_author]
+    TopicState     [path, type, properties, value | None, events | None, next_sequence]
+                   events: [[sequence, timestamp, author, value,
+                             original_sequence, original_timestamp, original_author], ...]
+
+``properties`` is ``[[name, value], ...]``, sorted by name (the
+specification's items); values are the stored bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from topics.specification import TopicSpecification
+from topics.timeseries import Event
+
+__all__ = [
+    "Change", "ChangeFormatError", "EventAppended", "Properties", "TopicAdded", "TopicRemoved", "TopicState",
+    "ValueSet", "decode_change", "decode_state", "encode_change", "encode_state", "operation_name",
+]
+
+Properties = list[list[str]]
+"""A specification's items as lists: ``[[name, value], ...]``."""
+
+
+class ChangeFormatError(ValueError):
+    """An encoded change or topic state that is not one."""
+
+
+class TopicAdded(NamedTuple):
+    path: str
+    type: str
+    properties: Properties
+    value: bytes | None
+
+    def specification(self) -> TopicSpecification:
+        return TopicSpecification.of(self.type, dict(_pairs(self.properties)))
+
+
+class ValueSet(NamedTuple):
+    path: str
+    type: str
+    value: bytes
+
+
+class TopicRemoved(NamedTuple):
+    path: str
+
+
+class EventAppended(NamedTuple):
+    """A time series event or edit, numbered as the topic's log numbered it."""
+
+    path: str
+    type: str
+    event: Event
+
+
+Change = TopicAdded | ValueSet | TopicRemoved | EventAppended
+
+
+class TopicState(NamedTuple):
+    """One persistent topic as a snapshot holds it. ``events`` (a TIME_SERIES
+    topic's retained events in sequence order) is ``None`` for other topics,
+    whose ``next_sequence`` is 0."""
+
+    path: str
+    type: str
+    properties: Properties
+    value: bytes | None
+    events: tuple[Event, ...] | None = None
+    next_sequence: int = 0
+
+    def specification(self) -> TopicSpecification:
+        return TopicSpecification.of(self.type, dict(_pairs(self.properties)))
+
+
+def operation_name(change: Change) -> str:
+    """The change's operation as the history tables name it: add, set, remove, append or edit."""
+    if type(change) is EventAppended:
+        return "edit" if change.event.is_edit else "append"
+    return _NAMES[type(change)]
+
+
+_NAMES: dict[type[Any], str] = {TopicAdded: "add", ValueSet: "set", TopicRemoved: "remove"}
+_ADDED, _SET, _REMOVED, _APPENDED = 1, 2, 3, 4
+
+
+def _event_wire(e: Event) -> list[Any]:
+    return [e.sequence, e.timestamp, e.author, e.value, e.original_sequence, e.original_timestamp,
+            e.original_author]
+
+
+def _event_of(fields: Any) -> Event:
+    if not isinstance(fields, list) or len(fields) != 7:
+        raise ChangeFormatError(f"a time series event has 7 fields, got {fields!r}")
+    seq, ts, author, value, oseq, ots, oauthor = fields
+    if not (_is_int(seq) and _is_int(ts) and isinstance(author, str) and isinstance(value, bytes)):
+        raise ChangeFormatError(f"not a time series event: {fields!r}")
+    if not ((oseq is None and ots is None and oauthor is None)
+            or (_is_int(oseq) and _is_int(ots) and isinstance(oauthor, str))):
+        raise ChangeFormatError(f"not an edit's original: {fields!r}")
+    return Event(seq, ts, author, value, oseq, ots, oauthor)
+
+
+def encode_change(change: Change) -> list[Any]:
+    kind = type(change)
+    if kind is ValueSet:  # the most frequent first
+        return [_SET, *change]
+    if kind is EventAppended:
+        assert isinstance(change, EventAppended)
+        return [_APPENDED, change.path, change.type, *_event_wire(change.event)]
+    if kind is TopicAdded:
+        return [_ADDED, *change]
+    if kind is TopicRemoved:
+        return [_REMOVED, *change]
+    raise TypeError(f"not a change: {change!r}")
+
+
+def decode_change(item: Any) -> Change:
+    """The change an encoded list stands for; :class:`ChangeFormatError` if none."""
+    if not isinstance(item, list) or not item:
+        raise ChangeFormatError(f"a change is a non-empty list, got {item!r}")
+    code, n = item[0], len(item)
+    if code == _SET and n == 4:
+        _, path, type_name, value = item
+        if isinstance(path, str) and isinstance(type_name, str) and isinstance(value, bytes):
+            return ValueSet(path, type_name, value)
+    elif code == _APPENDED and n == 10:
+        if isinstance(item[1], str) and isinstance(item[2], str):
+            return EventAppended(item[1], item[2], _event_of(item[3:]))
+    elif code == _ADDED and n == 5:
+        _, path, type_name, properties, value = item
+        if (isinstance(path, str) and isinstance(type_name, str) and _is_properties(properties)
+                and (value is None or isinstance(value, bytes))):
+            return TopicAdded(path, type_name, properties, value)
+    elif code == _REMOVED and n == 2:
+        if isinstance(item[1], str):
+            return TopicRemoved(item[1])
+    raise ChangeFormatError(f"not a change: {item!r}")
+
+
+def encode_state(state: TopicState) -> list[Any]:
+    events = state.events
+    return [state.path, state.type, state.properties, state.value,
+            None if events is None else [_event_wire(e) for e in events], state.next_sequence]
+
+
+def decode_state(item: Any) -> TopicState:
+    """The topic state an encoded list stands for; :class:`ChangeFormatError` if none."""
+    if not isinstance(item, list) or len(item) != 6:
+        raise ChangeFormatError(f"a topic state is a list of 6, got {item!r}")
+    path, type_name, properties, value, events, next_sequence = item
+    if not (isinstance(path, str) and isinstance(type_name, str) and _is_properties(properties)
+            and (value is None or isinstance(value, bytes)) and _is_int(next_sequence)
+            and (events is None or isinstance(events, list))):
+        raise ChangeFormatError(f"not a topic state: {item!r}")
+    return TopicState(path, type_name, properties, value,
+                      None if events is None else tuple(_event_of(e) for e in events), next_sequence)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_properties(value: Any) -> bool:
+    return isinstance(value, list) and (not value or all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str) for p in value
+    ))
+
+
+def _pairs(properties: Properties) -> list[tuple[str, str]]:
+    return [(name, value) for name, value in properties]
