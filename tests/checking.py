@@ -13,8 +13,9 @@ read gives each topic's value. :func:`check` then reports:
   that no publisher ever sent;
 * **out of order** -- a subscriber saw a topic's values go backwards (seeing
   the same value again, as after a reconnection, is not out of order);
-* **recovered** -- writes with an unknown outcome that turned out applied
-  (the final value is at least theirs): informative, not an error.
+* **recovered** -- writes with an unknown outcome that the final value
+  covers (it is at least theirs: applied, or overwritten by a later write):
+  informative, not an error.
 
 :class:`Workload` drives publishers and subscribers against a broker while a
 test does its damage, and collects the :class:`History`.
@@ -104,7 +105,10 @@ def check(history: History) -> Report:
 
 
 #: errors after which a write's outcome is unknown (it may or may not have been applied)
-INDETERMINATE = (errors.UnavailableError, errors.SessionClosedError, errors.ConnectError, TimeoutError)
+INDETERMINATE = (
+    errors.UnavailableError, errors.ConnectionInterruptedError, errors.SessionClosedError, errors.ConnectError,
+    TimeoutError,
+)
 
 
 class Workload:

@@ -1,0 +1,156 @@
+"""Durability and recovery on one node, checked: processes are killed with
+SIGKILL while publishers write and subscribers read, and the checker
+(tests/checking.py) compares what was acknowledged with what is there.
+
+The short variants run with every ``make test``; ``make soak`` runs longer
+ones with repeated faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import canopy
+from tests.checking import Workload, check
+from tests.conftest import wait_for
+from tests.e2e.conftest import ADMIN, Server, cli
+from tests.e2e.test_supervision import _actor_pid, _descendants, _instance_gone, _session_dir
+
+RECOVERY = 60.0  # seconds a recovery may take here (two busy cores)
+
+
+def back(srv: Server, actor: str, seen: int) -> bool:
+    """Whether serve has said ``actor`` is back more than ``seen`` times."""
+    return sum(f"({actor}) is back and serving" in line for line in srv.lines) > seen
+
+
+async def run_with(srv: Server, fault: object, seconds: float, **shape: int) -> Workload:
+    work = Workload([srv.url], ADMIN, **shape)  # type: ignore[arg-type]
+    await work.start()
+    try:
+        await asyncio.sleep(seconds / 2)
+        await asyncio.get_running_loop().run_in_executor(None, fault)  # type: ignore[arg-type]
+        await asyncio.sleep(seconds / 2)
+        await work.stop()
+        await work.read_final()
+    finally:
+        await work.close()
+    return work
+
+
+def kill_actor(srv: Server, actor: str) -> None:
+    seen = sum(f"({actor}) is back and serving" in line for line in srv.lines)
+    os.kill(_actor_pid(srv.proc.pid, actor), signal.SIGKILL)
+    wait_for(lambda: back(srv, actor, seen), RECOVERY, f"the {actor} to be back")
+
+
+@pytest.mark.parametrize("actor", ["PartitionActor", "GatewayActor"])
+async def test_a_killed_actor_loses_nothing_acknowledged(tmp_path: Path, actor: str) -> None:
+    srv = Server(tmp_path / "data", "--partitions", "2").wait_ready()
+    try:
+        work = await run_with(srv, lambda: kill_actor(srv, actor), 6, publishers=2, topics=8, subscribers=2)
+    finally:
+        assert srv.stop() == 0, srv.output
+    report = check(work.history)
+    print(f"[durability] {actor} killed: {report}")
+    assert report.valid, report
+    assert report.acknowledged > 100, report  # it did publish, before and after the fault
+
+
+async def test_a_killed_serve_restarts_with_everything_acknowledged(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = Server(data, "--partitions", "2").wait_ready()
+    port = first.port
+    second: Server | None = None
+
+    def kill_and_restart() -> None:
+        nonlocal second
+        known, session = _descendants(first.proc.pid), _session_dir(first.proc.pid)
+        first.proc.send_signal(signal.SIGKILL)
+        wait_for(lambda: _instance_gone(known, session), RECOVERY, "the killed instance's processes to go", 0.25)
+        first.stop()
+        second = Server(data, "--partitions", "2", port=port).wait_ready()
+
+    try:
+        work = await run_with(first, kill_and_restart, 6, publishers=2, topics=8, subscribers=2)
+    finally:
+        first.stop()
+        if second is not None:
+            assert second.stop() == 0, second.output
+    assert second is not None and "found a stale server.json" in second.output
+    report = check(work.history)
+    print(f"[durability] canopy serve killed and restarted: {report}")
+    assert report.valid, report
+    assert report.acknowledged > 100, report
+
+
+async def test_reference_topics_come_back_after_the_evaluator_is_killed(tmp_path: Path) -> None:
+    srv = Server(tmp_path / "data", "--partitions", "2").wait_ready()
+    try:
+        async with canopy.connect(srv.url, *ADMIN) as s:
+            for i in range(5):
+                await s.topics.add_and_set(f"src/{i}", {"v": i})
+            await s.views.create("mirror", "map ?src// to ref/<path(1)>")
+
+            async def refs() -> dict[str, object]:
+                return {r.path: r.value for r in await s.topics.fetch("?ref//")}
+
+            async def until(expected: dict[str, object]) -> None:
+                end = time.monotonic() + RECOVERY
+                while (found := await refs()) != expected:
+                    assert time.monotonic() < end, f"reference topics {found}, expected {expected}"
+                    await asyncio.sleep(0.2)
+
+            await until({f"ref/{i}": {"v": i} for i in range(5)})
+            await asyncio.get_running_loop().run_in_executor(None, kill_actor, srv, "ViewEvaluatorActor")
+            await s.topics.set("src/0", {"v": 100})  # a change the restarted evaluator must see
+            await until({"ref/0": {"v": 100}, **{f"ref/{i}": {"v": i} for i in range(1, 5)}})
+    finally:
+        assert srv.stop() == 0, srv.output
+
+
+def test_a_torn_journal_tail_is_cut_at_the_last_good_record(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    srv = Server(data, "--partitions", "1").wait_ready()
+    try:
+        for i in range(20):
+            assert cli("topic", "add", f"keep/{i}", "--type", "STRING", url=srv.url).returncode == 0
+        assert cli("topic", "set", "keep/0", "kept", url=srv.url).returncode == 0
+    finally:
+        assert srv.stop() == 0, srv.output
+    segments = sorted((data / "journal" / "partition-0").glob("segment-*.log"))
+    assert segments, list((data / "journal").rglob("*"))
+    with open(segments[-1], "ab") as f:
+        f.write(b"\x20\x00\x00\x00\xde\xad\xbe\xefhalf a record")  # a crash in the middle of a write
+    again = Server(data, "--partitions", "1").wait_ready()
+    try:
+        fetched = cli("topic", "fetch", "?keep//", "--json", url=again.url)
+        assert fetched.returncode == 0 and fetched.stdout.count("\n") == 20, fetched.stdout
+        assert '"kept"' in fetched.stdout
+    finally:
+        assert again.stop() == 0, again.output
+    assert any("cut" in line.lower() or "trunc" in line.lower() for line in again.lines), again.output
+
+
+@pytest.mark.soak
+async def test_soak_repeated_partition_kills_lose_nothing_acknowledged(tmp_path: Path) -> None:
+    srv = Server(tmp_path / "data", "--partitions", "2").wait_ready()
+
+    def kill_repeatedly() -> None:
+        for _ in range(4):  # fewer than the crash-loop limit per minute
+            kill_actor(srv, "PartitionActor")
+            time.sleep(15)
+
+    try:
+        work = await run_with(srv, kill_repeatedly, 20, publishers=4, topics=25, subscribers=4)
+    finally:
+        assert srv.stop() == 0, srv.output
+    report = check(work.history)
+    print(f"[durability] soak, 4 partition kills: {report}")
+    assert report.valid, report
