@@ -25,7 +25,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -36,7 +36,6 @@ from actors.requests import HANDLERS, Context, Routed
 from actors.tracing import TraceRecord
 from actors.supervision import announce_start
 from canopy import protocol as wire
-from cluster.partitioning import partition_of
 from canopy.transport import serve_stream
 from sessions.filters import FilterSyntaxError, parse_filter
 from sessions.limits import Limits
@@ -176,15 +175,11 @@ class Gateway:
 
     # -- events from partitions ----------------------------------------------
 
-    def _owned_by(self, partition: int) -> Callable[[str], bool]:
-        count = self.link.count
-        return lambda path: partition_of(path, count) == partition
-
     def _partition_reset(self, partition: int) -> None:
-        self.registry.resync_begin(self._owned_by(partition))
+        self.registry.resync_begin(self.link.owned_by(partition))
 
     def _partition_resynced(self, partition: int) -> None:
-        self.registry.resync_end(self._owned_by(partition))
+        self.registry.resync_end(self.link.owned_by(partition))
         self.connections.wake()
 
     def _on_events(self, partition: int, events: list[TopicEvent]) -> None:

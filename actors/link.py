@@ -350,6 +350,11 @@ class PartitionLink:
         """Send ``op`` to the partition that owns ``path``."""
         self.channels[partition_of(path, len(self.channels))].submit(op, on_result)
 
+    def owned_by(self, index: int) -> Callable[[str], bool]:
+        """Whether a path belongs to partition ``index``."""
+        count = len(self.channels)
+        return lambda path: partition_of(path, count) == index
+
     def partitions_for(self, selector: Selector) -> list[int]:
         """The partitions ``selector`` concerns."""
         return partitions_for(selector, len(self.channels))

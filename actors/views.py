@@ -18,7 +18,6 @@ import logging
 import secrets
 import time
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -27,7 +26,6 @@ import ray
 from actors.delay_store import DelayStore
 from actors.link import PartitionLink
 from actors.supervision import announce_start
-from cluster.partitioning import partition_of
 from replication.configuration import VIEWS_FILE, ConfigurationFile
 from sessions.security import PathPermission, SecurityStore
 from topics.protocol import Operation, Register, TopicEvent, Unregister, decode_operation, encode_operation
@@ -72,17 +70,13 @@ class _Feed:
     def on_events(self, partition: int, events: list[TopicEvent]) -> None:
         self.carry(self.engine.on_events(events, _now()))
 
-    def _owned_by(self, partition: int) -> Callable[[str], bool]:
-        count = self.link.count
-        return lambda path: partition_of(path, count) == partition
-
     def on_reset(self, partition: int) -> None:
-        self.engine.resync_begin(self._owned_by(partition))
+        self.engine.resync_begin(self.link.owned_by(partition))
 
     def on_resynced(self, partition: int) -> None:
         """The partition is back: drop the sources that did not come back and claim
         its reference topics again (claims are not journaled)."""
-        self.carry(self.engine.resync_end(self._owned_by(partition), _now()))
+        self.carry(self.engine.resync_end(self.link.owned_by(partition), _now()))
 
     def carry(self, changes: Changes) -> None:
         link = self.link
