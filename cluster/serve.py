@@ -257,6 +257,9 @@ def _init_ray(config: ServerConfig) -> None:
 
     if config.address is None:
         ray.init(
+            # "local": always a new instance of our own, never the cluster another program
+            # (or a `ray start`) recorded in /tmp/ray/ray_current_cluster
+            address="local",
             namespace=config.namespace,
             include_dashboard=False,
             num_cpus=os.cpu_count(),

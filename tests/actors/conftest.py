@@ -27,6 +27,7 @@ def ray_node() -> Iterator[Any]:
     import ray
 
     ray.init(
+        address="local",
         num_cpus=2,
         include_dashboard=False,
         namespace=f"canopy-test-{uuid.uuid4().hex[:8]}",
