@@ -21,6 +21,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Hopeless(AssertionError):
+    """Raised by a polled check when waiting longer cannot help (the process exited): fails at once."""
+
+
 def wait_for(check: Callable[[], T], timeout: float = 30.0, what: str = "condition", interval: float = 0.05) -> T:
     """Poll ``check`` until it returns something truthy; fail with the last observation."""
     deadline = time.monotonic() + timeout
@@ -30,6 +34,8 @@ def wait_for(check: Callable[[], T], timeout: float = 30.0, what: str = "conditi
             last = check()
             if last:
                 return last
+        except Hopeless:
+            raise
         except Exception as e:  # keep polling; report it if time runs out
             last = e
         if time.monotonic() > deadline:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port, wait_for
+from tests.conftest import Hopeless, free_port, wait_for
 
 BIN = Path(sys.executable).parent
 ADMIN_PASSWORD = "e2e-admin-password"
@@ -53,7 +53,7 @@ class Server:
     def wait_ready(self, timeout: float = 120.0) -> Server:
         def ready() -> bool:
             if self.proc.poll() is not None:
-                raise AssertionError(f"canopy serve exited with {self.proc.returncode}:\n{self.output}")
+                raise Hopeless(f"canopy serve exited with {self.proc.returncode}:\n{self.output}")
             return any("canopy serving" in line for line in self.lines)
 
         wait_for(ready, timeout, "canopy serve to report it is serving")
