@@ -30,6 +30,20 @@ its address again, opens a new stream, tells its owner ``on_reset(partition)``,
 registers again every selector it had registered there (same tokens: the
 snapshots come again), and tells ``on_resynced(partition)`` once their
 answers are in, so that the owner can drop what did not come back.
+
+In a cluster each partition has a primary and a backup, and the primary
+moves (failover, rebalancing). The link knows each partition by a
+:class:`Route`: the primary replica's actor handle and the partition map
+epoch since which it is the primary; it says that epoch in its hello. To
+reconnect it asks ``resolve(partition, failed_epoch)`` for the route to try
+next (the owner asks the controller), and :meth:`PartitionLink.set_routes`
+(the controller's push) moves a channel whose primary changed at once, which
+matters when the old primary hangs rather than dies. A replica that is not
+the primary (any more) answers a batch with ``MOVED`` for every operation,
+applying none: the link stops sending, waits for the answers to what is in
+flight, and sends those operations again, first, to the new primary. Only
+operations whose fate is unknown (in flight on a stream that broke) fail
+with ``UNAVAILABLE``.
 """
 
 from __future__ import annotations
@@ -39,11 +53,12 @@ import logging
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple
 
 from cluster.partitioning import partition_of, partitions_for
 from topics.protocol import (
+    MOVED,
     Batch,
     Done,
     Events,
@@ -72,6 +87,21 @@ OnResult = Callable[[Result], None] | None
 OnEvents = Callable[[int, list[TopicEvent]], None]
 OnPartition = Callable[[int], None]
 RECONNECT_DELAY = 0.2  # seconds between attempts to reach a partition again
+#: how long operations that a replica answered MOVED wait for the new primary before they fail
+MOVE_TIMEOUT = 30.0
+
+
+class Route(NamedTuple):
+    """How to reach a partition's primary: its replica's actor handle
+    (``attach.remote(link_id, epoch)``) and the epoch since which it is the primary."""
+
+    epoch: int
+    handle: Any
+    node: str = ""
+
+
+#: (partition, epoch of the route that failed) -> the route to try next
+Resolve = Callable[[int, int], Awaitable[Route]]
 
 
 class PartitionUnavailable(Exception):
@@ -120,16 +150,18 @@ class _Stream(FrameStream):
 
     def __init__(self, channel: _Channel) -> None:
         super().__init__()
-        self.channel = channel
+        self.channel: _Channel | None = channel  # None once the channel left this stream
 
     def on_frame(self, frame: Any) -> None:
-        self.channel.on_frame(frame)
+        if self.channel is not None:
+            self.channel.on_frame(frame)
 
     def refused(self, error: ProtocolError) -> None:
-        log.error("partition %d sent a bad frame: %s", self.channel.index, error)
+        log.error("partition %s sent a bad frame: %s", self.channel and self.channel.index, error)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.channel.lost(exc)
+        if self.channel is not None and self.channel.stream is self:
+            self.channel.lost(exc)
 
 
 class _Channel:
@@ -153,6 +185,11 @@ class _Channel:
         #: what this link registered here (selector -> token), to register again after a restart
         self.registered: dict[str, int] = {}
         self.reconnecting: asyncio.Task[None] | None = None
+        #: the epoch of the route the stream was opened with
+        self.epoch = 0
+        #: a replica answered MOVED: nothing more is sent until the stream is moved to the new primary
+        self.moving = False
+        self._moved: list[tuple[Operation, OnResult]] = []
 
     def submit(self, op: Operation, on_result: OnResult) -> None:
         kind = type(op)
@@ -180,7 +217,7 @@ class _Channel:
     def _flush(self) -> None:
         self._scheduled = False
         stream = self.stream
-        if stream is None or stream.transport is None or self.broken is not None:
+        if stream is None or stream.transport is None or self.broken is not None or self.moving:
             return
         limit = self.link.max_batch
         while self._queue and len(self._in_flight) < self.link.max_in_flight:
@@ -204,6 +241,14 @@ class _Channel:
             self.last_done = (written, frame.applied_ns, arrived)
             if len(batch) != len(frame.results):
                 raise ProtocolError(f"answer {frame.sequence} has {len(frame.results)} results for {len(batch)}")
+            if frame.results and _moved(frame.results[0]):
+                self._moved.extend(batch)  # none applied: they go again to the new primary
+                if not self.moving:
+                    self.moving = True
+                    log.warning("partition %d: its primary moved; sending to the new one", self.index)
+                if not self._in_flight:
+                    self._move()
+                return
             for (op, on_result), item in zip(batch, frame.results):
                 result = decode_result(op, item)
                 if on_result is None:
@@ -228,39 +273,74 @@ class _Channel:
         except Exception:  # a bad batch must not stall the stream behind it
             log.exception("could not apply a batch of events from partition %d", self.index)
 
+    def _move(self) -> None:
+        """Every batch in flight came back MOVED: close this stream and open one to the
+        new primary; the operations wait, first in the queue."""
+        self._queue = self._moved + self._queue
+        self._moved = []
+        stream, self.stream = self.stream, None
+        if stream is not None and stream.transport is not None:
+            stream.channel = None  # its closing is no loss: nothing is in flight
+            stream.transport.close()
+        if not self.link.closing and self.reconnecting is None:
+            self.reconnecting = asyncio.ensure_future(self._reconnect(moving=True))
+
     def lost(self, exc: Exception | None) -> None:
         if self.broken is None:
             self.broken = f"partition {self.index} is unavailable: " + (str(exc) if exc else "its stream closed")
             if not self.link.closing:
                 log.error("%s", self.broken)
         self.stream = None
-        pending = [entry for _, batch, _ in self._in_flight for entry in batch] + self._queue
+        pending = [entry for _, batch, _ in self._in_flight for entry in batch] + self._moved + self._queue
         self._in_flight.clear()
         self._queue = []
+        self._moved = []
+        self.moving = False
         for _, on_result in pending:
             if on_result is not None:
                 on_result(Failed(UNAVAILABLE, self.broken))
         if not self.link.closing and self.reconnecting is None:
             self.reconnecting = asyncio.ensure_future(self._reconnect())
 
-    async def _reconnect(self) -> None:
-        """Reach the partition again (Ray restarts it), then replay the registrations."""
-        handle = self.link.handles[self.index]
+    def reroute(self, route: Route) -> None:
+        """The partition's primary changed: leave the old one now (it may hang rather than
+        die); what is in flight there fails, as its fate is unknown."""
+        if route.epoch == self.epoch or self.link.closing:
+            return
+        stream = self.stream
+        if stream is not None and stream.transport is not None:
+            stream.transport.abort()  # connection_lost -> lost() -> reconnect with the new route
+
+    async def _reconnect(self, moving: bool = False) -> None:
+        """Reach the partition's primary again (Ray restarts a crashed one; the controller
+        names a new one after a failover), then replay the registrations."""
+        failed = self.epoch
+        deadline = asyncio.get_running_loop().time() + MOVE_TIMEOUT
         try:
             while not self.link.closing:
                 try:
-                    address = await asyncio.wait_for(handle.attach.remote(self.link.link_id), ATTACH_TIMEOUT)
-                    await self.link.connect(self, address)
+                    route = await asyncio.wait_for(self.link.resolve(self.index, failed), ATTACH_TIMEOUT)
+                    address = await asyncio.wait_for(
+                        route.handle.attach.remote(self.link.link_id, route.epoch), ATTACH_TIMEOUT
+                    )
+                    await self.link.connect(self, address, route.epoch)
                     break
-                except Exception as e:  # not back yet: Ray is restarting it
+                except Exception as e:  # not back yet: Ray is restarting it, or the map has not moved yet
                     log.debug("partition %d not reachable yet: %s", self.index, e)
+                    if moving and asyncio.get_running_loop().time() > deadline:
+                        self.lost(TimeoutError(f"no new primary within {MOVE_TIMEOUT:.0f} s"))
+                        return
                     await asyncio.sleep(RECONNECT_DELAY)
             else:
                 return
             log.warning("partition %d is back; registering %d selectors again", self.index, len(self.registered))
             self.broken = None
+            self.moving = False
             self.link.on_reset(self.index)
-            registrations = list(self.registered.items())
+            waiting = {op.selector for op, _ in self._queue if type(op) is Register}  # type: ignore[union-attr]
+            registrations = [(s, t) for s, t in self.registered.items() if s not in waiting]
+            if self._queue and not self._scheduled:
+                self._schedule()
             if not registrations:
                 self.link.on_resynced(self.index)
                 return
@@ -279,14 +359,18 @@ class _Channel:
 
 
 class PartitionLink:
-    """Streams from one actor (``link_id``) to every partition (``handles``)."""
+    """Streams from one actor (``link_id``) to every partition (``routes``: one
+    :class:`Route` per partition, or a bare actor handle for a partition that never
+    moves). ``resolve`` finds a partition's primary again after its stream broke
+    (default: the route it had)."""
 
     def __init__(
         self,
         link_id: str,
-        handles: list[Any],
+        routes: list[Any],
         on_events: OnEvents,
         *,
+        resolve: Resolve | None = None,
         max_in_flight: int = 2,
         max_batch: int = 2000,
         window: float = 0.0,
@@ -294,7 +378,8 @@ class PartitionLink:
         on_resynced: OnPartition = lambda _: None,
     ) -> None:
         self.link_id = link_id
-        self.handles = handles
+        self.routes = [r if isinstance(r, Route) else Route(0, r) for r in routes]
+        self._resolve = resolve
         self.on_events = on_events
         self.on_reset = on_reset
         self.on_resynced = on_resynced
@@ -302,26 +387,42 @@ class PartitionLink:
         self.max_batch = max_batch
         self.window = window
         self.closing = False
-        self.channels = [_Channel(self, i) for i in range(len(handles))]
+        self.channels = [_Channel(self, i) for i in range(len(self.routes))]
 
     @property
     def count(self) -> int:
         return len(self.channels)
 
     async def attach(self) -> None:
-        """Open the stream to every partition (each hands out its address)."""
+        """Open the stream to every partition's primary (each hands out its address)."""
+        routes = list(self.routes)
         addresses = await asyncio.wait_for(
-            asyncio.gather(*(h.attach.remote(self.link_id) for h in self.handles)), ATTACH_TIMEOUT
+            asyncio.gather(*(r.handle.attach.remote(self.link_id, r.epoch) for r in routes)), ATTACH_TIMEOUT
         )
-        for channel, address in zip(self.channels, addresses):
-            await self.connect(channel, address)
+        for channel, address, route in zip(self.channels, addresses, routes):
+            await self.connect(channel, address, route.epoch)
 
-    async def connect(self, channel: _Channel, address: dict[str, Any]) -> None:
+    async def resolve(self, index: int, failed: int) -> Route:
+        if self._resolve is None:
+            return self.routes[index]
+        route = await self._resolve(index, failed)
+        self.routes[index] = route
+        return route
+
+    def set_routes(self, routes: list[Route]) -> None:
+        """The controller's new partition map: channels whose primary changed move to it."""
+        for channel, route in zip(self.channels, routes):
+            if route.epoch > self.routes[channel.index].epoch:
+                self.routes[channel.index] = route
+            channel.reroute(self.routes[channel.index])
+
+    async def connect(self, channel: _Channel, address: dict[str, Any], epoch: int = 0) -> None:
         transport, stream = await asyncio.get_running_loop().create_connection(
             lambda: _Stream(channel), address["host"], address["port"]
         )
-        transport.write(encode_frame(Hello(self.link_id, address["secret"])))
+        transport.write(encode_frame(Hello(self.link_id, address["secret"], epoch)))
         channel.stream = stream
+        channel.epoch = epoch
         if channel._queue and not channel._scheduled:
             channel._schedule()
 
@@ -388,3 +489,8 @@ class PartitionLink:
             "operations": sum(c.operations for c in self.channels),
             "broken": sum(c.broken is not None for c in self.channels),
         }
+
+
+def _moved(item: Any) -> bool:
+    """Whether an encoded result is ``Failed(MOVED, ...)`` (see :func:`topics.protocol.encode_result`)."""
+    return isinstance(item, list) and len(item) > 1 and item[1] == MOVED

@@ -23,52 +23,93 @@ import logging
 import os
 import secrets
 import time
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import ray
 
 from actors.link import FrameStream
 from actors.supervision import announce_start
+from topics.changes import TopicState, decode_change, decode_state, encode_change, encode_state, persistent_only
 from topics.protocol import (
+    MOVED,
     Batch,
     Done,
     Events,
     Failed,
+    Follow,
     Hello,
+    Prime,
     ProtocolError,
+    Replicate,
+    Replicated,
     TopicEvent,
     decode_operation,
     encode_event,
     encode_frame,
     encode_result,
 )
-from replication.journal import FsyncPolicy, Journal, JournalError
+from replication.journal import FsyncPolicy, Journal, JournalError, JournalGap
 from topics.store import TopicStore
 
 log = logging.getLogger("canopy.partition")
 
 
+PRIMARY, BACKUP, IDLE = "primary", "backup", "idle"
+#: seconds between attempts to reach a backup
+RETRY_DELAY = 0.2
+#: topic states per :class:`~topics.protocol.Prime` frame
+PRIME_CHUNK = 1000
+
+
 class _Peer(FrameStream):
-    """A link's stream into this partition: a hello, then batches."""
+    """A stream into this partition: a link's (a hello, then batches) or, on a
+    backup, its primary's (a follow, then primes and replicated batches)."""
 
     def __init__(self, partition: Partition) -> None:
         super().__init__()
         self.partition = partition
         self.link: str | None = None
+        self.follows = False
 
     def on_frame(self, frame: Any) -> None:
-        if self.link is None:
-            self.partition.hello(self, frame)
-        elif isinstance(frame, Batch):
+        if self.follows:
+            self.partition.follow_frame(self, frame)
+        elif self.link is not None:
+            if not isinstance(frame, Batch):
+                raise ProtocolError(f"a link does not send {type(frame).__name__} after its hello")
             self.partition.apply(self, frame)
+        elif isinstance(frame, Follow):
+            self.partition.follow(self, frame)
         else:
-            raise ProtocolError(f"a link does not send {type(frame).__name__} after its hello")
+            self.partition.hello(self, frame)
 
     def refused(self, error: ProtocolError) -> None:
-        log.error("partition %d: dropping link %s: %s", self.partition.index, self.link, error)
+        log.error("partition %d: dropping %s: %s", self.partition.index,
+                  "its primary" if self.follows else f"link {self.link}", error)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.partition.forget(self)
+
+
+class _ToBackup(FrameStream):
+    """The primary's stream to its backup: primes and replicated batches out, acknowledgements in."""
+
+    def __init__(self, partition: Partition) -> None:
+        super().__init__()
+        self.partition = partition
+
+    def on_frame(self, frame: Any) -> None:
+        if not isinstance(frame, Replicated):
+            raise ProtocolError(f"a backup does not send {type(frame).__name__}")
+        self.partition.acknowledged(self, frame.id)
+
+    def refused(self, error: ProtocolError) -> None:
+        log.error("partition %d: dropping the stream to its backup: %s", self.partition.index, error)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.partition.backup_lost(self, exc)
 
 
 class Partition:
@@ -80,13 +121,40 @@ class Partition:
     newest snapshot, then every change after it); then every batch's changes
     to persistent topics are appended to it (one write) *before* the batch is
     answered, so nothing acknowledged is lost when a process dies. A snapshot
-    is written (on a worker thread) every ``snapshot_every`` changes."""
+    is written (on a worker thread) every ``snapshot_every`` changes.
 
-    def __init__(self, index: int, host: str, journal: Journal | None = None, snapshot_every: int = 100_000) -> None:
+    Replicas. In a cluster each partition has a *primary* replica and a
+    *backup* on another node (``replicated=True`` for both; ``role`` says which,
+    ``idle`` until the controller says). Only the primary applies operations;
+    any other replica answers every operation ``MOVED`` without applying it, so
+    the link goes to the primary the partition map names. The primary sends
+    every batch's changes (to persistent topics and the others; not reference
+    topics, which views recompute) to its backup as one
+    :class:`~topics.protocol.Replicate` frame, pipelined, and holds the batch's
+    answer and the events it made in an ordered *outbox* until the backup has
+    applied and journaled them (:class:`~topics.protocol.Replicated`): nothing is
+    acknowledged, and no session sees a value, that only one node holds. A new
+    backup first gets the primary's whole state (:class:`~topics.protocol.Prime`
+    frames, taken between two batches) and continues the primary's journal
+    sequence from it, so a promoted backup continues the partition's sequence
+    with no gap and no duplicate.
+
+    Fencing: a backup follows only a primary whose placement epoch is not older
+    than its own, and a promoted backup drops its primary's stream. A primary
+    that was replaced (it hung, or its node was cut off) therefore never gets
+    another acknowledgement from its backup, and never answers a write again;
+    it goes on alone only when the controller says its backup is gone
+    (:meth:`set_backup` with ``None``, at a new epoch)."""
+
+    def __init__(
+        self, index: int, host: str, journal: Journal | None = None, snapshot_every: int = 100_000,
+        *, role: str = PRIMARY, replicated: bool = False,
+    ) -> None:
         self.index = index
         self.host = host
-        self.store = TopicStore(clock=lambda: time.time_ns() // 1_000_000, record_changes=journal is not None)
+        self.replicated = replicated
         self.journal = journal
+        self.store = self._new_store()
         self.snapshot_every = snapshot_every
         self._snapshotting = False
         self._sync_timer: asyncio.TimerHandle | None = None
@@ -97,6 +165,33 @@ class Partition:
         self.address: dict[str, Any] | None = None
         self.batches = 0
         self.operations = 0
+        self.role = role
+        #: the placement epoch of this replica's role (durable in the journal directory)
+        self.epoch = journal.epoch if journal is not None else 0
+        self.handing_over = False
+        # the primary's side of replication
+        self.backup: _ToBackup | None = None
+        self.backup_address: dict[str, Any] | None = None
+        self.caught_up = False
+        self._backup_frames: list[bytes] = []  # written once the stream to the backup is open
+        self._backup_task: asyncio.Task[None] | None = None
+        self._sent = 0  # the id of the last frame to the backup
+        self._acked = 0  # the last id the backup acknowledged
+        self._prime_id = 0  # the id of the final frame of the last prime
+        self._outbox: deque[tuple[int, list[tuple[_Peer, bytes]]]] = deque()
+        self._drained: asyncio.Event | None = None
+        # the backup's side
+        self.follower: _Peer | None = None
+        self.primed = False
+        self._priming: list[TopicState] | None = None
+        self.replicas_applied = 0
+
+    def _new_store(self) -> TopicStore:
+        return TopicStore(
+            clock=lambda: time.time_ns() // 1_000_000,
+            record_changes=self.journal is not None,
+            record_volatile=self.replicated,
+        )
 
     async def serve(self) -> dict[str, Any]:
         """Start the stream server (once); where links connect, with the secret."""
@@ -139,6 +234,11 @@ class Partition:
 
     def apply(self, peer: _Peer, batch: Batch) -> None:
         assert peer.link is not None
+        if self.role != PRIMARY or self.handing_over:
+            moved = encode_result(Failed(MOVED, f"partition {self.index}'s primary is elsewhere; ask again"))
+            done = Done(batch.sequence, [moved] * len(batch.operations), [], time.perf_counter_ns())
+            self._answer([(peer, encode_frame(done))])
+            return
         store = self.store
         results = []
         for item in batch.operations:
@@ -150,19 +250,256 @@ class Partition:
             results.append(encode_result(store.apply_one(peer.link, op)))
         self.batches += 1
         self.operations += len(results)
-        if self.journal is not None:
+        if self.backup_address is not None:
+            self._replicate()
+        elif self.journal is not None:
             self._journal(store.drain_changes())
+        elif self.replicated:
+            store.drain_replicated()
         events = store.drain_events()
         encoded: dict[int, list[Any]] = {}
         own = events.pop(peer.link, None)
         done = Done(batch.sequence, results, _encoded(own, encoded) if own else [], time.perf_counter_ns())
-        peer.write(encode_frame(done))
+        writes = [(peer, encode_frame(done))]
         for link, made in events.items():
             target = self.links.get(link)
             if target is not None:
-                target.write(encode_frame(Events(_encoded(made, encoded))))
+                writes.append((target, encode_frame(Events(_encoded(made, encoded)))))
+        self._answer(writes)
 
-    def _journal(self, changes: list[Any]) -> None:
+    def _replicate(self) -> None:
+        """Journal the batch's changes here and send them all to the backup."""
+        changes, volatile = self.store.drain_replicated()
+        if not changes:
+            return
+        now = time.time_ns() // 1_000_000
+        first = 0
+        if self.journal is not None:
+            first = self.journal.last_sequence + 1
+            self._journal(persistent_only(changes, volatile), now)
+        self._to_backup(lambda i: Replicate(i, first, now, [encode_change(c) for c in changes], volatile))
+
+    def _to_backup(self, frame: Callable[[int], Any]) -> int:
+        self._sent += 1
+        data = encode_frame(frame(self._sent))
+        backup = self.backup
+        if backup is not None and backup.transport is not None and not backup.transport.is_closing():
+            backup.transport.write(data)
+        else:
+            self._backup_frames.append(data)
+        return self._sent
+
+    def _answer(self, writes: list[tuple[_Peer, bytes]]) -> None:
+        """Write a batch's answer and events now, or once the backup has what they reveal."""
+        if self._sent > self._acked:
+            self._outbox.append((self._sent, writes))
+            return
+        for target, data in writes:
+            target.write(data)
+
+    def _release(self) -> None:
+        outbox = self._outbox
+        while outbox and outbox[0][0] <= self._acked:
+            for target, data in outbox.popleft()[1]:
+                target.write(data)
+        if not outbox and self._drained is not None:
+            self._drained.set()
+
+    def acknowledged(self, stream: _ToBackup, id: int) -> None:
+        if stream is not self.backup or id <= self._acked:
+            return  # from a stream this primary left, or stale
+        if id > self._sent:
+            raise ProtocolError(f"the backup acknowledged {id}, which was never sent")
+        self._acked = id
+        if id >= self._prime_id and not self.caught_up:
+            self.caught_up = True
+            log.warning("partition %d: its backup has caught up", self.index)
+        self._release()
+
+    def backup_lost(self, stream: _ToBackup, exc: Exception | None) -> None:
+        if stream is not self.backup:
+            return
+        self.backup = None
+        self.caught_up = False
+        log.error("partition %d: the stream to its backup closed (%s); starting over with it",
+                  self.index, exc or "closed")
+        if self.backup_address is not None:
+            self._start_backup(delay=RETRY_DELAY)
+
+    def set_backup(self, epoch: int, address: dict[str, Any] | None) -> None:
+        """The controller's placement at ``epoch``: replicate to the replica at
+        ``address`` (primed with the whole state first), or to none (answers that
+        waited for the old backup go out now)."""
+        self._set_epoch(epoch)
+        self._drop_backup()
+        self.backup_address = address
+        if address is None:
+            self._acked = self._sent
+            self._release()
+            return
+        self._start_backup()
+
+    def _drop_backup(self) -> None:
+        self.caught_up = False
+        self._backup_frames = []
+        if self._backup_task is not None:
+            self._backup_task.cancel()
+            self._backup_task = None
+        backup, self.backup = self.backup, None
+        if backup is not None and backup.transport is not None:
+            backup.transport.abort()
+
+    def _start_backup(self, delay: float = 0.0) -> None:
+        """Take the whole state now (between two batches) as the backup's prime and
+        connect; every later batch follows it on the same stream."""
+        self._drop_backup()
+        states = self.store.state(volatile=True)
+        sequence = self.journal.last_sequence if self.journal is not None else 0
+        chunks = [states[i:i + PRIME_CHUNK] for i in range(0, len(states), PRIME_CHUNK)] or [[]]
+        for n, chunk in enumerate(chunks, 1):
+            encoded = [encode_state(state) for state in chunk]
+            self._prime_id = self._to_backup(lambda i: Prime(i, sequence, encoded, n == len(chunks)))
+        address = self.backup_address
+        assert address is not None
+        self._backup_task = asyncio.ensure_future(self._connect_backup(address, self.epoch, delay))
+
+    async def _connect_backup(self, address: dict[str, Any], epoch: int, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if delay:
+                await asyncio.sleep(delay)
+            try:
+                _, stream = await loop.create_connection(
+                    lambda: _ToBackup(self), address["host"], address["port"]
+                )
+                break
+            except OSError as e:
+                log.warning("partition %d cannot reach its backup at %s:%s yet: %s",
+                            self.index, address["host"], address["port"], e)
+                delay = RETRY_DELAY
+        assert stream.transport is not None
+        stream.transport.write(encode_frame(Follow(address["secret"], epoch)) + b"".join(self._backup_frames))
+        self._backup_frames = []
+        self.backup = stream
+        self._backup_task = None
+
+    # -- the backup's side -------------------------------------------------
+
+    def follow(self, peer: _Peer, frame: Follow) -> None:
+        if not secrets.compare_digest(str(frame.secret), self.secret):
+            raise ProtocolError("a follow must say this partition's secret")
+        if self.role != BACKUP or frame.epoch < self.epoch:
+            raise ProtocolError(
+                f"partition {self.index}: a primary of epoch {frame.epoch} cannot be followed by a "
+                f"{self.role} of epoch {self.epoch}"
+            )
+        old, self.follower = self.follower, peer
+        if old is not None and old.transport is not None:
+            old.transport.abort()
+        peer.follows = True
+        self._priming = None
+
+    def follow_frame(self, peer: _Peer, frame: Any) -> None:
+        if peer is not self.follower or self.role != BACKUP:
+            raise ProtocolError("this replica follows no primary on this stream any more")
+        if isinstance(frame, Replicate):
+            if self._priming is not None or not self.primed:
+                raise ProtocolError("a replicated batch before the prime is complete")
+            changes = [decode_change(c) for c in frame.changes]
+            self.store.replay(changes)
+            self.store.drain_replicated()
+            persistent = persistent_only(changes, frame.volatile)
+            if self.journal is not None and persistent:
+                try:
+                    self.journal.append(persistent, frame.timestamp, first=frame.first)
+                except JournalGap as e:
+                    raise ProtocolError(str(e)) from e  # the stream drops; the primary primes again
+                except JournalError:
+                    log.exception("partition %d cannot write its journal; restarting", self.index)
+                    os._exit(70)
+                self._schedule_sync()
+            self.replicas_applied += 1
+        elif isinstance(frame, Prime):
+            priming = self._priming if self._priming is not None else []
+            priming.extend(decode_state(s) for s in frame.states)
+            self._priming = priming
+            if frame.final:
+                self._priming = None
+                store = self._new_store()
+                store.load(priming)
+                self.store = store
+                if self.journal is not None:
+                    self.journal.reset([s for s in priming if s.specification().persistent], frame.sequence)
+                self.primed = True
+                log.warning("partition %d: primed as a backup with %d topics at record %d",
+                            self.index, len(priming), frame.sequence)
+        else:
+            raise ProtocolError(f"a primary does not send {type(frame).__name__}")
+        peer.write(encode_frame(Replicated(frame.id)))
+
+    # -- roles (the controller's placement) --------------------------------
+
+    def _set_epoch(self, epoch: int) -> None:
+        if epoch < self.epoch:
+            raise StaleEpoch(f"partition {self.index} is at epoch {self.epoch}, not {epoch}")
+        if epoch != self.epoch:
+            self.epoch = epoch
+            if self.journal is not None:
+                self.journal.set_epoch(epoch)
+
+    def become_primary(self, epoch: int, backup: dict[str, Any] | None) -> None:
+        """Take over as the partition's primary at ``epoch`` (a backup must have been primed)."""
+        if self.role == BACKUP and not self.primed:
+            raise NotCaughtUp(f"partition {self.index}'s backup was never primed: it cannot take over")
+        self._set_epoch(epoch)
+        follower, self.follower = self.follower, None
+        if follower is not None and follower.transport is not None:
+            follower.transport.abort()  # the old primary's stream: fenced off
+        self._priming = None
+        if self.role != PRIMARY:
+            log.warning("partition %d: primary at epoch %d", self.index, epoch)
+        self.role = PRIMARY
+        self.handing_over = False
+        self.set_backup(epoch, backup)
+
+    def become_backup(self, epoch: int) -> None:
+        """Follow the primary that will connect with ``epoch`` (or a newer one). A
+        primary demoted without a :meth:`handover` drops its links (what they have in
+        flight fails: its fate is unknown); after one, it tells them ``MOVED``."""
+        self._set_epoch(epoch)
+        if self.role == PRIMARY:
+            self._drop_backup()
+            self.backup_address = None
+            self._outbox.clear()
+            self._acked = self._sent
+            if not self.handing_over:  # after a handover the links stay: they are told MOVED
+                for peer in list(self.links.values()):
+                    if peer.transport is not None:
+                        peer.transport.abort()
+        self.role = BACKUP
+        self.primed = False
+        self.handing_over = False
+
+    async def handover(self, timeout: float) -> None:
+        """Stop applying (batches are answered MOVED) and wait until every answer
+        that waits for the backup has gone out: then the backup holds everything."""
+        self.handing_over = True
+        if self._outbox:
+            self._drained = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._drained.wait(), timeout)
+            finally:
+                self._drained = None
+
+    def position(self) -> dict[str, Any]:
+        return {
+            "role": self.role, "epoch": self.epoch, "primed": self.primed,
+            "sequence": self.journal.last_sequence if self.journal is not None else 0,
+        }
+
+    # -- journal -------------------------------------------------------------
+
+    def _journal(self, changes: list[Any], now_ms: int | None = None) -> None:
         """Journal a batch's changes before it is answered (the bytes reach the
         operating system; fsync per the policy)."""
         journal = self.journal
@@ -170,18 +507,23 @@ class Partition:
         if not changes:
             return
         try:
-            journal.append(changes, time.time_ns() // 1_000_000)
+            journal.append(changes, time.time_ns() // 1_000_000 if now_ms is None else now_ms)
         except JournalError:
             # applied but not journaled: never answer it; Ray restarts the partition
             # and it recovers what the journal holds
             log.exception("partition %d cannot write its journal; restarting", self.index)
             os._exit(70)
+        self._schedule_sync()
+        if not self._snapshotting and journal.last_sequence - journal.snapshot_sequence >= self.snapshot_every:
+            self._snapshot()
+
+    def _schedule_sync(self) -> None:
+        journal = self.journal
+        assert journal is not None
         due = journal.next_sync_ms
         if due is not None and self._sync_timer is None:
             delay = max(0.0, (due - time.time_ns() // 1_000_000) / 1000)
             self._sync_timer = asyncio.get_running_loop().call_later(delay, self._sync)
-        if not self._snapshotting and journal.last_sequence - journal.snapshot_sequence >= self.snapshot_every:
-            self._snapshot()
 
     def _sync(self) -> None:
         """The interval fsync, on a worker thread (it does not hold up appends)."""
@@ -207,12 +549,18 @@ class Partition:
     def close(self) -> None:
         if self._sync_timer is not None:
             self._sync_timer.cancel()
+        self._drop_backup()
         if self.server is not None:
             self.server.close()
         if self.journal is not None:
             self.journal.close()
 
     def forget(self, peer: _Peer) -> None:
+        if peer.follows:
+            if self.follower is peer:
+                self.follower = None
+                self._priming = None
+            return
         if peer.link is not None and self.links.get(peer.link) is peer:
             del self.links[peer.link]
             self.store.drop_gateway(peer.link)
@@ -222,6 +570,8 @@ class Partition:
             "partition": self.index,
             "pid": os.getpid(),
             "address": self.address and {k: v for k, v in self.address.items() if k != "secret"},
+            "role": self.role,
+            "epoch": self.epoch,
             "topics": len(self.store.tree),
             "registrations": len(self.store.index),
             "links": sorted(self.links),
@@ -231,24 +581,46 @@ class Partition:
                 "sequence": self.journal.last_sequence, "snapshot": self.journal.snapshot_sequence,
                 "policy": str(self.journal.policy),
             },
+            "backup": self.backup_address and {
+                "address": f"{self.backup_address['host']}:{self.backup_address['port']}",
+                "connected": self.backup is not None, "caught_up": self.caught_up,
+                "lag": self._sent - self._acked, "waiting_answers": len(self._outbox),
+            },
+            "primed": self.primed if self.role == BACKUP else None,
             "recovered": self.recovered,
         }
+
+
+class StaleEpoch(Exception):
+    """A placement older than the one this replica already follows."""
+
+
+class NotCaughtUp(Exception):
+    """A backup that does not hold its primary's state cannot take over."""
 
 
 class PartitionActor:
     """The Ray shell. ``config``: the server settings (with them the partition
     journals its topics in the data directory, and recovers them first: also
     when Ray restarts it); ``host``: the address to serve links on (default:
-    this Ray node's)."""
+    this Ray node's). ``role`` and ``replicated``: see :class:`Partition` (a
+    replica the controller places starts ``idle``, also when Ray restarts it);
+    ``directory``: the data directory of this replica's node, if not the configured one."""
 
-    def __init__(self, index: int, count: int, config: dict[str, Any] | None = None, host: str | None = None) -> None:
+    def __init__(
+        self, index: int, count: int, config: dict[str, Any] | None = None, host: str | None = None,
+        role: str = PRIMARY, replicated: bool = False, directory: str | None = None,
+    ) -> None:
         self.index = index
         self.count = count
         self._host = host
+        self._role = role
+        self._replicated = replicated
         journal = None
         if config is not None:
             journal = Journal.for_partition(
-                config["data_dir"], index, policy=FsyncPolicy.parse(config.get("journal_fsync", "interval:100"))
+                directory or config["data_dir"], index,
+                policy=FsyncPolicy.parse(config.get("journal_fsync", "interval:100")),
             )
         self._config = config
         self._journal = journal
@@ -261,17 +633,56 @@ class PartitionActor:
         """A token made when this process started: a new one means Ray restarted it."""
         return self._incarnation
 
-    async def attach(self, link_id: str) -> dict[str, Any]:
-        """Where link ``link_id`` connects: host, port and the secret to say."""
+    async def _core(self) -> Partition:
         async with self._starting:
             if self.core is None:
                 snapshot_every = int((self._config or {}).get("snapshot_every", 100_000))
-                core = Partition(self.index, self._host or ray.util.get_node_ip_address(), self._journal, snapshot_every)
+                core = Partition(
+                    self.index, self._host or ray.util.get_node_ip_address(), self._journal, snapshot_every,
+                    role=self._role, replicated=self._replicated,
+                )
                 await core.serve()
                 self.core = core
                 gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
-            assert self.core.address is not None
-            return self.core.address
+            return self.core
+
+    async def attach(self, link_id: str, epoch: int = 0) -> dict[str, Any]:
+        """Where link ``link_id`` connects: host, port and the secret to say. A
+        replica that is not the primary refuses (the link asks the controller again)."""
+        core = await self._core()
+        if core.role != PRIMARY:
+            raise NotPrimary(f"partition {self.index}: this replica is the {core.role} at epoch {core.epoch}")
+        assert core.address is not None
+        return core.address
+
+    async def follow_address(self) -> dict[str, Any]:
+        """Where a primary connects to replicate to this replica."""
+        core = await self._core()
+        assert core.address is not None
+        return core.address
+
+    async def become_primary(self, epoch: int, backup: dict[str, Any] | None = None) -> dict[str, Any]:
+        core = await self._core()
+        core.become_primary(epoch, backup)
+        return core.position()
+
+    async def become_backup(self, epoch: int) -> dict[str, Any]:
+        """Demote or start following; returns where the primary connects."""
+        core = await self._core()
+        core.become_backup(epoch)
+        assert core.address is not None
+        return core.address
+
+    async def set_backup(self, epoch: int, backup: dict[str, Any] | None) -> None:
+        (await self._core()).set_backup(epoch, backup)
+
+    async def handover(self, timeout: float = 30.0) -> dict[str, Any]:
+        core = await self._core()
+        await core.handover(timeout)
+        return core.position()
+
+    async def position(self) -> dict[str, Any]:
+        return (await self._core()).position()
 
     async def stop(self) -> None:
         """Close the journal cleanly (what waits for an fsync gets it)."""
@@ -282,8 +693,12 @@ class PartitionActor:
 
     async def stats(self) -> dict[str, Any]:
         if self.core is None:
-            return {"partition": self.index, "pid": os.getpid(), "address": None}
+            return {"partition": self.index, "pid": os.getpid(), "address": None, "role": self._role}
         return self.core.stats()
+
+
+class NotPrimary(Exception):
+    """The replica asked for is not the partition's primary."""
 
 
 def _encoded(events: list[TopicEvent], memo: dict[int, list[Any]]) -> list[Any]:

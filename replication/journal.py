@@ -7,6 +7,7 @@ records (:mod:`topics.changes`) in its own directory,
     LOCK                                  flock'ed by the one process that owns the journal
     segment-00000000000000000001.log      records 1 ... (named by the first sequence it holds)
     segment-00000000000000052174.log      the active segment: appends go here
+    EPOCH                                 {"epoch": 7}: the last partition map epoch this replica was given
     snapshot-00000000000000050000.snap    topic states after record 50000 (the previous snapshot)
     snapshot-00000000000000052173.snap    topic states after record 52173 (the newest)
 
@@ -108,13 +109,26 @@ Errors::
     JournalError              a journal cannot be used as asked
     ├── JournalCorrupt        bytes fail their checks where later records depend on them
     ├── JournalBusy           another process holds the journal's lock
+    ├── JournalGap            a backup's records would not follow its last one
     └── JournalWriteError     the operating system refused a write or an fsync
+
+Replicas
+========
+
+A partition's backup journals what its primary sends under the primary's
+numbers (``append(changes, now, first=...)``), and starts over from the
+primary's state with :meth:`Journal.reset` (a snapshot after the primary's
+last record, every older file gone). ``EPOCH`` holds the partition map epoch
+the replica was last given (:meth:`Journal.set_epoch`): after a full restart
+the replica with the newest epoch, then the longest journal, is the one to
+trust.
 """
 
 from __future__ import annotations
 
 import enum
 import fcntl
+import json
 import logging
 import mmap
 import os
@@ -145,7 +159,7 @@ from topics.changes import (
 )
 
 __all__ = [
-    "DEFAULT_FSYNC", "FsyncMode", "FsyncPolicy", "Journal", "JournalBusy", "JournalCorrupt", "JournalError",
+    "DEFAULT_FSYNC", "FsyncMode", "FsyncPolicy", "Journal", "JournalBusy", "JournalCorrupt", "JournalError", "JournalGap",
     "JournalWriteError", "Record", "Recovery", "Segment", "read_segment", "record_row",
 ]
 
@@ -157,6 +171,7 @@ SNAPSHOT_MAGIC = "canopy-snapshot"
 #: the largest payload a frame may announce (a change carries one value)
 MAX_RECORD = 512 * 1024 * 1024
 SEGMENT_BYTES = 64 * 1024 * 1024
+EPOCH_FILE = "EPOCH"
 _FRAME = struct.Struct("<II")
 _SEGMENT_NAME = re.compile(r"segment-(\d{20})\.log")
 _SNAPSHOT_NAME = re.compile(r"snapshot-(\d{20})\.snap")
@@ -184,6 +199,10 @@ class JournalCorrupt(JournalError):
 
 class JournalBusy(JournalError):
     """Another process holds the journal's lock."""
+
+
+class JournalGap(JournalError):
+    """Records that would not follow the journal's last one."""
 
 
 class JournalWriteError(JournalError):
@@ -685,13 +704,17 @@ class Journal:
 
     # -- appending ---------------------------------------------------------
 
-    def append(self, changes: Sequence[Change], now_ms: int) -> int:
+    def append(self, changes: Sequence[Change], now_ms: int, first: int | None = None) -> int:
         """Journal a batch's changes in one write; return the last sequence.
         When it returns the bytes are in the operating system (and on disk
         under ``always``). :class:`JournalWriteError` leaves the journal as it
-        was before the batch."""
+        was before the batch. ``first``: the sequence the first change must get
+        (a backup journals its primary's records under the primary's numbers);
+        :class:`JournalGap` when it would get another."""
         if not changes:
             return self._last
+        if first is not None and first != self._last + 1:
+            raise JournalGap(f"record {first} follows record {self._last} in {self.directory}")
         pack = self._packer.pack
         crc32 = zlib.crc32
         frame = _FRAME.pack
@@ -858,6 +881,59 @@ class Journal:
             if problem is None:
                 self._compact()
         return final
+
+    def reset(self, states: Iterable[TopicState], sequence: int) -> Path:
+        """Start over from ``states`` after record ``sequence``: a backup takes its
+        primary's state (and numbering) this way. The snapshot is written first; then
+        every segment and every other snapshot goes (what this replica held before is
+        not the partition's history any more), and the next record is ``sequence + 1``."""
+        with self._lock:
+            self._check_usable()
+            self._close_active()
+        final = self.directory / _snapshot_name(sequence)
+        temporary = self.directory / f".snapshot-{sequence:020d}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            self._write_snapshot_file(temporary, states, sequence)
+            os.replace(temporary, final)
+        except OSError as e:
+            temporary.unlink(missing_ok=True)
+            raise JournalWriteError(f"writing snapshot {final} failed: {e}") from e
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+        self._sync_directory()
+        with self._lock:
+            for first in self._segments:
+                (self.directory / _segment_name(first)).unlink(missing_ok=True)
+            for old in self._snapshots:
+                if old != sequence:
+                    (self.directory / _snapshot_name(old)).unlink(missing_ok=True)
+            self._segments = []
+            self._snapshots = [sequence]
+            self._last = sequence
+            self._dirty_since = None
+        return final
+
+    @property
+    def epoch(self) -> int:
+        """The partition map epoch this replica was last given (0: never); it
+        survives restarts, so that a restarted cluster knows which replica of a
+        partition is the newest."""
+        try:
+            return int(json.loads((self.directory / EPOCH_FILE).read_text(encoding="utf-8"))["epoch"])
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Record ``epoch`` durably (written aside, fsynced, renamed)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        temporary = self.directory / f".{EPOCH_FILE}.{os.getpid()}.tmp"
+        with open(temporary, "w", encoding="utf-8") as f:
+            json.dump({"epoch": epoch}, f)
+            f.flush()
+            self._sync(f.fileno())
+        os.replace(temporary, self.directory / EPOCH_FILE)
+        self._sync_directory()
 
     def _check_snapshot(self, sequence: int) -> str | None:
         """Why snapshot ``sequence`` does not read back whole (frames, checksums, header, trailer), or ``None``."""

@@ -50,7 +50,7 @@ from topics.timeseries import Event
 
 __all__ = [
     "Change", "ChangeFormatError", "EventAppended", "Properties", "TopicAdded", "TopicRemoved", "TopicState",
-    "ValueSet", "decode_change", "decode_state", "encode_change", "encode_state", "operation_name",
+    "ValueSet", "decode_change", "decode_state", "encode_change", "encode_state", "operation_name", "persistent_only",
 ]
 
 Properties = list[list[str]]
@@ -106,6 +106,15 @@ class TopicState(NamedTuple):
 
     def specification(self) -> TopicSpecification:
         return TopicSpecification.of(self.type, dict(_pairs(self.properties)))
+
+
+def persistent_only(changes: list[Change], volatile: list[int]) -> list[Change]:
+    """``changes`` without those at the positions ``volatile`` names (changes to
+    topics that are not persistent: replicated, never journaled)."""
+    if not volatile:
+        return changes
+    skip = set(volatile)
+    return [c for i, c in enumerate(changes) if i not in skip]
 
 
 def operation_name(change: Change) -> str:

@@ -10,10 +10,19 @@ here; nobody else indexes into the encoded lists.
 
 Frames (one msgpack array each, back to back on the stream)::
 
-    link -> partition   Hello(link, secret)          first frame, once
+    link -> partition   Hello(link, secret, epoch)   first frame, once
                         Batch(sequence, operations)  sequence 1, 2, 3, ...
     partition -> link   Done(sequence, results, events)
                         Events(events)
+
+    primary -> backup   Follow(secret, epoch)        first frame, once
+                        Prime(id, sequence, states, final)
+                        Replicate(id, first, timestamp, changes, volatile)
+    backup -> primary   Replicated(id)
+
+A replica that is not (or no longer) the partition's primary answers every
+operation of a batch with ``Failed("MOVED", ...)`` without applying any: the
+link sends them again to the primary the partition map names.
 
 A partition applies a :class:`Batch` in order and answers one :class:`Done`
 with a result per operation (:class:`Ok` or :class:`Failed`, in order) and
@@ -55,12 +64,16 @@ from topics.timeseries import Event
 
 __all__ = [
     "AddTopic", "Added", "AppendEvent", "Appended", "Batch", "Changed", "Done", "EditEvent", "EditMeta",
-    "End", "EventMeta", "Events", "Failed", "FetchTopics", "FrameReader", "Hello", "Ok", "ProtocolError",
-    "QueryAnswer", "QueryEvents", "RefDrop", "RefDropView", "RefEvent", "RefPut", "RefReserve", "Register",
-    "Removed", "RemoveTopics", "SetValue", "Snapshot", "TopicRow", "Unregister",
+    "End", "EventMeta", "Events", "Failed", "FetchTopics", "Follow", "FrameReader", "Hello", "MOVED", "Ok",
+    "Prime", "ProtocolError", "QueryAnswer", "QueryEvents", "RefDrop", "RefDropView", "RefEvent", "RefPut",
+    "RefReserve", "Register", "Removed", "RemoveTopics", "Replicate", "Replicated", "SetValue", "Snapshot",
+    "TopicRow", "Unregister",
     "decode_event", "decode_operation", "decode_result", "encode_event", "encode_frame",
     "encode_operation", "encode_result",
 ]
+
+#: the failure code of an operation sent to a replica that is not the partition's primary (not applied)
+MOVED = "MOVED"
 
 Properties = list[list[str]]
 """A specification's properties on the stream: ``[[name, value], ...]``."""
@@ -379,10 +392,13 @@ def decode_event(item: Any) -> TopicEvent:
 
 
 class Hello(NamedTuple):
-    """The first frame of a link: who it is and the partition's secret."""
+    """The first frame of a link: who it is, the partition's secret, and the
+    partition map epoch at which the link learnt that this replica is the
+    partition's primary (every batch on the stream is sent under that epoch)."""
 
     link: str
     secret: str
+    epoch: int = 0
 
 
 class Batch(NamedTuple):
@@ -410,8 +426,47 @@ class Events(NamedTuple):
     events: list[list[Any]]
 
 
-Frame = Hello | Batch | Done | Events
-_FRAMES: tuple[type[Any], ...] = (Hello, Batch, Done, Events)
+class Follow(NamedTuple):
+    """The first frame of a primary's stream to its backup: the backup's secret
+    and the epoch of the placement that made them primary and backup."""
+
+    secret: str
+    epoch: int
+
+
+class Prime(NamedTuple):
+    """Part of the primary's whole state (encoded :class:`~topics.changes.TopicState`
+    items): a backup starts over from it. ``sequence`` is the primary's last
+    journal record; the part with ``final`` completes it. ``id`` numbers what the
+    backup acknowledges (:class:`Replicated`)."""
+
+    id: int
+    sequence: int
+    states: list[list[Any]]
+    final: bool
+
+
+class Replicate(NamedTuple):
+    """A batch's changes (encoded :class:`~topics.changes.Change` items, in order),
+    applied on the primary at ``timestamp``; ``volatile``: the positions of changes to
+    topics that are not persistent (applied, not journaled); ``first``: the journal
+    sequence of the first journaled change."""
+
+    id: int
+    first: int
+    timestamp: int
+    changes: list[list[Any]]
+    volatile: list[int]
+
+
+class Replicated(NamedTuple):
+    """The backup applied and journaled everything up to ``id``."""
+
+    id: int
+
+
+Frame = Hello | Batch | Done | Events | Follow | Prime | Replicate | Replicated
+_FRAMES: tuple[type[Any], ...] = (Hello, Batch, Done, Events, Follow, Prime, Replicate, Replicated)
 _FRAME_CODE: dict[type[Any], int] = {cls: code for code, cls in enumerate(_FRAMES, 1)}
 
 

@@ -62,6 +62,7 @@ from topics.changes import (
     TopicRemoved,
     TopicState,
     ValueSet,
+    persistent_only,
 )
 from topics.errors import (
     InvalidValueError,
@@ -161,10 +162,16 @@ class TopicStore:
     stamps time series events that come without a timestamp.
     """
 
-    def __init__(self, clock: Callable[[], int] = _no_clock, *, record_changes: bool = False) -> None:
+    def __init__(
+        self, clock: Callable[[], int] = _no_clock, *, record_changes: bool = False, record_volatile: bool = False
+    ) -> None:
         self.clock = clock
-        #: changes to persistent topics not drained yet; None: this store records none
-        self._changes: list[Change] | None = [] if record_changes else None
+        #: changes not drained yet; None: this store records none
+        self._changes: list[Change] | None = [] if record_changes or record_volatile else None
+        #: whether changes to topics that are not persistent are recorded too (replication)
+        self._all = record_volatile
+        #: positions in ``_changes`` of changes to topics that are not persistent
+        self._volatile: list[int] = []
         self.tree = TopicTree()
         self.index: SubscriptionIndex[str] = SubscriptionIndex()
         self._registrations: dict[str, set[Selector]] = {}
@@ -223,11 +230,29 @@ class TopicStore:
     def drain_changes(self) -> list[Change]:
         """The changes to persistent topics recorded since the last drain, in
         the order they were applied (always empty when not recording)."""
+        changes, volatile = self.drain_replicated()
+        return persistent_only(changes, volatile) if volatile else changes
+
+    def drain_replicated(self) -> tuple[list[Change], list[int]]:
+        """Every change recorded since the last drain, in order, and the positions of
+        those to topics that are not persistent (recorded only with ``record_volatile``:
+        a backup applies them all and journals the others)."""
         changes = self._changes
         if not changes:
-            return []
+            return [], []
         self._changes = []
-        return changes
+        volatile, self._volatile = self._volatile, []
+        return changes, volatile
+
+    def _record(self, change: Change, persistent: bool) -> None:
+        changes = self._changes
+        if changes is None:
+            return
+        if not persistent:
+            if not self._all:
+                return
+            self._volatile.append(len(changes))
+        changes.append(change)
 
     def _emit(self, path: str, event: TopicEvent) -> None:
         for gateway in self.index.match(path):
@@ -244,8 +269,8 @@ class TopicStore:
         if not created:
             return EXISTS
         wire = _spec_wire(spec)
-        if self._changes is not None and spec.persistent:
-            self._changes.append(TopicAdded(topic.path, spec.type.value, wire, None))
+        if self._changes is not None:
+            self._record(TopicAdded(topic.path, spec.type.value, wire, None), spec.persistent)
         self._emit(topic.path, Added(topic.path, spec.type.value, wire, None))
         return CREATED
 
@@ -287,13 +312,16 @@ class TopicStore:
         if created:
             self._store(topic, stored)
             wire = _spec_wire(spec)
-            if changes is not None and spec.persistent:
-                changes.append(TopicAdded(topic.path, spec.type.value, wire, stored))
+            if changes is not None:
+                self._record(TopicAdded(topic.path, spec.type.value, wire, stored), spec.persistent)
             self._emit(topic.path, Added(topic.path, spec.type.value, wire, stored))
             return CREATED
         self._store(topic, stored)
-        if changes is not None and spec.persistent:
-            changes.append(ValueSet(topic.path, spec.type.value, stored))
+        if changes is not None:
+            if spec.persistent:
+                changes.append(ValueSet(topic.path, spec.type.value, stored))
+            else:
+                self._record(ValueSet(topic.path, spec.type.value, stored), False)
         self._emit(topic.path, Changed(topic.path, stored))
         return None
 
@@ -307,11 +335,10 @@ class TopicStore:
         if literal is not None and literal in self.references:
             self._writable(literal)
         removed = [t for t in self.tree.select(sel) if t.path not in self.references]
-        changes = self._changes
         for topic in removed:
             self.tree.remove(topic.path)
-            if changes is not None and topic.specification.persistent:
-                changes.append(TopicRemoved(topic.path))
+            if self._changes is not None:
+                self._record(TopicRemoved(topic.path), topic.specification.persistent)
             self._emit(topic.path, Removed(topic.path))
             if topic.path in self.claims:
                 self._rebind(topic.path)
@@ -386,8 +413,8 @@ class TopicStore:
         if timestamp is None:
             timestamp = self._now(log)
         event = log.append(stored, timestamp, author)
-        if self._changes is not None and topic.specification.persistent:
-            self._changes.append(EventAppended(topic.path, event_type.value, event))
+        if self._changes is not None:
+            self._record(EventAppended(topic.path, event_type.value, event), topic.specification.persistent)
         self._emit(topic.path, Appended(topic.path, event))
         return EventMeta(event.sequence, event.timestamp, event.author)
 
@@ -411,8 +438,8 @@ class TopicStore:
             )
         stored = values.accept(event_type, data, raw=raw)
         event = log.edit(original_sequence, stored, self._now(log), author)
-        if self._changes is not None and topic.specification.persistent:
-            self._changes.append(EventAppended(topic.path, event_type.value, event))
+        if self._changes is not None:
+            self._record(EventAppended(topic.path, event_type.value, event), topic.specification.persistent)
         self._emit(topic.path, Appended(topic.path, event))
         assert event.original_sequence is not None and event.original_timestamp is not None
         return EditMeta(event.sequence, event.timestamp, event.author, event.original_sequence,
@@ -438,14 +465,15 @@ class TopicStore:
 
     # -- durability --------------------------------------------------------
 
-    def state(self) -> list[TopicState]:
-        """Every persistent normal topic as it is now (no reference topics)."""
+    def state(self, volatile: bool = False) -> list[TopicState]:
+        """Every persistent normal topic as it is now (no reference topics); with
+        ``volatile``, the topics that are not persistent too (a backup's first state)."""
         wires: dict[int, Properties] = {}
         references = self.references
         out: list[TopicState] = []
         for topic in self.tree:
             spec = topic.specification
-            if not spec.persistent or topic.path in references:
+            if (not spec.persistent and not volatile) or topic.path in references:
                 continue
             wire = wires.get(id(spec))
             if wire is None:

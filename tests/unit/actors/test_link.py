@@ -32,8 +32,8 @@ class Handle:
 
         class _Attach:
             @staticmethod
-            def remote(link_id: str) -> Any:
-                return actor.attach(link_id)
+            def remote(link_id: str, epoch: int = 0) -> Any:
+                return actor.attach(link_id, epoch)
 
         self.attach = _Attach()
 

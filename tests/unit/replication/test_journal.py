@@ -25,6 +25,7 @@ from replication.journal import (
     JournalBusy,
     JournalCorrupt,
     JournalError,
+    JournalGap,
     JournalWriteError,
     Record,
     read_segment,
@@ -217,6 +218,53 @@ def test_record_rows_for_the_history_tables() -> None:
     assert record_row(0, Record(1, 2, TopicRemoved("a")))["operation"] == "remove"
     added = record_row(0, Record(1, 2, TopicAdded("a", "JSON", [["PRIORITY", "high"]], None)))
     assert added["properties"] == [["PRIORITY", "high"]] and added["value"] is None
+
+
+def test_a_backup_journals_under_its_primarys_numbers(tmp_path: Path) -> None:
+    _, _, journal = recover(tmp_path)
+    assert journal.append(batch(0, 3), 1, first=1) == 3
+    with pytest.raises(JournalGap, match="record 5 follows record 3"):
+        journal.append(batch(3, 2), 2, first=5)
+    assert journal.append(batch(3, 2), 2, first=4) == 5
+    journal.close()
+    _, changes, again = recover(tmp_path)
+    assert changes == batch(0, 5)
+    again.close()
+
+
+def test_reset_starts_over_from_a_primarys_state(tmp_path: Path) -> None:
+    """A backup that takes its primary's state drops its own history and numbers on from the primary's."""
+    _, _, journal = recover(tmp_path, segment_bytes=400)
+    for start in range(0, 30, 5):
+        journal.append(batch(start, 5), 1)
+    journal.write_snapshot([], 10)
+    assert len(segments(tmp_path)) > 1
+    primary = [TopicState("p/a", "STRING", [], value(1)), TopicState("p/b", "STRING", [], value(2))]
+    journal.reset(primary, 500)
+    assert journal.last_sequence == 500 and journal.snapshot_sequence == 500
+    assert segments(tmp_path) == [] and [p.name for p in tmp_path.glob("snapshot-*")] == [
+        "snapshot-00000000000000000500.snap"
+    ]
+    with pytest.raises(JournalGap):
+        journal.append(batch(0, 1), 2, first=600)
+    assert journal.append([ValueSet("p/a", "STRING", value(3))], 2, first=501) == 501
+    journal.close()
+    states, changes, again = recover(tmp_path)
+    assert states == primary and changes == [ValueSet("p/a", "STRING", value(3))]
+    assert again.last_sequence == 501
+    again.close()
+
+
+def test_the_epoch_survives_a_restart(tmp_path: Path) -> None:
+    _, _, journal = recover(tmp_path)
+    assert journal.epoch == 0
+    journal.set_epoch(7)
+    journal.set_epoch(9)
+    journal.close()
+    _, _, again = recover(tmp_path)
+    assert again.epoch == 9
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["EPOCH", "LOCK"]
+    again.close()
 
 
 def test_fsync_policies_parse() -> None:

@@ -23,6 +23,7 @@ from topics.changes import (
     encode_change,
     encode_state,
     operation_name,
+    persistent_only,
 )
 from topics.protocol import (
     AddTopic,
@@ -121,6 +122,36 @@ def test_non_persistent_failed_and_reference_changes_are_not_recorded() -> None:
         TopicAdded("r", "STRING", [], cb("mine")),
     ]
     assert [s.path for s in store.state()] == ["r"]  # q and rt are reference topics now
+
+
+def test_a_replicating_store_records_every_normal_change_and_marks_the_volatile_ones() -> None:
+    """A primary replicates changes to topics that are not persistent too; the
+    backup journals only the others (persistent_only)."""
+    store = TopicStore(clock=lambda: 5, record_volatile=True)
+    apply_ok(
+        store,
+        AddTopic("p", "STRING", {"PERSISTENT": "false"}),
+        SetValue("p", cb("x"), False),
+        SetValue("q", cb(1), False, None, True),
+        AddTopic("pt", "TIME_SERIES", {**TS, "PERSISTENT": "false"}),
+        AppendEvent("pt", cb("e"), False, None, "a"),
+        RemoveTopics(">p"),
+        RefPut("r", 1, "v", "STRING", None, cb("ref")),
+    )
+    changes, volatile = store.drain_replicated()
+    assert [type(c).__name__ for c in changes] == [
+        "TopicAdded", "ValueSet", "TopicAdded", "TopicAdded", "EventAppended", "TopicRemoved",
+    ]
+    assert volatile == [0, 1, 3, 4, 5]
+    assert persistent_only(changes, volatile) == [TopicAdded("q", "INT64", [], cb(1))]
+    assert store.drain_replicated() == ([], [])
+    apply_ok(store, SetValue("p2", cb("y"), False, None, True), SetValue("q", cb(2), False))
+    assert store.drain_changes() == [TopicAdded("p2", "STRING", [], cb("y")), ValueSet("q", "INT64", cb(2))]
+    apply_ok(store, AddTopic("v", "STRING", {"PERSISTENT": "false"}))
+    assert store.drain_changes() == [] and store.drain_replicated() == ([], [])
+    # a backup's first state holds the volatile topics too
+    assert sorted(s.path for s in store.state()) == ["p2", "q"]
+    assert sorted(s.path for s in store.state(volatile=True)) == ["p2", "pt", "q", "v"]
 
 
 def test_a_store_that_does_not_record_collects_nothing() -> None:

@@ -1,0 +1,198 @@
+"""Where each partition's primary and backup live: pure decisions.
+
+A :class:`Placement` names, for one partition, the node of its primary, the
+node of its backup (``None``: the partition runs without one, because only
+one node is alive) and its *epoch*. Every change to a placement bumps the
+epoch; a replica knows the epoch it was given, and a replica of an older
+epoch can no longer have a write acknowledged (see :mod:`actors.partition`).
+Nodes are named by their stable names (:mod:`cluster.nodes`), never by Ray's
+node ids, which change when a node restarts.
+
+The controller calls these functions and carries out what changed:
+
+* :func:`initial` — at start: each partition on the nodes that hold its data
+  (newest epoch first), the rest spread evenly;
+* :func:`after_loss` — nodes died: a backup whose primary died becomes the
+  primary, and a partition that lost its backup gets a new one;
+* :func:`fill_backups` — a partition without a backup gets one when a second
+  node is alive;
+* :func:`rebalance_step` — a node joined: one step towards an even spread
+  (a primary handed to its caught-up backup, or a backup moved), repeated by
+  the controller until nothing changes;
+* :func:`freshest` — which of two recovered replicas to trust.
+
+Every function returns a new tuple of placements and leaves the ones it
+does not change exactly as they were (same epoch).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+
+class Placement(NamedTuple):
+    partition: int
+    primary: str
+    backup: str | None
+    epoch: int
+
+    def nodes(self) -> tuple[str, ...]:
+        return (self.primary,) if self.backup is None else (self.primary, self.backup)
+
+
+Placements = tuple[Placement, ...]
+
+
+def _load(placements: Iterable[Placement], alive: Iterable[str]) -> Counter[str]:
+    """How busy each node is: a primary counts 2, a backup 1 (a primary also serves every link)."""
+    load: Counter[str] = Counter({node: 0 for node in alive})
+    for p in placements:
+        if p.primary in load:
+            load[p.primary] += 2
+        if p.backup is not None and p.backup in load:
+            load[p.backup] += 1
+    return load
+
+
+def _least_loaded(load: Counter[str], exclude: Iterable[str] = ()) -> str | None:
+    skip = set(exclude)
+    candidates = [node for node in sorted(load) if node not in skip]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda node: (load[node], node))
+
+
+def initial(
+    count: int, alive: Sequence[str], held: Mapping[int, Mapping[str, int]] | None = None
+) -> Placements:
+    """Place ``count`` partitions on the ``alive`` nodes. ``held[i]`` maps a node
+    holding partition ``i``'s journal to the epoch it was last given: the newest
+    holder becomes the primary and the next newest the backup; other partitions
+    go where the load is least. Each epoch is one more than any held."""
+    if not alive:
+        raise ValueError("no node is alive to place partitions on")
+    held = held or {}
+    nodes = sorted(set(alive))
+    out: list[Placement] = []
+    load: Counter[str] = Counter({node: 0 for node in nodes})
+    primaries: Counter[str] = Counter({node: 0 for node in nodes})
+    backups: Counter[str] = Counter({node: 0 for node in nodes})
+    for i in range(count):
+        holders = sorted(
+            ((epoch, node) for node, epoch in held.get(i, {}).items() if node in load), reverse=True
+        )
+        chosen = [node for _, node in holders[:2]]
+        if not chosen:
+            chosen = [min(nodes, key=lambda n: (primaries[n], load[n], n))]
+        primaries[chosen[0]] += 1
+        load[chosen[0]] += 2
+        others = [n for n in nodes if n != chosen[0]]
+        if len(chosen) < 2 and others:
+            chosen.append(min(others, key=lambda n: (backups[n], load[n], n)))
+        if len(chosen) == 2:
+            load[chosen[1]] += 1
+            backups[chosen[1]] += 1
+        epoch = max(held.get(i, {}).values(), default=0) + 1
+        out.append(Placement(i, chosen[0], chosen[1] if len(chosen) == 2 else None, epoch))
+    return tuple(out)
+
+
+def after_loss(placements: Placements, alive: Iterable[str]) -> Placements:
+    """What the placements become when every node not in ``alive`` is gone. A
+    partition whose primary and backup are both gone stays as it was: it is
+    unavailable until one of them comes back (its journal is on that node)."""
+    living = set(alive)
+    out = list(placements)
+    load = _load([p for p in placements if p.primary in living], living)
+    for k, p in enumerate(placements):
+        primary_ok = p.primary in living
+        backup_ok = p.backup is not None and p.backup in living
+        if primary_ok and (p.backup is None or backup_ok):
+            continue
+        if not primary_ok and not backup_ok:
+            continue
+        primary = p.primary if primary_ok else p.backup
+        assert primary is not None
+        if not primary_ok:
+            load[primary] += 1  # from backup (1) to primary (2)
+        backup = _least_loaded(load, exclude=[primary])
+        if backup is not None:
+            load[backup] += 1
+        out[k] = Placement(p.partition, primary, backup, p.epoch + 1)
+    return tuple(out)
+
+
+def fill_backups(placements: Placements, alive: Iterable[str]) -> Placements:
+    """Give a backup to every available partition that has none, where the load is least."""
+    living = set(alive)
+    load = _load(placements, living)
+    out = list(placements)
+    for k, p in enumerate(placements):
+        if p.backup is None and p.primary in living:
+            backup = _least_loaded(load, exclude=[p.primary])
+            if backup is not None:
+                load[backup] += 1
+                out[k] = Placement(p.partition, p.primary, backup, p.epoch + 1)
+    return tuple(out)
+
+
+def rebalance_step(placements: Placements, alive: Iterable[str], caught_up: Iterable[int] = ()) -> Placements:
+    """One step towards an even spread over the ``alive`` nodes, changing at most one
+    partition, in this order:
+
+    1. hand a primary to its backup when the backup's node has at least two
+       primaries fewer (only a backup in ``caught_up``, one that has acknowledged
+       its primary's whole state, takes over);
+    2. while primaries are uneven, move the backup of a partition on a node with
+       the most primaries to the node with the fewest (so that step 1 can hand it
+       over once it caught up); nothing while such a move waits for its catch-up;
+    3. move a backup from the node with the most backups to the one with the fewest,
+       when they differ by two or more.
+
+    Unchanged when the spread is even, or nothing can move yet."""
+    living = set(alive)
+    ready = set(caught_up)
+    usable = sorted((p for p in placements if p.primary in living), key=lambda p: p.partition)
+    if len(living) < 2 or not usable:
+        return placements
+    primaries: Counter[str] = Counter({node: 0 for node in living})
+    primaries.update(p.primary for p in usable)
+    handovers = [
+        p for p in usable
+        if p.backup in living and p.partition in ready and primaries[p.primary] - primaries[p.backup] >= 2
+    ]
+    if handovers:
+        p = max(handovers, key=lambda p: primaries[p.primary] - primaries[p.backup or ""])
+        assert p.backup is not None
+        return _replace(placements, Placement(p.partition, p.backup, p.primary, p.epoch + 1))
+    nodes = sorted(living)
+    low = min(nodes, key=lambda n: (primaries[n], n))
+    high = max(primaries.values())
+    if high - primaries[low] >= 2:
+        crowded = [p for p in usable if primaries[p.primary] == high]
+        if any(p.backup == low for p in crowded):
+            return placements  # a handover to ``low`` waits for its backup to catch up
+        p = crowded[0]
+        return _replace(placements, Placement(p.partition, p.primary, low, p.epoch + 1))
+    backups: Counter[str] = Counter({node: 0 for node in living})
+    backups.update(p.backup for p in usable if p.backup in living)
+    fewest = min(nodes, key=lambda n: (backups[n], n))
+    most = max(nodes, key=lambda n: (backups[n], n))
+    if backups[most] - backups[fewest] >= 2:
+        for p in usable:
+            if p.backup == most and p.primary != fewest:
+                return _replace(placements, Placement(p.partition, p.primary, fewest, p.epoch + 1))
+    return placements
+
+
+def _replace(placements: Placements, new: Placement) -> Placements:
+    return tuple(new if p.partition == new.partition else p for p in placements)
+
+
+def freshest(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether replica position ``a`` (epoch, last journal sequence) is at least as
+    new as ``b``: the newer epoch wins (a replica of an older epoch may hold records
+    its successor never acknowledged), then the longer journal."""
+    return a >= b

@@ -1,0 +1,285 @@
+"""Primary/backup replication of one partition, over real TCP, in one process.
+
+Two or three :class:`~actors.partition.PartitionActor` replicas of partition 0
+(each with its own journal directory, as on different nodes) are driven the way
+the controller drives them (``become_backup``, ``become_primary``,
+``set_backup``, ``handover``); a :class:`~actors.link.PartitionLink` writes to
+the primary the test's partition map names. What was acknowledged is checked
+against what the replicas hold, never by eye.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import cbor2
+import pytest
+
+from actors.link import PartitionLink, Route
+from actors.partition import NotCaughtUp, PartitionActor
+from replication.journal import Journal
+from topics import protocol as p
+from tests.conftest import until as wait_until
+
+DEADLINE = 10.0
+
+
+async def until(condition: Any, what: str) -> Any:
+    return await wait_until(condition, DEADLINE, what)
+
+
+def cb(value: Any) -> bytes:
+    return bytes(cbor2.dumps(value))
+
+
+class Handle:
+    """What the link needs of a Ray actor handle: ``attach.remote(link_id, epoch)``."""
+
+    def __init__(self, actor: PartitionActor) -> None:
+        self.actor = actor
+
+        class _Attach:
+            @staticmethod
+            def remote(link_id: str, epoch: int = 0) -> Any:
+                return actor.attach(link_id, epoch)
+
+        self.attach = _Attach()
+
+
+class Map:
+    """The test's partition map: the route to partition 0's primary."""
+
+    def __init__(self, route: Route) -> None:
+        self.route = route
+
+    async def resolve(self, index: int, failed: int) -> Route:
+        if self.route.epoch <= failed:
+            raise LookupError("no newer primary yet")
+        return self.route
+
+
+@pytest.fixture
+async def replicas(tmp_path: Path) -> AsyncIterator[dict[str, PartitionActor]]:
+    made: dict[str, PartitionActor] = {}
+    for name in ("a", "b", "c"):
+        config = {"data_dir": str(tmp_path / name), "journal_fsync": "never"}
+        made[name] = PartitionActor(0, 1, config, host="127.0.0.1", role="idle", replicated=True)
+    yield made
+    for actor in made.values():
+        await actor.stop()
+
+
+async def pair(replicas: dict[str, PartitionActor], epoch: int = 1) -> tuple[PartitionActor, PartitionActor]:
+    """``a`` primary, ``b`` its backup, caught up."""
+    primary, backup = replicas["a"], replicas["b"]
+    address = await backup.become_backup(epoch)
+    await primary.become_primary(epoch, address)
+    await until(lambda: primary.core and primary.core.caught_up, "the backup to catch up")
+    return primary, backup
+
+
+async def linked(primary: PartitionActor, epoch: int, name: str = "gw") -> tuple[PartitionLink, Map]:
+    routes = Map(Route(epoch, Handle(primary)))
+    link = PartitionLink(name, [routes.route], lambda *_: None, resolve=routes.resolve)
+    await link.attach()
+    return link, routes
+
+
+async def crash(actor: PartitionActor) -> None:
+    """As when the replica's process dies: its journal closes, every stream and the server with it."""
+    core = actor.core
+    assert core is not None
+    await actor.stop()
+    for peer in list(core.links.values()):
+        if peer.transport is not None:
+            peer.transport.abort()
+
+
+def topics(actor: PartitionActor, volatile: bool = True) -> dict[str, Any]:
+    assert actor.core is not None
+    return {s.path: (s.type, s.value, s.events) for s in actor.core.store.state(volatile=volatile)}
+
+
+def sequences(directory: Path) -> tuple[int, list[int]]:
+    """A replica's journal as it reads back: its last record and every record its segments hold."""
+    journal = Journal.for_partition(directory, 0)
+    try:
+        recovery = journal.recover()
+        return recovery.last_sequence, [r.sequence for r in _records(journal)]
+    finally:
+        journal.close()
+
+
+def _records(journal: Journal) -> list[Any]:
+    from replication.journal import read_segment
+
+    out: list[Any] = []
+    for segment in sorted(journal.directory.glob("segment-*.log")):
+        out.extend(read_segment(segment, 0))
+    return out
+
+
+async def test_a_write_is_answered_only_once_the_backup_has_it(replicas: dict[str, PartitionActor]) -> None:
+    primary, backup = await pair(replicas)
+    link, _ = await linked(primary, 1)
+    try:
+        assert await link.request(0, p.SetValue("x", cb(1), False, None, True)) == p.Ok("CREATED")
+        assert topics(backup)["x"][1] == cb(1)
+        assert backup.core is not None and backup.core.follower is not None
+        backup.core.follower.transport.pause_reading()  # type: ignore[union-attr]
+        pending = link.request(0, p.SetValue("x", cb(2), False))
+        assert primary.core is not None
+        await until(lambda: topics(primary)["x"][1] == cb(2), "the primary to apply the update")
+        await until(lambda: len(primary.core._outbox) == 1, "the answer to wait for the backup")  # type: ignore[union-attr]
+        assert not pending.done(), "answered before the backup had the update"
+        backup.core.follower.transport.resume_reading()  # type: ignore[union-attr]
+        assert await asyncio.wait_for(pending, DEADLINE) == p.Ok(None)
+        assert topics(backup)["x"][1] == cb(2)
+    finally:
+        link.close()
+
+
+async def test_a_promoted_backup_holds_every_acknowledged_write_and_continues_the_sequence(
+    replicas: dict[str, PartitionActor], tmp_path: Path
+) -> None:
+    primary, backup = await pair(replicas)
+    link, routes = await linked(primary, 1)
+    acknowledged: dict[str, bytes] = {}
+    try:
+        added = [await link.request(0, p.AddTopic("series", "TIME_SERIES", {"TIME_SERIES_EVENT_VALUE_TYPE": "INT64"})),
+                 await link.request(0, p.AddTopic("scratch", "INT64", {"PERSISTENT": "false"}))]
+        assert added == [p.Ok("CREATED")] * 2
+        for i in range(200):
+            path = f"t/{i % 17}"
+            result = await link.request(0, p.SetValue(path, cb(i), False, None, True))
+            assert not isinstance(result, p.Failed), result
+            acknowledged[path] = cb(i)
+            await link.request(0, p.AppendEvent("series", cb(i), None))
+        await link.request(0, p.SetValue("scratch", cb(7), False))
+        before = topics(primary)
+        sequence = primary.core.journal.last_sequence  # type: ignore[union-attr]
+
+        await crash(primary)
+        await backup.become_primary(2, None)
+        routes.route = Route(2, Handle(backup))
+
+        assert topics(backup) == before  # every topic, the volatile one too, every retained event
+        result = await until(lambda: link.channels[0].broken is None and link.channels[0].epoch == 2, "the link to move")
+        assert result
+        assert await link.request(0, p.SetValue("t/0", cb(-1), False)) == p.Ok(None)
+        assert backup.core is not None and backup.core.journal is not None
+        assert backup.core.journal.last_sequence == sequence + 1
+    finally:
+        link.close()
+    await backup.stop()
+    last, records = sequences(tmp_path / "b")
+    assert last == sequence + 1 and records == list(range(records[0], sequence + 2))  # no gap, no duplicate
+
+
+async def test_a_replaced_primary_can_never_acknowledge_again(replicas: dict[str, PartitionActor]) -> None:
+    """The old primary hangs on: its backup is promoted (epoch 2). The old one
+    still applies what its links send, but nothing it applies is ever answered,
+    and the new primary never sees it."""
+    primary, backup = await pair(replicas)
+    link, routes = await linked(primary, 1)
+    try:
+        assert await link.request(0, p.SetValue("x", cb("before"), False, None, True)) == p.Ok("CREATED")
+        await backup.become_primary(2, None)
+        late = link.request(0, p.SetValue("x", cb("late"), False))
+        await until(lambda: topics(primary)["x"][1] == cb("late"), "the old primary to apply it")
+        assert primary.core is not None
+        await until(lambda: primary.core.backup is None and primary.core._backup_task is not None,  # type: ignore[union-attr]
+                    "the old primary to lose its backup")
+        assert not late.done(), "a replaced primary acknowledged a write"
+        assert topics(backup)["x"][1] == cb("before")
+        routes.route = Route(2, Handle(backup))
+        link.set_routes([routes.route])  # the controller's push
+        assert isinstance(await asyncio.wait_for(late, DEADLINE), p.Failed)  # fate unknown: UNAVAILABLE
+        await until(lambda: link.channels[0].broken is None and link.channels[0].epoch == 2, "the link to move")
+        assert await link.request(0, p.SetValue("x", cb("new"), False)) == p.Ok(None)
+        assert topics(backup)["x"][1] == cb("new")
+    finally:
+        link.close()
+
+
+async def test_a_handover_moves_every_operation_to_the_new_primary_once(replicas: dict[str, PartitionActor]) -> None:
+    primary, backup = await pair(replicas)
+    link, routes = await linked(primary, 1)
+    try:
+        answers: list[p.Result] = []
+        for i in range(50):
+            link.submit(0, p.AppendEvent("log", cb(i), None) if i else p.AddTopic(
+                "log", "TIME_SERIES",
+                {"TIME_SERIES_EVENT_VALUE_TYPE": "INT64", "TIME_SERIES_RETAINED_RANGE": "limit 1000"},
+            ), answers.append)
+        await until(lambda: len(answers) >= 10, "some answers")
+        position = await primary.handover(DEADLINE)  # what is in flight now gets MOVED
+        address = await primary.become_backup(2)
+        await backup.become_primary(2, address)
+        routes.route = Route(2, Handle(backup))
+        for i in range(50, 100):
+            link.submit(0, p.AppendEvent("log", cb(i), None), answers.append)
+        await until(lambda: len(answers) == 100, "every answer")
+        assert all(not isinstance(a, p.Failed) for a in answers), [a for a in answers if isinstance(a, p.Failed)]
+        events = topics(backup)["log"][2]
+        assert [cbor2.loads(e.value) for e in events] == list(range(1, 100))  # each once, in order
+        assert position["role"] == "primary"
+        await until(lambda: backup.core and backup.core.caught_up, "the old primary to follow")
+        assert topics(primary) == topics(backup)
+    finally:
+        link.close()
+
+
+async def test_a_new_backup_is_primed_with_the_whole_state(replicas: dict[str, PartitionActor], tmp_path: Path) -> None:
+    primary = replicas["a"]
+    await primary.become_primary(1, None)  # alone: answers at once
+    link, _ = await linked(primary, 1)
+    try:
+        await link.request(0, p.AddTopic("scratch", "STRING", {"PERSISTENT": "false"}))
+        for i in range(2500):  # more than one prime frame
+            link.submit(0, p.SetValue(f"k/{i}", cb(i), False, None, True))
+        assert await link.request(0, p.SetValue("scratch", cb("v"), False)) == p.Ok(None)
+        third = replicas["c"]
+        await primary.set_backup(2, await third.become_backup(2))
+        await until(lambda: primary.core and primary.core.caught_up, "the new backup to catch up")
+        assert topics(third) == topics(primary) and len(topics(third)) == 2501
+        assert await link.request(0, p.SetValue("k/0", cb(-5), False)) == p.Ok(None)
+        assert topics(third)["k/0"][1] == cb(-5)
+    finally:
+        link.close()
+    await third.stop()
+    journal = Journal.for_partition(tmp_path / "c", 0)
+    try:
+        recovery = journal.recover()  # the backup's own journal: the persistent topics only
+        paths = {s.path for s in recovery.states} | {c.path for c in recovery.changes}
+        assert "scratch" not in paths and len(paths) == 2500
+    finally:
+        journal.close()
+
+
+async def test_a_backup_refuses_a_primary_of_an_older_epoch(replicas: dict[str, PartitionActor]) -> None:
+    primary, backup = replicas["a"], replicas["b"]
+    await primary.become_primary(3, None)
+    link, _ = await linked(primary, 3)
+    try:
+        address = await backup.become_backup(5)
+        await primary.set_backup(3, address)  # a stale placement
+        pending = link.request(0, p.SetValue("x", cb(1), False, None, True))
+        await until(lambda: "x" in topics(primary), "the primary to apply it")
+        stats = await primary.stats()
+        assert stats["backup"]["caught_up"] is False and not pending.done()
+        assert "x" not in topics(backup)
+    finally:
+        link.close()
+
+
+async def test_an_unprimed_backup_cannot_take_over(replicas: dict[str, PartitionActor]) -> None:
+    backup = replicas["b"]
+    await backup.become_backup(1)
+    with pytest.raises(NotCaughtUp):
+        await backup.become_primary(2, None)
+    with pytest.raises(Exception, match="backup"):
+        await backup.attach("gw", 1)

@@ -1,0 +1,134 @@
+"""Placement decisions (cluster/placement.py): pure functions, checked on every small cluster."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cluster.placement import Placement, after_loss, fill_backups, freshest, initial, rebalance_step
+
+NODES = ["n0", "n1", "n2", "n3", "n4"]
+
+
+def check(placements: tuple[Placement, ...], count: int, alive: list[str]) -> None:
+    assert [p.partition for p in placements] == list(range(count))
+    for p in placements:
+        assert p.primary != p.backup
+        if p.primary in alive and len(alive) > 1:
+            assert p.backup in alive, p
+
+
+def spread(placements: tuple[Placement, ...], alive: list[str]) -> tuple[int, int]:
+    primaries = Counter({n: 0 for n in alive})
+    primaries.update(p.primary for p in placements)
+    return min(primaries.values()), max(primaries.values())
+
+
+def test_initial_spreads_primaries_and_backups() -> None:
+    placements = initial(6, ["n0", "n1", "n2"])
+    check(placements, 6, ["n0", "n1", "n2"])
+    assert spread(placements, ["n0", "n1", "n2"]) == (2, 2)
+    assert all(p.epoch == 1 for p in placements)
+    backups = Counter(p.backup for p in placements)
+    assert sorted(backups.values()) == [2, 2, 2]
+
+
+def test_one_node_has_no_backups() -> None:
+    assert initial(2, ["n0"]) == (Placement(0, "n0", None, 1), Placement(1, "n0", None, 1))
+    with pytest.raises(ValueError, match="no node is alive"):
+        initial(2, [])
+
+
+def test_initial_puts_a_partition_where_its_data_is_newest() -> None:
+    held = {0: {"n2": 4, "n0": 5, "n1": 1}, 1: {"n1": 3}, 2: {"gone": 9}}
+    placements = initial(3, ["n0", "n1", "n2"], held)
+    assert placements[0] == Placement(0, "n0", "n2", 6)
+    assert placements[1].primary == "n1" and placements[1].epoch == 4
+    assert placements[2].epoch == 10 and placements[2].primary in ("n0", "n1", "n2")
+
+
+def test_a_lost_primary_is_replaced_by_its_backup() -> None:
+    placements = initial(3, ["n0", "n1", "n2"])
+    lost = placements[0].primary
+    after = after_loss(placements, [n for n in ["n0", "n1", "n2"] if n != lost])
+    for before, now in zip(placements, after):
+        if lost in before.nodes():
+            assert now.epoch == before.epoch + 1
+            assert lost not in now.nodes() and now.backup is not None
+            if before.primary == lost:
+                assert now.primary == before.backup
+            else:
+                assert now.primary == before.primary
+        else:
+            assert now == before
+
+
+def test_a_partition_whose_replicas_are_all_gone_waits_for_them() -> None:
+    placements = (Placement(0, "n0", "n1", 3),)
+    assert after_loss(placements, ["n2"]) == placements
+    assert after_loss(placements, ["n1", "n2"]) == (Placement(0, "n1", "n2", 4),)
+
+
+def test_the_last_node_runs_without_backups_then_gets_them_back() -> None:
+    placements = initial(2, ["n0", "n1"])
+    alone = after_loss(placements, ["n1"])
+    assert all(p.primary == "n1" and p.backup is None for p in alone)
+    assert fill_backups(alone, ["n1"]) == alone
+    again = fill_backups(alone, ["n1", "n0"])
+    assert all(p.backup == "n0" and p.epoch == q.epoch + 1 for p, q in zip(again, alone))
+
+
+def test_freshest_prefers_the_newer_epoch_then_the_longer_journal() -> None:
+    assert freshest((3, 10), (2, 500))
+    assert not freshest((2, 500), (3, 10))
+    assert freshest((3, 11), (3, 10)) and freshest((3, 10), (3, 10))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    count=st.integers(1, 8),
+    first=st.integers(1, 3),
+    joined=st.integers(1, 2),
+    lost=st.lists(st.sampled_from(NODES), max_size=2, unique=True),
+)
+def test_any_history_keeps_the_invariants_and_rebalancing_converges(
+    count: int, first: int, joined: int, lost: list[str]
+) -> None:
+    alive = NODES[:first]
+    placements = initial(count, alive)
+    check(placements, count, alive)
+    # nodes die (at most one at a time, so that a backup always survives)
+    for node in lost:
+        if node in alive and len(alive) > 1:
+            alive = [n for n in alive if n != node]
+            before = placements
+            placements = after_loss(placements, alive)
+            check(placements, count, alive)
+            assert all(p.primary in alive for p in placements), (before, placements)
+    # nodes join; backups first, then rebalance until nothing changes
+    alive = sorted(set(alive) | set([n for n in NODES if n not in alive and n not in lost][:joined]))
+    placements = fill_backups(placements, alive)
+    check(placements, count, alive)
+    for _ in range(6 * count + 10):
+        step = rebalance_step(placements, alive, caught_up=range(count))
+        if step == placements:
+            break
+        changed = [(a, b) for a, b in zip(placements, step) if a != b]
+        assert len(changed) == 1 and changed[0][1].epoch == changed[0][0].epoch + 1
+        placements = step
+        check(placements, count, alive)
+    else:
+        pytest.fail(f"rebalancing did not settle: {placements}")
+    low, high = spread(placements, alive)
+    assert high - low <= 1 or high <= 1, placements
+
+
+def test_a_primary_is_handed_only_to_a_caught_up_backup() -> None:
+    placements = (Placement(0, "n0", "n1", 1), Placement(1, "n0", "n1", 1), Placement(2, "n0", "n1", 1))
+    step = rebalance_step(placements, ["n0", "n1"], caught_up=[])
+    assert all(p.primary == "n0" for p in step)
+    step = rebalance_step(placements, ["n0", "n1"], caught_up=[1])
+    assert step[1] == Placement(1, "n1", "n0", 2) and step[0] == placements[0]
