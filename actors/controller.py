@@ -11,6 +11,7 @@ brings back the ones Ray restarted, and says which died for good.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
@@ -23,11 +24,15 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors import gateway, partition, session_trees, views
+from actors.replicas import ReplicaSet
 from cluster import names
+from cluster.nodes import alive_by_name, from_ray
 from replication.configuration import SECURITY_FILE, ConfigurationFile
 from sessions.security import ADMINISTRATOR, SecurityStore, default_store
 
+log = logging.getLogger("canopy.controller")
 START_TIMEOUT = 120.0
+STATUS_TIMEOUT = 3.0
 STOP_TIMEOUT = 15.0
 RECOVER_TIMEOUT = 60.0
 #: restarts in a minute after which an actor counts as dead for good
@@ -104,7 +109,8 @@ class Liveness:
                     self._down.add(name)
                     events.append((name, "crashed", death_reason(e)))
                 continue
-            except ray.exceptions.RayActorError as e:
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError) as e:
+                # unschedulable: its node is gone, and it may only run there
                 self._dead[name] = death_reason(e)
                 events.append((name, "dead", self._dead[name]))
                 continue
@@ -132,8 +138,11 @@ class ControllerActor:
     def __init__(self, config: dict[str, Any], home_node: str | None = None) -> None:
         self.config = config
         self.home_node = home_node
-        self.partitions: list[Any] = []
+        self.replicas = ReplicaSet(config, config["partitions"])
         self.gateways: list[Any] = []
+        #: the name of the node each gateway runs on, and the gateways whose node was lost
+        self.gateway_nodes: list[str] = []
+        self._routes_pushed: list[tuple[int, str]] = []
         self.session_trees: Any = None
         self.views: Any = None
         self.gateway_info: list[dict[str, Any]] = []
@@ -164,40 +173,45 @@ class ControllerActor:
         self._security_file.save(store.to_dict())
         return store
 
-    def _nodes(self) -> list[dict[str, Any]]:
-        alive = [n for n in ray.nodes() if n.get("Alive")]
-        alive.sort(key=lambda n: (n["NodeID"] != self.home_node, n.get("NodeManagerAddress", ""), n["NodeID"]))
+    def _nodes(self) -> list[Any]:
+        """The alive nodes, the home node (the controller's) first."""
+        alive = list(alive_by_name(from_ray(ray.nodes())).values())
+        alive.sort(key=lambda n: (n.id != self.home_node, n.name))
         return alive
 
+    @property
+    def partitions(self) -> list[Any]:
+        """The primary replica of each partition."""
+        return [r.handle for r in self.replicas.routes()] if self.replicas.placements else []
+
     def start(self) -> dict[str, Any]:
-        count = self.config["partitions"]
-        partition_cls = partition.remote_class()
         gateway_cls = gateway.remote_class()
         try:
-            self.partitions = [
-                partition_cls.options(name=names.partition(i)).remote(i, count, self.config) for i in range(count)
-            ]
             port = self.config["port"]
             nodes = self._nodes()
-            home = NodeAffinitySchedulingStrategy(nodes[0]["NodeID"], soft=False)
+            self.replicas.start({n.name: n for n in nodes})
+            routes = self.replicas.routes()
+            self._routes_pushed = [(r.epoch, r.node) for r in routes]
+            home = NodeAffinitySchedulingStrategy(nodes[0].id, soft=False)
             self.session_trees = session_trees.remote_class().options(
                 name=names.SESSION_TREES, scheduling_strategy=home
             ).remote(self.config["data_dir"])
             trees = ray.get(self.session_trees.snapshot.remote(), timeout=START_TIMEOUT)
             security = self.security.to_dict()
             self.views = views.remote_class().options(name=names.VIEWS, scheduling_strategy=home).remote(
-                self.partitions, self.config, security
+                routes, self.config, security
             )
             ray.get(self.views.start.remote(), timeout=START_TIMEOUT)
             for k, node in enumerate(nodes):
                 gateway_id = f"gw{k}-{uuid.uuid4().hex[:8]}"
-                strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+                strategy = NodeAffinitySchedulingStrategy(node.id, soft=False)
                 self.gateways.append(
                     gateway_cls.options(name=names.gateway(k), scheduling_strategy=strategy).remote(
-                        gateway_id, self.partitions, self.config, self.config["host"], port + k if port else 0,
+                        gateway_id, routes, self.config, self.config["host"], port + k if port else 0,
                         security, trees, self.session_trees,
                     )
                 )
+                self.gateway_nodes.append(node.name)
             self.gateway_info = ray.get([g.start.remote() for g in self.gateways], timeout=START_TIMEOUT)
             ray.get(
                 [g.set_peers.remote(self.gateways) for g in self.gateways]
@@ -218,7 +232,8 @@ class ControllerActor:
         self._security_file.save(store.to_dict())
         self.security = store
         wire = store.to_dict()
-        ray.get([g.set_security.remote(wire) for g in self.gateways] + [self.views.set_security.remote(wire)], timeout=60)
+        ray.get([g.set_security.remote(wire) for g in self._live_gateways()] + [self.views.set_security.remote(wire)],
+                timeout=60)
         return store.version
 
     def take_generated_password(self) -> str | None:
@@ -229,9 +244,10 @@ class ControllerActor:
     def describe(self) -> dict[str, Any]:
         return {
             "namespace": self.config["namespace"],
-            "partitions": len(self.partitions),
+            "partitions": self.replicas.count,
             "gateways": self.gateway_info,
             "urls": [g["url"] for g in self.gateway_info],
+            "nodes": sorted(self.replicas.nodes),
             "started_at": self.started_at,
             "controller_host": socket.gethostname(),
             "controller_pid": os.getpid(),
@@ -243,18 +259,37 @@ class ControllerActor:
         if self.started_at is not None:
             self._liveness.restarted(name)
 
+    def route(self, index: int) -> tuple[int, Any, str]:
+        """Partition ``index``'s primary: (the epoch since which it is, its handle, its node).
+        Links ask this when their stream to the partition broke or was told ``MOVED``."""
+        return tuple(self.replicas.route(index))  # type: ignore[return-value]
+
     def check(self) -> list[dict[str, str]]:
-        """What happened to the serving actors since the last call:
+        """What happened to the serving actors and the nodes since the last call:
         ``[{"name", "actor" (its class), "event", "reason"}]`` with event ``crashed``
         (Ray restarts it), ``recovered`` (it is back and serving), ``dead`` (for good),
-        or ``failed`` (it came back but could not be brought into the instance).
+        ``failed`` (it came back but could not be brought into the instance), or
+        ``cluster`` (a node was lost or joined, a partition failed over, moved or got a
+        new backup: ``reason`` says what).
 
-        Cheap and never blocks on a busy actor (see :class:`Liveness`), except to bring
-        a restarted actor back; canopy serve calls it every second."""
+        Cheap and never blocks on a busy actor (see :class:`Liveness`), except to carry
+        out a change; canopy serve calls it about every second."""
         serving = self._serving()
-        report = []
-        for name, event, reason in self._liveness.poll({name: handle for name, (_, handle) in serving.items()}):
+        report: list[dict[str, str]] = []
+        events = self._liveness.poll({name: handle for name, (_, handle) in serving.items()})
+        alive = {n.name: n for n in self._nodes()}
+        for line in self.replicas.nodes_changed(alive):
+            report.append({"name": "cluster", "actor": "", "event": "cluster", "reason": line})
+        self._gateways_follow_nodes(alive, report)
+        for name, event, reason in events:
             kind, handle = serving[name]
+            if kind == partition.PartitionActor.__name__:
+                report += self._replica_event(name, event, reason)
+                continue
+            if event == "dead" and handle in self.gateways:
+                k = self.gateways.index(handle)
+                if self.gateway_nodes[k] not in alive:
+                    continue  # went with its node (said above)
             if event == "restarted":
                 try:
                     self._recover(name, handle)
@@ -262,32 +297,110 @@ class ControllerActor:
                 except Exception as e:
                     event, reason = "failed", f"{type(e).__name__}: {e}"
             report.append({"name": name, "actor": kind, "event": event, "reason": reason})
+        if not report and self.started_at is not None:
+            try:
+                for line in self.replicas.rebalance():
+                    report.append({"name": "cluster", "actor": "", "event": "cluster", "reason": line})
+            except Exception as e:  # a replica that is going away: next time
+                log.warning("a rebalancing step failed: %s", e)
+        self._push_routes()
         return report
+
+    def _replica_event(self, name: str, event: str, reason: str) -> list[dict[str, str]]:
+        kind = partition.PartitionActor.__name__
+        if name in self.replicas.dead:
+            return []  # went with its node
+        try:
+            if event == "restarted":
+                said = self.replicas.restarted(name)
+                return [{"name": name, "actor": kind, "event": "recovered", "reason": ""}] + [
+                    {"name": "cluster", "actor": "", "event": "cluster", "reason": line} for line in said
+                ]
+            if event == "dead":
+                replaced = self.replicas.died(name)
+                if replaced is None:
+                    return [{"name": name, "actor": kind, "event": "dead", "reason": reason}]
+                return [{"name": "cluster", "actor": "", "event": "cluster", "reason": line} for line in replaced]
+        except Exception as e:
+            return [{"name": name, "actor": kind, "event": "failed", "reason": f"{type(e).__name__}: {e}"}]
+        return [{"name": name, "actor": kind, "event": event, "reason": reason}]
+
+    def _gateways_follow_nodes(self, alive: dict[str, Any], report: list[dict[str, str]]) -> None:
+        """A gateway went with its node; a node that joined gets one."""
+        for k, node in enumerate(self.gateway_nodes):
+            if node not in alive and self.gateway_info[k].get("lost") is None:
+                self.gateway_info[k] = {**self.gateway_info[k], "lost": True}
+        have = {n for k, n in enumerate(self.gateway_nodes) if not self.gateway_info[k].get("lost")}
+        for name, node in alive.items():
+            if name in have or self.started_at is None:
+                continue
+            k = len(self.gateways)
+            port = self.config["port"]
+            try:
+                handle = gateway.remote_class().options(
+                    name=f"{names.gateway(k)}", scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False)
+                ).remote(
+                    f"gw{k}-{uuid.uuid4().hex[:8]}", self.replicas.routes(), self.config, self.config["host"],
+                    port + k if port else 0, self.security.to_dict(),
+                    ray.get(self.session_trees.snapshot.remote(), timeout=RECOVER_TIMEOUT), self.session_trees,
+                )
+                info = ray.get(handle.start.remote(), timeout=START_TIMEOUT)
+            except Exception as e:
+                report.append({"name": names.gateway(k), "actor": gateway.GatewayActor.__name__, "event": "cluster",
+                               "reason": f"no gateway on node {name}: {type(e).__name__}: {e}"})
+                continue
+            self.gateways.append(handle)
+            self.gateway_nodes.append(name)
+            self.gateway_info.append(info)
+            self._liveness.baseline({names.gateway(k): handle}, START_TIMEOUT)
+            live = self._live_gateways()
+            ray.get([g.set_peers.remote(live) for g in live] + [self.session_trees.set_gateways.remote(live)],
+                    timeout=RECOVER_TIMEOUT)
+            report.append({"name": names.gateway(k), "actor": gateway.GatewayActor.__name__, "event": "cluster",
+                           "reason": f"gateway on node {name} serving {info['url']}"})
+
+    def _live_gateways(self) -> list[Any]:
+        return [g for k, g in enumerate(self.gateways) if not self.gateway_info[k].get("lost")]
+
+    def _push_routes(self) -> None:
+        """Tell every link holder where the primaries are now (no waiting: a link that
+        misses it asks :meth:`route` when its stream breaks or is told MOVED)."""
+        if not self.replicas.placements:
+            return
+        routes = self.replicas.routes()
+        now = [(r.epoch, r.node) for r in routes]
+        if now == self._routes_pushed:
+            return
+        self._routes_pushed = now
+        for holder in [*self._live_gateways(), *([self.views] if self.views is not None else [])]:
+            holder.set_routes.remote(routes)
 
     def _recover(self, name: str, handle: Any) -> None:
         """Bring a restarted actor back into the instance: it started afresh from
         its creation arguments, so it is started again and told what changed since.
-        A partition needs nothing: it recovers its topics from its journal, and the
-        links reconnect to it by themselves."""
+        (A partition replica is placed again by :class:`~actors.replicas.ReplicaSet`.)"""
         security = self.security.to_dict()
         if handle in self.gateways:
             k = self.gateways.index(handle)
             trees = ray.get(self.session_trees.snapshot.remote(), timeout=RECOVER_TIMEOUT)
             ray.get(handle.set_security.remote(security), timeout=RECOVER_TIMEOUT)
             ray.get(handle.set_session_trees.remote(trees), timeout=RECOVER_TIMEOUT)
+            ray.get(handle.set_routes.remote(self.replicas.routes()), timeout=RECOVER_TIMEOUT)
             self.gateway_info[k] = ray.get(handle.start.remote(), timeout=RECOVER_TIMEOUT)
-            ray.get(handle.set_peers.remote(self.gateways), timeout=RECOVER_TIMEOUT)
+            ray.get(handle.set_peers.remote(self._live_gateways()), timeout=RECOVER_TIMEOUT)
         elif handle is self.views:
             ray.get(handle.set_security.remote(security), timeout=RECOVER_TIMEOUT)
+            ray.get(handle.set_routes.remote(self.replicas.routes()), timeout=RECOVER_TIMEOUT)
             ray.get(handle.start.remote(), timeout=RECOVER_TIMEOUT)
         elif handle is self.session_trees:
-            ray.get(handle.set_gateways.remote(self.gateways), timeout=RECOVER_TIMEOUT)
+            ray.get(handle.set_gateways.remote(self._live_gateways()), timeout=RECOVER_TIMEOUT)
 
     def _serving(self) -> dict[str, tuple[str, Any]]:
-        actors = {
-            names.partition(i): (partition.PartitionActor.__name__, p) for i, p in enumerate(self.partitions)
-        }
-        actors.update({names.gateway(k): (gateway.GatewayActor.__name__, g) for k, g in enumerate(self.gateways)})
+        actors = {name: (partition.PartitionActor.__name__, h) for name, h in self.replicas.serving().items()}
+        actors.update({
+            names.gateway(k): (gateway.GatewayActor.__name__, g)
+            for k, g in enumerate(self.gateways) if k >= len(self.gateway_info) or not self.gateway_info[k].get("lost")
+        })
         if self.views is not None:
             actors[names.VIEWS] = (views.ViewEvaluatorActor.__name__, self.views)
         if self.session_trees is not None:
@@ -297,14 +410,68 @@ class ControllerActor:
     def stats(self) -> dict[str, Any]:
         return {
             "partitions": ray.get([p.stats.remote() for p in self.partitions], timeout=30),
-            "gateways": ray.get([g.stats.remote() for g in self.gateways], timeout=30),
+            "gateways": ray.get([g.stats.remote() for g in self._live_gateways()], timeout=30),
             "views": ray.get(self.views.stats.remote(), timeout=30) if self.views is not None else None,
+        }
+
+    def status(self) -> dict[str, Any]:
+        """The cluster as ``canopy cluster status`` shows it: nodes, partitions
+        (primary, backup, epoch, topics, journal position, replication lag), gateways
+        and their sessions. A replica or gateway that does not answer within a few
+        seconds is shown as such, never waited for."""
+        nodes = from_ray(ray.nodes())
+        seen: set[str] = set()
+        node_rows = []
+        for n in nodes:
+            if n.name in seen:
+                continue
+            seen.add(n.name)
+            node_rows.append({"name": n.name, "address": n.address, "alive": n.alive,
+                              "home": n.id == self.home_node})
+        replicas = {key: handle for key, (name, handle) in self.replicas.replicas.items()
+                    if name not in self.replicas.dead}
+        refs = {key: h.stats.remote() for key, h in replicas.items()}
+        answers = _gather(refs, STATUS_TIMEOUT)
+        partitions = []
+        for row in self.replicas.describe():
+            i = row["partition"]
+            primary = answers.get((i, row["primary"]))
+            backup = answers.get((i, row["backup"])) if row["backup"] is not None else None
+            lag = (primary or {}).get("backup") or {}
+            partitions.append({
+                **row,
+                "topics": primary.get("topics") if primary else None,
+                "sequence": (primary.get("journal") or {}).get("sequence") if primary else None,
+                "backup_sequence": (backup.get("journal") or {}).get("sequence") if backup else None,
+                "caught_up": lag.get("caught_up"),
+                "lag": lag.get("lag"),
+                "healthy": primary is not None and primary.get("role") == "primary"
+                and (row["backup"] is None or bool(lag.get("caught_up"))),
+            })
+        live = {k: g for k, g in enumerate(self.gateways) if not self.gateway_info[k].get("lost")}
+        gateway_stats = _gather({k: g.stats.remote() for k, g in live.items()}, STATUS_TIMEOUT)
+        gateways = []
+        for k, info in enumerate(self.gateway_info):
+            st = gateway_stats.get(k)
+            gateways.append({
+                "gateway": names.gateway(k), "node": self.gateway_nodes[k] if k < len(self.gateway_nodes) else None,
+                "url": info.get("url"), "lost": bool(info.get("lost")),
+                "sessions": st.get("sessions") if st else None, "answering": st is not None,
+            })
+        return {
+            "namespace": self.config["namespace"],
+            "nodes": node_rows,
+            "partitions": partitions,
+            "gateways": gateways,
+            "balanced": self.replicas.balanced(),
+            "configuration": {"security_version": self.security.version},
+            "healthy": all(p["healthy"] for p in partitions),
         }
 
     def shutdown(self) -> None:
         if self.gateways:
             try:
-                ray.get([g.stop.remote() for g in self.gateways], timeout=STOP_TIMEOUT)
+                ray.get([g.stop.remote() for g in self._live_gateways()], timeout=STOP_TIMEOUT)
             except Exception:  # best effort: the actors are killed next anyway
                 pass
         if self.views is not None:
@@ -312,21 +479,34 @@ class ControllerActor:
                 ray.get(self.views.stop.remote(), timeout=STOP_TIMEOUT)
             except Exception:
                 pass
-        if self.partitions:
-            try:  # their journals get what waits for an fsync
-                ray.get([p.stop.remote() for p in self.partitions], timeout=STOP_TIMEOUT)
-            except Exception:
-                pass
+        self.replicas.stop(STOP_TIMEOUT)
         self._kill_all()
 
     def _kill_all(self) -> None:
         extra = [h for h in (self.session_trees, self.views) if h is not None]
-        for handle in [*self.gateways, *self.partitions, *extra]:
+        for handle in [*self.gateways, *extra]:
             try:
                 ray.kill(handle, no_restart=True)
             except Exception:
                 pass
-        self.gateways, self.partitions, self.gateway_info, self.session_trees, self.views = [], [], [], None, None
+        self.replicas.kill_all()
+        self.gateways, self.gateway_info, self.gateway_nodes, self.session_trees, self.views = [], [], [], None, None
+
+
+def _gather(refs: dict[Any, Any], timeout: float) -> dict[Any, Any]:
+    """The answers that came within ``timeout`` (a failed or late one is left out)."""
+    if not refs:
+        return {}
+    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
+    done = set(ready)
+    out = {}
+    for key, ref in refs.items():
+        if ref in done:
+            try:
+                out[key] = ray.get(ref, timeout=0)
+            except Exception:
+                pass
+    return out
 
 
 def _explain(error: BaseException, config: dict[str, Any]) -> str:

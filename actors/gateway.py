@@ -31,6 +31,7 @@ from typing import Any
 import ray
 
 from actors.connections import Connections
+from actors import routes
 from actors.link import PartitionLink, PartitionUnavailable
 from actors.requests import HANDLERS, Context, Routed
 from actors.tracing import TraceRecord
@@ -83,7 +84,7 @@ class Gateway:
         self.host = host
         self.port = port
         self.link = PartitionLink(
-            gateway_id, partitions, self._on_events,
+            gateway_id, partitions, self._on_events, resolve=routes.from_controller(),
             max_in_flight=config["max_in_flight"], max_batch=config["max_batch"],
             window=config["batch_window_ms"] / 1000,
             on_reset=self._partition_reset, on_resynced=self._partition_resynced,
@@ -279,6 +280,10 @@ class GatewayActor:
         if self._started is None:
             self._started = await self.core.start(ray.get_actor(names.CONTROLLER), ray.get_actor(names.VIEWS))
         return self._started
+
+    async def set_routes(self, routes: list[Any]) -> None:
+        """The controller's new partition map (see :meth:`actors.link.PartitionLink.set_routes`)."""
+        self.core.link.set_routes(routes)
 
     async def set_peers(self, peers: list[Any]) -> None:
         """Every gateway of the instance (this one included), for session-wide operations."""

@@ -100,8 +100,8 @@ class Route(NamedTuple):
     node: str = ""
 
 
-#: (partition, epoch of the route that failed) -> the route to try next
-Resolve = Callable[[int, int], Awaitable[Route]]
+#: (partition, epoch of the route that failed) -> the route to try next (None: the one it had)
+Resolve = Callable[[int, int], Awaitable[Route | None]]
 
 
 class PartitionUnavailable(Exception):
@@ -403,9 +403,9 @@ class PartitionLink:
             await self.connect(channel, address, route.epoch)
 
     async def resolve(self, index: int, failed: int) -> Route:
-        if self._resolve is None:
+        route = None if self._resolve is None else await self._resolve(index, failed)
+        if route is None:  # nobody to ask (a partition that never moves)
             return self.routes[index]
-        route = await self._resolve(index, failed)
         self.routes[index] = route
         return route
 

@@ -313,7 +313,7 @@ class Partition:
         self._acked = id
         if id >= self._prime_id and not self.caught_up:
             self.caught_up = True
-            log.warning("partition %d: its backup has caught up", self.index)
+            log.info("partition %d: its backup has caught up", self.index)
         self._release()
 
     def backup_lost(self, stream: _ToBackup, exc: Exception | None) -> None:
@@ -374,8 +374,10 @@ class Partition:
                 )
                 break
             except OSError as e:
-                log.warning("partition %d cannot reach its backup at %s:%s yet: %s",
-                            self.index, address["host"], address["port"], e)
+                (log.debug if delay else log.warning)(
+                    "partition %d cannot reach its backup at %s:%s yet: %s", self.index, address["host"],
+                    address["port"], e,
+                )
                 delay = RETRY_DELAY
         assert stream.transport is not None
         stream.transport.write(encode_frame(Follow(address["secret"], epoch)) + b"".join(self._backup_frames))
@@ -431,7 +433,7 @@ class Partition:
                 if self.journal is not None:
                     self.journal.reset([s for s in priming if s.specification().persistent], frame.sequence)
                 self.primed = True
-                log.warning("partition %d: primed as a backup with %d topics at record %d",
+                log.info("partition %d: primed as a backup with %d topics at record %d",
                             self.index, len(priming), frame.sequence)
         else:
             raise ProtocolError(f"a primary does not send {type(frame).__name__}")
@@ -457,7 +459,7 @@ class Partition:
             follower.transport.abort()  # the old primary's stream: fenced off
         self._priming = None
         if self.role != PRIMARY:
-            log.warning("partition %d: primary at epoch %d", self.index, epoch)
+            log.info("partition %d: primary at epoch %d", self.index, epoch)
         self.role = PRIMARY
         self.handing_over = False
         self.set_backup(epoch, backup)
@@ -493,7 +495,7 @@ class Partition:
 
     def position(self) -> dict[str, Any]:
         return {
-            "role": self.role, "epoch": self.epoch, "primed": self.primed,
+            "role": self.role, "epoch": self.epoch, "primed": self.primed, "caught_up": self.caught_up,
             "sequence": self.journal.last_sequence if self.journal is not None else 0,
         }
 

@@ -24,6 +24,7 @@ import msgpack
 import ray
 
 from actors.delay_store import DelayStore
+from actors import routes
 from actors.link import PartitionLink
 from actors.supervision import announce_start
 from replication.configuration import VIEWS_FILE, ConfigurationFile
@@ -60,7 +61,7 @@ class _Feed:
         self.engine = engine
         self.delay = delay
         self.link = PartitionLink(
-            GATEWAY_ID, partitions, self.on_events,
+            GATEWAY_ID, partitions, self.on_events, resolve=routes.from_controller(),
             max_in_flight=config["max_in_flight"], max_batch=config["max_batch"],
             on_reset=self.on_reset, on_resynced=self.on_resynced,
         )
@@ -184,6 +185,10 @@ class ViewEvaluatorActor:
     def _save(self, definitions: dict[str, ViewDefinition]) -> None:
         ordered = sorted(definitions.values(), key=lambda d: d.precedence)
         self._file.save([d.to_wire() for d in ordered])
+
+    async def set_routes(self, routes: list[Any]) -> None:
+        """The controller's new partition map (see :meth:`actors.link.PartitionLink.set_routes`)."""
+        self.link.set_routes(routes)
 
     async def set_security(self, store: dict[str, Any]) -> None:
         self._carry(self.engine.set_permitted(_permitted(SecurityStore.from_dict(store)), _now()))

@@ -426,6 +426,43 @@ def _sessions(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster(args: argparse.Namespace) -> int:
+    with _session(args) as session:
+        status = session.server.cluster_status()
+    if args.json:
+        print(json.dumps(status, indent=2, allow_nan=False))
+        return 0 if status.get("healthy") else 2
+    for line in format_status(status):
+        print(line)
+    return 0 if status.get("healthy") else 2
+
+
+def format_status(status: dict[str, Any]) -> list[str]:
+    """``canopy cluster status`` as text: a line per node, partition and gateway."""
+    lines = [f"cluster: {'healthy' if status.get('healthy') else 'DEGRADED'}"
+             f"{'' if status.get('balanced') else ' (rebalancing)'}, namespace {status.get('namespace')}"]
+    lines.append("nodes:")
+    for node in status.get("nodes", []):
+        lines.append(f"  {node['name']:<16} {node['address']:<16} {'alive' if node['alive'] else 'DEAD'}"
+                     f"{'  (controller)' if node.get('home') else ''}")
+    lines.append("partitions:   primary          backup           epoch  topics  sequence  backup-seq  lag")
+    for p in status.get("partitions", []):
+        def show(value: Any) -> str:
+            return "-" if value is None else str(value)
+
+        lines.append(
+            f"  {p['partition']:<10}  {p['primary']:<16} {show(p['backup']):<16} {p['epoch']:<6} "
+            f"{show(p['topics']):<7} {show(p['sequence']):<9} {show(p['backup_sequence']):<11} {show(p['lag'])}"
+            f"{'' if p['healthy'] else '  NOT HEALTHY'}"
+        )
+    lines.append("gateways:")
+    for g in status.get("gateways", []):
+        state = "lost with its node" if g.get("lost") else (
+            f"{g.get('sessions')} sessions" if g.get("answering") else "not answering")
+        lines.append(f"  {g['gateway']:<12} {str(g.get('node')):<16} {str(g.get('url')):<24} {state}")
+    return lines
+
+
 def _hub(args: argparse.Namespace) -> int:
     with _session(args) as session:
         if args.action == "publish":
@@ -613,6 +650,14 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
     s_get.add_argument("--json", action="store_true")
     s_set.add_argument("assignments", nargs="*", metavar="KEY=VALUE")
     s_set.add_argument("--unset", action="append", default=[], metavar="KEY")
+
+    cluster = commands.add_parser("cluster", help="the cluster").add_subparsers(dest="action", required=True)
+    status = cluster.add_parser(
+        "status", parents=[client],
+        help="nodes, partitions (primary, backup, epoch, lag) and gateways; exit status 2 when not healthy",
+    )
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(run=_cluster)
 
     hub = commands.add_parser("hub", help="OpenAjax-style names").add_subparsers(dest="action", required=True)
     publish = hub.add_parser("publish", parents=[client], help="publish a value to a dotted name")

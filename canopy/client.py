@@ -672,6 +672,15 @@ class Server:
         rows = await self._s._call("trace", every, limit)
         return [wire.TraceRecord(*row) for row in rows]
 
+    async def cluster_status(self) -> dict[str, Any]:
+        """The whole cluster, as ``canopy cluster status --json`` prints it (VIEW_SERVER):
+        ``nodes`` (name, address, alive), ``partitions`` (primary and backup node, epoch,
+        topics, journal sequence of each, whether the backup caught up, replication lag,
+        healthy), ``gateways`` (node, url, sessions), ``balanced``, ``configuration``
+        and ``healthy``."""
+        status: dict[str, Any] = await self._s._call("cluster_status")
+        return status
+
 
 class Hub:
     """OpenAjax-style publish/subscribe with dotted names (``session.hub``).

@@ -112,7 +112,14 @@ trace           every (int), limit (int)                         [[path, value,
                                                                  received, forwarded,
                                                                  applied, returned,
                                                                  written]]
+cluster_status                                                   {nodes, partitions,
+                                                                 gateways, ...}
 ==============  ===============================================  ==================
+
+``cluster_status`` (VIEW_SERVER) answers what ``canopy cluster status
+--json`` prints: the nodes, each partition's primary and backup node, epoch,
+topics, journal positions and replication lag, the gateways and their
+sessions (see :meth:`canopy.client.Server.cluster_status`).
 
 ``trace`` (CONTROL_SERVER) makes the gateway time every ``every``-th set it
 receives from then on (0 stops), keeping up to ``limit`` records, and
@@ -167,7 +174,7 @@ OPERATIONS = frozenset(
         "tree_put", "tree_get", "tree_list", "tree_remove",
         "session_get", "session_set",
         "view_create", "view_list", "view_remove",
-        "trace",
+        "trace", "cluster_status",
     }
 )
 

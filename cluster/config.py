@@ -115,6 +115,11 @@ class ServerConfig:
         None, "the Ray cluster to join: auto or HOST:PORT; unset starts an embedded local Ray",
         shown="embedded Ray", metavar="auto|HOST:PORT",
     )
+    local_nodes: int = setting(
+        1, "simulated Ray nodes to start on this machine (embedded Ray only): each has its own data "
+        "directory (<data_dir>/nodes/node-<k>), gateway (port + k) and partition replicas, for trying "
+        "failover and replication locally", low=1, high=16, metavar="N",
+    )
     namespace: str = setting("canopy", "Ray namespace of this canopy instance", check=_not_empty, metavar="NAME")
     host: str = setting("127.0.0.1", "gateway listen address")
     port: int = setting(

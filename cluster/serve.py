@@ -252,9 +252,73 @@ def _prepare_ray_environment(config: ServerConfig, data_dir: Path, out: Callable
         out(f"canopy: {note}")
 
 
-def _init_ray(config: ServerConfig) -> None:
+#: how fast Ray declares a simulated node dead (period x threshold, plus the timeout): failover
+#: waits for it; Ray's defaults take about half a minute
+FAST_HEALTH_CHECKS = {
+    "health_check_period_ms": 500, "health_check_timeout_ms": 500, "health_check_failure_threshold": 3,
+}
+
+
+def _check_loopback() -> None:
     import ray
 
+    node = ray.util.get_node_ip_address()
+    if not _is_loopback(node):  # Ray ignored RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER: never listen wider
+        ray.shutdown()
+        raise ServeError(f"the embedded Ray took {node} as its address instead of 127.0.0.1; not starting")
+
+
+def _local_cluster(config: ServerConfig) -> Any:
+    """``local_nodes`` simulated Ray nodes on this machine (Ray's own multi-node test
+    harness), labelled ``node-0`` ... (see :mod:`cluster.nodes`); node-0 is the head."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from cluster.nodes import LABEL
+
+    cpus = max(1, (os.cpu_count() or 1) // config.local_nodes)
+    cluster = Cluster(
+        initialize_head=True, connect=False,
+        head_node_args={
+            "num_cpus": cpus, "include_dashboard": False, "labels": {LABEL: "node-0"},
+            "_system_config": {"worker_niceness": 0, **FAST_HEALTH_CHECKS},
+        },
+    )
+    try:
+        for k in range(1, config.local_nodes):
+            cluster.add_node(num_cpus=cpus, labels={LABEL: f"node-{k}"})
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, namespace=config.namespace, logging_level="WARNING")
+        _check_loopback()
+    except BaseException:
+        cluster.shutdown()
+        raise
+    return cluster
+
+
+def local_node_processes(cluster: Any) -> list[dict[str, Any]]:
+    """Each simulated node's name and raylet pid (``canopy cluster kill-node`` kills it and its workers)."""
+    from cluster.nodes import LABEL
+
+    out = []
+    for node in [cluster.head_node, *sorted(cluster.worker_nodes, key=lambda n: n.unique_id)]:
+        params = getattr(node, "_ray_params", None)
+        name = dict(getattr(params, "labels", None) or {}).get(LABEL)
+        raylet = node.all_processes.get("raylet") or []
+        out.append({"name": name, "node_id": node.unique_id,
+                    "raylet_pid": raylet[0].process.pid if raylet else None})
+    return out
+
+
+def _init_ray(config: ServerConfig) -> Any:
+    """Start or join Ray; return the simulated local cluster when there is one (to shut down)."""
+    import ray
+
+    if config.address is None and config.local_nodes > 1:
+        return _local_cluster(config)
+    if config.local_nodes > 1:
+        raise ServeError("local_nodes starts simulated nodes of an embedded Ray; it does not go with address "
+                         "(start the nodes of that cluster with `ray start` instead)")
     if config.address is None:
         ray.init(
             # "local": always a new instance of our own, never the cluster another program
@@ -268,11 +332,8 @@ def _init_ray(config: ServerConfig) -> None:
             # actors are the server, and a busy client on the same machine starved them
             _system_config={"worker_niceness": 0},
         )
-        node = ray.util.get_node_ip_address()
-        if not _is_loopback(node):  # Ray ignored RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER: never listen wider
-            ray.shutdown()
-            raise ServeError(f"the embedded Ray took {node} as its address instead of 127.0.0.1; not starting")
-        return
+        _check_loopback()
+        return None
     try:
         ray.init(address=config.address, namespace=config.namespace, logging_level="WARNING")
     except ConnectionError as e:
@@ -320,7 +381,7 @@ def _run(
 
     from actors import controller as controller_module
 
-    _init_ray(config)
+    local = _init_ray(config)
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     controller = None
@@ -346,6 +407,7 @@ def _run(
             "embedded": config.address is None,
             "data_dir": str(data_dir),
             "ray_address": ray.get_runtime_context().gcs_address,
+            **({"local_nodes": local_node_processes(local)} if local is not None else {}),
             **info,
         })
         password = ray.get(controller.take_generated_password.remote())
@@ -355,6 +417,8 @@ def _run(
                 "(shown this once; set admin_password in the configuration to choose your own)"
             )
         where = "embedded Ray on 127.0.0.1" if config.address is None else f"Ray at {config.address}"
+        if local is not None:
+            where = f"{config.local_nodes} simulated nodes of an embedded Ray on 127.0.0.1"
         out(
             f"canopy serving {', '.join(info['urls'])} ({info['partitions']} partitions, "
             f"{where}, namespace {config.namespace!r}, data {data_dir}); Ctrl-C to stop"
@@ -381,6 +445,8 @@ def _run(
             except Exception:
                 pass
         ray.shutdown()
+        if local is not None:
+            local.shutdown()
         for s, handler in previous.items():
             signal.signal(s, handler)
 
@@ -415,6 +481,8 @@ def _supervise(
                 out(f"canopy: {d['name']} ({d['actor']}) crashed: {d['reason']}; Ray restarts it")
             elif d["event"] == "recovered":
                 out(f"canopy: {d['name']} ({d['actor']}) is back and serving")
+            elif d["event"] == "cluster":
+                out(f"canopy: {d['reason']}")
         final = [d for d in dead if d["event"] in ("dead", "failed")]
         if final:
             return "; ".join(

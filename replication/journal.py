@@ -511,6 +511,25 @@ def _read_snapshot(path: Path, partition: int, sequence: int) -> list[TopicState
 # -- the journal -----------------------------------------------------------------------
 
 
+def partition_directory(data_dir: str | os.PathLike[str], partition: int) -> Path:
+    return Path(data_dir) / "journal" / f"partition-{partition}"
+
+
+def held_epoch(data_dir: str | os.PathLike[str], partition: int) -> int | None:
+    """The epoch a replica of ``partition`` whose journal is under ``data_dir`` was last
+    given (0: none recorded), or ``None`` when there is no journal there. Reads only."""
+    directory = partition_directory(data_dir, partition)
+    try:
+        if not any(f.name.startswith(("segment-", "snapshot-")) for f in directory.iterdir()):
+            return None
+    except OSError:
+        return None
+    try:
+        return int(json.loads((directory / EPOCH_FILE).read_text(encoding="utf-8"))["epoch"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
 class Journal:
     """One partition's journal in ``directory``. Call :meth:`recover` once,
     first; then :meth:`append` after each batch, :meth:`tick` at
@@ -553,7 +572,7 @@ class Journal:
     @classmethod
     def for_partition(cls, data_dir: str | os.PathLike[str], partition: int, **options: Any) -> Journal:
         """The journal of partition ``partition`` in ``<data_dir>/journal/partition-<i>/``."""
-        return cls(Path(data_dir) / "journal" / f"partition-{partition}", partition=partition, **options)
+        return cls(partition_directory(data_dir, partition), partition=partition, **options)
 
     @property
     def last_sequence(self) -> int:

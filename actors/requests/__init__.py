@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.requests import security, session_trees, sessions, time_series, topics, views
+from actors.requests import cluster, security, session_trees, sessions, time_series, topics, views
 from actors.requests.context import Context, Routed
 
 Handler = Callable[..., Any]
@@ -30,6 +30,7 @@ HANDLERS: dict[str, Handler] = {
     **session_trees.HANDLERS,
     **sessions.HANDLERS,
     **views.HANDLERS,
+    **cluster.HANDLERS,
 }
 
 __all__ = ["HANDLERS", "Context", "Handler", "Routed"]

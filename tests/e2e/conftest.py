@@ -22,7 +22,10 @@ ADMIN = ("admin", ADMIN_PASSWORD)
 class Server:
     """A `canopy serve` process; its output is collected in ``lines``."""
 
-    def __init__(self, data_dir: Path, *args: str, port: int | None = None, admin_password: bool = True) -> None:
+    def __init__(
+        self, data_dir: Path, *args: str, port: int | None = None, admin_password: bool = True,
+        own_session: bool = False,
+    ) -> None:
         self.port = port if port is not None else free_port()
         self.url = f"ws://127.0.0.1:{self.port}"
         self.data_dir = data_dir
@@ -32,6 +35,8 @@ class Server:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            # a process group of its own: Ray's local multi-node harness signals "its" group
+            start_new_session=own_session,
             env={
                 # RAY_AUTH_MODE left out: serve runs its embedded Ray with token authentication, its default
                 **{k: v for k, v in os.environ.items() if k not in ("CANOPY_ADMIN_PASSWORD", "RAY_AUTH_MODE")},

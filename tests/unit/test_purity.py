@@ -3,7 +3,7 @@
 The layers, each importing only those before it: topics <- sessions <- views
 <- canopy (the client) <- replication/fanout/history (distributed logic) <-
 actors (the Ray shells) <- cluster; the actors may use cluster's small leaf
-modules (names, partitioning, settings).
+modules (names, partitioning, settings, node names, pure placement).
 The client installs without the server extra, so nothing it imports may need
 Ray, PySpark or a server package.
 """
@@ -60,7 +60,7 @@ ABOVE = {
     "actors": ["cluster"],
 }
 #: the modules of a layer above that a package may use all the same
-LEAVES = {"actors": {"cluster.names", "cluster.partitioning", "cluster.config"}}
+LEAVES = {"actors": {"cluster.names", "cluster.partitioning", "cluster.config", "cluster.nodes", "cluster.placement"}}
 # What only the server extra installs: the client may not import it, even lazily.
 SERVER_ONLY = {"ray", "pyspark", "py4j", "lark", "jsonpatch", "jsonpointer"}
 CLIENT_MODULES = ["canopy", "canopy.client", "canopy.sync", "canopy.cli", "canopy.errors", "canopy.protocol",

@@ -1,0 +1,294 @@
+"""The controller's partition replicas: placement carried out on Ray.
+
+:class:`ReplicaSet` holds the partition map (one
+:class:`~cluster.placement.Placement` per partition: primary node, backup
+node, epoch) and the :class:`~actors.partition.PartitionActor` replica on
+each of those nodes, and carries out what the pure functions of
+:mod:`cluster.placement` decide:
+
+* at start, each partition on the nodes that hold its journal (the newest
+  epoch first; a node's epochs are read from its data directory by a Ray task
+  on that node), the rest spread evenly; the backup is made to follow first,
+  then the primary is told to take over and prime it;
+* when a node is lost, a partition whose primary was there is taken over by its
+  backup (epoch + 1) and gets a new backup on another node, primed from the new
+  primary before it answers anything more; a partition that lost its backup gets
+  a new one the same way;
+* when a node joins, partitions without a backup get one there, and then one
+  rebalancing step per call of :meth:`ReplicaSet.rebalance` moves a backup or
+  hands a primary over to its caught-up backup (the old primary stops applying,
+  drains what waits for the backup, then follows the new one: links are told
+  ``MOVED`` and send their operations again to the new primary, nothing lost or
+  reordered);
+* when Ray restarts a replica's process (it comes back idle, with its journal),
+  a primary with a backup is replaced by the backup and follows it; a primary
+  without one takes over again from its journal; a backup follows again.
+
+Every change bumps the partition's epoch, which each replica keeps durably
+beside its journal (see :class:`~actors.partition.Partition` for the fencing).
+Replicas are named ``partition-<i>@<node>#<n>`` (unique: a replica that died
+for good is replaced by a new actor).
+
+Links find a partition's primary with :meth:`ReplicaSet.route` (the
+controller's ``route``), and the controller pushes :meth:`ReplicaSet.routes`
+to gateways and the view evaluator after every change.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors import partition
+from actors.link import Route
+from cluster.nodes import Node
+from cluster.placement import Placement, Placements, after_loss, fill_backups, initial, rebalance_step
+
+log = logging.getLogger("canopy.replicas")
+CALL_TIMEOUT = 60.0
+
+
+class ReplicaError(RuntimeError):
+    pass
+
+
+def held_epochs(directory: str, count: int) -> dict[int, int]:
+    """The partitions whose journal is in ``directory`` and the epoch each was last given."""
+    from replication.journal import held_epoch
+
+    found = {i: held_epoch(directory, i) for i in range(count)}
+    return {i: epoch for i, epoch in found.items() if epoch is not None}
+
+
+_held_task = ray.remote(num_cpus=0)(held_epochs)
+
+
+class ReplicaSet:
+    def __init__(self, config: dict[str, Any], count: int) -> None:
+        self.config = config
+        self.count = count
+        self.placements: Placements = ()
+        #: (partition, node name) -> the replica's name and actor handle
+        self.replicas: dict[tuple[int, str], tuple[str, Any]] = {}
+        #: replicas that died (with their node, or for good): replaced when placed again
+        self.dead: set[str] = set()
+        #: per partition: the epoch since which its primary is the primary
+        self.since: list[int] = []
+        self.nodes: dict[str, Node] = {}
+        self._made = 0
+
+    # -- start ----------------------------------------------------------------
+
+    def start(self, nodes: dict[str, Node]) -> None:
+        self.nodes = dict(nodes)
+        held: dict[int, dict[str, int]] = {}
+        names = sorted(nodes)
+        answers = ray.get([
+            _held_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[n].id, soft=False)).remote(
+                nodes[n].data_dir(self.config["data_dir"]), self.count
+            )
+            for n in names
+        ], timeout=CALL_TIMEOUT)
+        for name, epochs in zip(names, answers):
+            for i, epoch in epochs.items():
+                held.setdefault(i, {})[name] = epoch
+        self.placements = initial(self.count, names, held)
+        self.since = [p.epoch for p in self.placements]
+        for p in self.placements:
+            self._place(p, None)
+
+    def _replica(self, index: int, node: str) -> Any:
+        """The replica of partition ``index`` on ``node``, made if there is none alive."""
+        found = self.replicas.get((index, node))
+        if found is not None and found[0] not in self.dead:
+            return found[1]
+        self._made += 1
+        name = f"partition-{index}@{node}#{self._made}"
+        target = self.nodes[node]
+        handle = partition.remote_class().options(
+            name=name, scheduling_strategy=NodeAffinitySchedulingStrategy(target.id, soft=False),
+        ).remote(index, self.count, self.config, None, partition.IDLE, True, target.data_dir(self.config["data_dir"]))
+        self.replicas[(index, node)] = (name, handle)
+        return handle
+
+    def _set(self, new: Placement) -> None:
+        self.placements = tuple(new if q.partition == new.partition else q for q in self.placements)
+
+    def _place(self, p: Placement, before: Placement | None) -> None:
+        """Carry out placement ``p`` (``before``: the one it replaces): the backup
+        follows first, then the primary takes over (or stays) and primes it."""
+        self._set(p)
+        address = None
+        if p.backup is not None:
+            address = ray.get(self._replica(p.partition, p.backup).become_backup.remote(p.epoch), timeout=CALL_TIMEOUT)
+        ray.get(self._replica(p.partition, p.primary).become_primary.remote(p.epoch, address), timeout=CALL_TIMEOUT)
+        if before is None or before.primary != p.primary:
+            self.since[p.partition] = p.epoch
+        for node in before.nodes() if before is not None else ():
+            if node not in p.nodes():
+                self._drop(p.partition, node)
+
+    def _drop(self, index: int, node: str) -> None:
+        found = self.replicas.pop((index, node), None)
+        if found is not None:
+            self.dead.discard(found[0])
+            try:
+                ray.kill(found[1], no_restart=True)
+            except Exception:
+                pass
+
+    # -- routes ---------------------------------------------------------------
+
+    def route(self, index: int) -> Route:
+        p = self.placements[index]
+        return Route(self.since[index], self.replicas[(index, p.primary)][1], p.primary)
+
+    def routes(self) -> list[Route]:
+        return [self.route(i) for i in range(self.count)]
+
+    def serving(self) -> dict[str, Any]:
+        """Every replica that should be alive, by name."""
+        return {name: handle for name, handle in self.replicas.values() if name not in self.dead}
+
+    def where(self, name: str) -> tuple[int, str] | None:
+        for key, (n, _) in self.replicas.items():
+            if n == name:
+                return key
+        return None
+
+    # -- changes --------------------------------------------------------------
+
+    def nodes_changed(self, nodes: dict[str, Node]) -> list[str]:
+        """Nodes were lost or joined (``nodes``: the alive ones by name); what was done."""
+        lost = sorted(n for n in self.nodes if n not in nodes or nodes[n].id != self.nodes[n].id)
+        joined = sorted(n for n in nodes if n not in self.nodes or nodes[n].id != self.nodes[n].id)
+        if not lost and not joined:
+            return []
+        said: list[str] = []
+        if lost:
+            said.append(f"lost node(s) {', '.join(lost)}")
+            self.dead.update(name for (_, node), (name, _) in self.replicas.items() if node in lost)
+        if joined:
+            said.append(f"node(s) {', '.join(joined)} joined")
+        self.nodes = dict(nodes)
+        before = self.placements
+        after = fill_backups(after_loss(before, list(nodes)), list(nodes))
+        for old, new in zip(before, after):
+            if old.nodes() and all(n in lost for n in old.nodes()):
+                said.append(f"partition {old.partition} is unavailable: every node that holds it is lost")
+        return said + self._apply(before, after)
+
+    def _apply(self, before: Placements, after: Placements) -> list[str]:
+        said = []
+        for old, new in zip(before, after):
+            if old == new:
+                continue
+            try:
+                self._place(new, old)
+            except Exception as e:
+                said.append(f"partition {new.partition}: could not be placed ({type(e).__name__}: {e})")
+                log.exception("placing partition %d failed", new.partition)
+                continue
+            if old.primary != new.primary:
+                said.append(f"partition {new.partition}: the backup on {new.primary} took over (epoch {new.epoch})")
+            if new.backup is not None and (new.backup != old.backup or old.primary != new.primary):
+                said.append(f"partition {new.partition}: new backup on {new.backup} (epoch {new.epoch})")
+        return said
+
+    def restarted(self, name: str) -> list[str]:
+        """Ray restarted the replica ``name`` (it came back idle, with its journal):
+        a primary with a backup is replaced by it and follows it; any other replica
+        takes its place again (a primary alone from its journal, a backup primed anew)."""
+        key = self.where(name)
+        if key is None:
+            return []
+        index, node = key
+        p = self.placements[index]
+        if node == p.primary and p.backup is not None:
+            return self._apply(self.placements, _with(self.placements, Placement(index, p.backup, p.primary, p.epoch + 1)))
+        if node in p.nodes():
+            self._place(Placement(index, p.primary, p.backup, p.epoch + 1), p)
+            if node == p.primary:
+                self.since[index] = p.epoch + 1
+        return []
+
+    def died(self, name: str) -> list[str] | None:
+        """The replica ``name`` died for good while its node lives; what was done, or
+        ``None`` when its partition cannot go on without it (a primary with no backup)."""
+        key = self.where(name)
+        if key is None or name in self.dead:
+            return []
+        index, node = key
+        self.dead.add(name)
+        p = self.placements[index]
+        if node == p.primary and p.backup is None:
+            return None
+        if node == p.primary:
+            assert p.backup is not None
+            new = Placement(index, p.backup, node, p.epoch + 1)  # a new replica there follows
+        elif node == p.backup:
+            new = Placement(index, p.primary, node, p.epoch + 1)
+        else:
+            return []
+        return [f"partition {index}: replica {name} died"] + self._apply(self.placements, _with(self.placements, new))
+
+    def rebalance(self) -> list[str]:
+        """One step towards an even spread (see :func:`~cluster.placement.rebalance_step`)."""
+        before = self.placements
+        after = rebalance_step(before, list(self.nodes), self._caught_up())
+        if after == before:
+            return []
+        (old, new), = [(a, b) for a, b in zip(before, after) if a != b]
+        if new.primary == old.primary:
+            return self._apply(before, after)
+        assert new.backup == old.primary
+        primary = self._replica(old.partition, old.primary)
+        successor = self._replica(new.partition, new.primary)
+        ray.get(primary.handover.remote(), timeout=CALL_TIMEOUT)  # drained: the backup holds everything
+        address = ray.get(primary.become_backup.remote(new.epoch), timeout=CALL_TIMEOUT)
+        ray.get(successor.become_primary.remote(new.epoch, address), timeout=CALL_TIMEOUT)
+        self._set(new)
+        self.since[new.partition] = new.epoch
+        return [f"partition {new.partition}: handed over from {old.primary} to {new.primary} (epoch {new.epoch})"]
+
+    def balanced(self) -> bool:
+        return rebalance_step(self.placements, list(self.nodes), range(self.count)) == self.placements
+
+    def _caught_up(self) -> list[int]:
+        with_backup = [p for p in self.placements if p.backup is not None]
+        if not with_backup:
+            return []
+        positions = ray.get([self.route(p.partition).handle.position.remote() for p in with_backup],
+                            timeout=CALL_TIMEOUT)
+        return [p.partition for p, pos in zip(with_backup, positions) if pos.get("caught_up")]
+
+    # -- reporting and stopping -----------------------------------------------
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [
+            {"partition": p.partition, "primary": p.primary, "backup": p.backup, "epoch": p.epoch,
+             "primary_since": self.since[p.partition]}
+            for p in self.placements
+        ]
+
+    def stop(self, timeout: float) -> None:
+        handles = [h for _, h in self.replicas.values()]
+        try:  # their journals get what waits for an fsync
+            ray.get([h.stop.remote() for h in handles], timeout=timeout)
+        except Exception:
+            pass
+
+    def kill_all(self) -> None:
+        for _, handle in list(self.replicas.values()):
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:
+                pass
+        self.replicas = {}
+
+
+def _with(placements: Placements, new: Placement) -> Placements:
+    return tuple(new if q.partition == new.partition else q for q in placements)
