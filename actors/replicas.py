@@ -48,7 +48,8 @@ from cluster.nodes import Node
 from cluster.placement import Placement, Placements, after_loss, fill_backups, initial, rebalance_step
 
 log = logging.getLogger("canopy.replicas")
-CALL_TIMEOUT = 60.0
+CALL_TIMEOUT = 20.0  # a placement step; serve gives up on a controller silent for 30 s
+PROBE_TIMEOUT = 2.0
 
 
 class ReplicaError(RuntimeError):
@@ -238,6 +239,8 @@ class ReplicaSet:
     def rebalance(self) -> list[str]:
         """One step towards an even spread (see :func:`~cluster.placement.rebalance_step`)."""
         before = self.placements
+        if self.balanced():
+            return []
         after = rebalance_step(before, list(self.nodes), self._caught_up())
         if after == before:
             return []
@@ -261,9 +264,17 @@ class ReplicaSet:
         with_backup = [p for p in self.placements if p.backup is not None]
         if not with_backup:
             return []
-        positions = ray.get([self.route(p.partition).handle.position.remote() for p in with_backup],
-                            timeout=CALL_TIMEOUT)
-        return [p.partition for p, pos in zip(with_backup, positions) if pos.get("caught_up")]
+        refs = [self.route(p.partition).handle.position.remote() for p in with_backup]
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=PROBE_TIMEOUT)[0])
+        caught_up = []
+        for p, ref in zip(with_backup, refs):
+            if ref in ready:
+                try:
+                    if ray.get(ref, timeout=0).get("caught_up"):
+                        caught_up.append(p.partition)
+                except Exception:  # a replica going away: not now
+                    pass
+        return caught_up
 
     # -- reporting and stopping -----------------------------------------------
 

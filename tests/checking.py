@@ -129,6 +129,8 @@ class Workload:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._sessions: list[Any] = []
+        #: why a publisher stopped before it was told to
+        self.ended: list[str] = []
 
     async def _connect(self) -> Any:
         session = await canopy.connect(self.urls, *self.admin, reconnect_timeout=self.reconnect_timeout)
@@ -158,12 +160,19 @@ class Workload:
         pending: list[tuple[str, int, asyncio.Future[None]]] = []
         while not self._stop.is_set():
             n += 1
+            refused_now = False
             for path in paths:
                 self.history.sent[path].add(n)
                 try:
                     pending.append((path, n, session.topics.set(path, n)))
-                except errors.CanopyError:
+                except errors.CanopyError:  # refused before it left: the session is closed or closing
                     self.history.indeterminate[path].append(n)
+                    refused_now = True
+            if refused_now:
+                if session.closed:
+                    self.ended.append(f"a publisher's session ended: {session.close_reason}")
+                    break
+                await asyncio.sleep(0.05)  # never spin (and grow the history) while refused
             if len(pending) >= self.window:
                 await self._settle(pending)
                 pending = []
@@ -204,6 +213,10 @@ class Workload:
                 self.history.final[path] = found.get(path)
 
     async def close(self) -> None:
+        self._stop.set()  # a test that failed midway: no publisher goes on against closed sessions
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         for session in self._sessions:
             try:
                 await session.close()

@@ -109,6 +109,7 @@ async def test_a_crashed_node_loses_nothing_acknowledged(cluster: Server) -> Non
     print(f"[cluster] node-1 crashed: {report}; then {after['partitions']}")
     assert report.valid, report
     assert report.acknowledged > 100, report
+    assert not work.ended, work.ended
     assert any("took over" in line for line in cluster.lines), cluster.output
     assert not any(n["alive"] for n in after["nodes"] if n["name"] == "node-1")
 
@@ -119,3 +120,4 @@ def test_the_pid_of_a_node_is_recorded(cluster: Server) -> None:
     assert names == ["node-0", "node-1", "node-2"]
     assert all(os.path.exists(f"/proc/{n['raylet_pid']}") for n in info["local_nodes"])
     assert os.path.isdir(cluster.data_dir / "nodes" / "node-1")
+
