@@ -35,6 +35,7 @@ stops what is left of the embedded Ray when serve is gone, however it went
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import ipaddress
@@ -138,6 +139,31 @@ def _replace_stale(data_dir: Path, out: Callable[[str], None]) -> None:
         if stopped:
             out(f"canopy: stopped {stopped} leftover processes of its embedded Ray")
     path.unlink(missing_ok=True)
+
+
+PARTITIONS_FILE = "partitions.json"
+
+
+def _recorded_partitions(config: ServerConfig, data_dir: Path, out: Callable[[str], None]) -> ServerConfig:
+    """The partition count the data directory was first served with (recorded in
+    ``partitions.json`` then): a topic's partition is a hash of its path modulo that
+    count, so the journals only make sense with it. Another ``--partitions`` later is
+    ignored, with a note."""
+    path = data_dir / PARTITIONS_FILE
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))["partitions"]
+        if not isinstance(recorded, int) or isinstance(recorded, bool) or recorded < 1:
+            raise ValueError(f"not a partition count: {recorded!r}")
+    except FileNotFoundError:
+        write_json(path, {"partitions": config.partitions})
+        return config
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ServeError(f"{path} cannot be read ({e}); it says how many partitions the journals here use") from None
+    if recorded == config.partitions:
+        return config
+    out(f"canopy: {data_dir} was first served with {recorded} partitions, and topics are placed by that count: "
+        f"serving {recorded}, not {config.partitions}")
+    return dataclasses.replace(config, partitions=recorded)
 
 
 def _check_port(host: str, port: int) -> None:
@@ -358,6 +384,7 @@ def serve(config: ServerConfig, out: Callable[[str], None] = print) -> int:
     guard = None
     try:
         _replace_stale(data_dir, out)
+        config = _recorded_partitions(config, data_dir, out)
         if config.address is None:
             _check_port(config.host, config.port)
             guard = watchdog.start(data_dir)

@@ -184,6 +184,7 @@ def test_embedded_ray_is_on_loopback_with_token_auth_and_dies_with_a_killed_serv
     try:
         second.wait_ready()
         assert f"found a stale server.json from pid {serve_pid}" in second.output
+        assert "was first served with 2 partitions" in second.output and "serving 2, not 1" in second.output
         info = _server_json(data)
         assert info["pid"] == second.proc.pid and info["state"] == "serving"
     finally:
