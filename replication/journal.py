@@ -869,18 +869,7 @@ class Journal:
             if not 0 <= sequence <= self._last:
                 raise JournalError(f"a snapshot after record {sequence}, but the journal ends at {self._last}")
             previous = next((s for s in reversed(self._snapshots) if s != sequence), None)
-        final = self.directory / _snapshot_name(sequence)
-        temporary = self.directory / f".snapshot-{sequence:020d}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            self._write_snapshot_file(temporary, states, sequence)
-            os.replace(temporary, final)
-        except OSError as e:
-            temporary.unlink(missing_ok=True)
-            raise JournalWriteError(f"writing snapshot {final} failed: {e}") from e
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
-        self._sync_directory()
+        final = self._put_snapshot(states, sequence)
         # the previous snapshot becomes the fallback: its segments go only if it still reads back whole
         problem = self._check_snapshot(previous) if previous is not None else None
         with self._lock:
@@ -909,18 +898,7 @@ class Journal:
         with self._lock:
             self._check_usable()
             self._close_active()
-        final = self.directory / _snapshot_name(sequence)
-        temporary = self.directory / f".snapshot-{sequence:020d}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            self._write_snapshot_file(temporary, states, sequence)
-            os.replace(temporary, final)
-        except OSError as e:
-            temporary.unlink(missing_ok=True)
-            raise JournalWriteError(f"writing snapshot {final} failed: {e}") from e
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
-        self._sync_directory()
+        final = self._put_snapshot(states, sequence)
         with self._lock:
             for first in self._segments:
                 (self.directory / _segment_name(first)).unlink(missing_ok=True)
@@ -953,6 +931,22 @@ class Journal:
             self._sync(f.fileno())
         os.replace(temporary, self.directory / EPOCH_FILE)
         self._sync_directory()
+
+    def _put_snapshot(self, states: Iterable[TopicState], sequence: int) -> Path:
+        """Write snapshot ``sequence`` aside, fsynced, rename it into place, fsync the directory."""
+        final = self.directory / _snapshot_name(sequence)
+        temporary = self.directory / f".snapshot-{sequence:020d}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            self._write_snapshot_file(temporary, states, sequence)
+            os.replace(temporary, final)
+        except OSError as e:
+            temporary.unlink(missing_ok=True)
+            raise JournalWriteError(f"writing snapshot {final} failed: {e}") from e
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+        self._sync_directory()
+        return final
 
     def _check_snapshot(self, sequence: int) -> str | None:
         """Why snapshot ``sequence`` does not read back whole (frames, checksums, header, trailer), or ``None``."""

@@ -23,6 +23,7 @@ from actors.partition import NotCaughtUp, PartitionActor
 from replication.journal import Journal
 from topics import protocol as p
 from tests.conftest import until as wait_until
+from tests.unit.actors.test_link import Handle
 
 DEADLINE = 10.0
 
@@ -33,20 +34,6 @@ async def until(condition: Any, what: str) -> Any:
 
 def cb(value: Any) -> bytes:
     return bytes(cbor2.dumps(value))
-
-
-class Handle:
-    """What the link needs of a Ray actor handle: ``attach.remote(link_id, epoch)``."""
-
-    def __init__(self, actor: PartitionActor) -> None:
-        self.actor = actor
-
-        class _Attach:
-            @staticmethod
-            def remote(link_id: str, epoch: int = 0) -> Any:
-                return actor.attach(link_id, epoch)
-
-        self.attach = _Attach()
 
 
 class Map:
