@@ -24,6 +24,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors import gateway, partition, session_trees, views
+from actors.node_control import NodeControl
 from actors.replicas import ReplicaSet
 from cluster import names
 from cluster.nodes import alive_by_name, from_ray
@@ -151,6 +152,7 @@ class ControllerActor:
         self._security_file = ConfigurationFile(config["data_dir"], SECURITY_FILE)
         self.security = self._load_security()
         self._liveness = Liveness()
+        self.node_control = NodeControl(int(config.get("local_nodes") or 1), home_node)
 
     def _load_security(self) -> SecurityStore:
         stored = self._security_file.load()
@@ -264,13 +266,18 @@ class ControllerActor:
         Links ask this when their stream to the partition broke or was told ``MOVED``."""
         return tuple(self.replicas.route(index))  # type: ignore[return-value]
 
+    def node_action(self, action: str, name: str | None, seconds: float = 0.0, force: bool = False) -> dict[str, Any]:
+        """Crash, pause or add a node (see :mod:`actors.node_control`)."""
+        return self.node_control.act(action, name, seconds, force, from_ray(ray.nodes()))
+
     def check(self) -> list[dict[str, str]]:
         """What happened to the serving actors and the nodes since the last call:
         ``[{"name", "actor" (its class), "event", "reason"}]`` with event ``crashed``
         (Ray restarts it), ``recovered`` (it is back and serving), ``dead`` (for good),
-        ``failed`` (it came back but could not be brought into the instance), or
+        ``failed`` (it came back but could not be brought into the instance),
         ``cluster`` (a node was lost or joined, a partition failed over, moved or got a
-        new backup: ``reason`` says what).
+        new backup: ``reason`` says what), or ``add_node`` (serve is to start the
+        simulated node named by ``reason``).
 
         Cheap and never blocks on a busy actor (see :class:`Liveness`), except to carry
         out a change; canopy serve calls it about every second."""
@@ -304,7 +311,10 @@ class ControllerActor:
             except Exception as e:  # a replica that is going away: next time
                 log.warning("a rebalancing step failed: %s", e)
         self._push_routes()
-        return report
+        return report + [
+            {"name": "cluster", "actor": "", "event": "add_node", "reason": name}
+            for name in self.node_control.take_requests()
+        ]
 
     def _replica_event(self, name: str, event: str, reason: str) -> list[dict[str, str]]:
         kind = partition.PartitionActor.__name__

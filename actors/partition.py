@@ -44,6 +44,7 @@ from topics.protocol import (
     ProtocolError,
     Replicate,
     Replicated,
+    Superseded,
     TopicEvent,
     decode_operation,
     encode_event,
@@ -72,8 +73,12 @@ class _Peer(FrameStream):
         self.partition = partition
         self.link: str | None = None
         self.follows = False
+        #: a refused primary's stream, closing: what else it sent is dropped
+        self.ignoring = False
 
     def on_frame(self, frame: Any) -> None:
+        if self.ignoring:
+            return
         if self.follows:
             self.partition.follow_frame(self, frame)
         elif self.link is not None:
@@ -101,6 +106,9 @@ class _ToBackup(FrameStream):
         self.partition = partition
 
     def on_frame(self, frame: Any) -> None:
+        if isinstance(frame, Superseded):
+            self.partition.superseded(self, frame.epoch)
+            return
         if not isinstance(frame, Replicated):
             raise ProtocolError(f"a backup does not send {type(frame).__name__}")
         self.partition.acknowledged(self, frame.id)
@@ -326,6 +334,25 @@ class Partition:
         if self.backup_address is not None:
             self._start_backup(delay=RETRY_DELAY)
 
+    def superseded(self, stream: _ToBackup, epoch: int) -> None:
+        """The backup refused to follow: it is at ``epoch``, newer than this primary's,
+        under another primary (this one was paused or cut off meanwhile). Fenced: this
+        replica stops replicating and answers nothing that waited for the backup; its
+        links are dropped (what they had in flight has an unknown fate) and every later
+        batch is answered MOVED."""
+        if stream is not self.backup or self.role != PRIMARY or epoch <= self.epoch:
+            return
+        log.error("partition %d: superseded (epoch %d took over from this primary's %d); it stops serving",
+                  self.index, epoch, self.epoch)
+        self.role = IDLE
+        self._drop_backup()
+        self.backup_address = None
+        self._outbox.clear()
+        self._acked = self._sent
+        for peer in list(self.links.values()):
+            if peer.transport is not None:
+                peer.transport.abort()
+
     def set_backup(self, epoch: int, address: dict[str, Any] | None) -> None:
         """The controller's placement at ``epoch``: replicate to the replica at
         ``address`` (primed with the whole state first), or to none (answers that
@@ -390,7 +417,15 @@ class Partition:
     def follow(self, peer: _Peer, frame: Follow) -> None:
         if not secrets.compare_digest(str(frame.secret), self.secret):
             raise ProtocolError("a follow must say this partition's secret")
-        if self.role != BACKUP or frame.epoch < self.epoch:
+        if frame.epoch < self.epoch:  # fenced: the old primary learns it and stops retrying
+            log.warning("partition %d: refusing a primary of epoch %d (this replica is at %d)",
+                        self.index, frame.epoch, self.epoch)
+            peer.ignoring = True  # the primes and batches behind the follow
+            peer.write(encode_frame(Superseded(self.epoch)))
+            if peer.transport is not None:
+                peer.transport.close()  # not abort: the answer must get there
+            return
+        if self.role != BACKUP:
             raise ProtocolError(
                 f"partition {self.index}: a primary of epoch {frame.epoch} cannot be followed by a "
                 f"{self.role} of epoch {self.epoch}"

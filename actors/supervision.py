@@ -4,15 +4,27 @@ Ray restarts a crashed actor within about half a second, faster than the
 controller's probes (one a second) can see each restart; so every actor
 announces each start of its own from its constructor, and the controller
 counts the ones after the instance started (:class:`actors.controller.Liveness`).
+
+Every serving actor also leaves with its node: a worker whose raylet died
+(a node crashed, or paused past the failure detector and then resumed, which
+makes the raylet exit) can otherwise live on as an orphan, a stale gateway
+or a superseded primary that retries its backup. Its process exits as soon as
+its parent is no longer the raylet that started it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
+from pathlib import Path
 
 import ray
 
 log = logging.getLogger("canopy.supervision")
+#: seconds between two looks at whether the raylet is still this process's parent
+ORPHAN_CHECK = 0.5
 
 
 def announce_start() -> None:
@@ -25,7 +37,25 @@ def announce_start() -> None:
     from cluster import names
 
     name = context.get_actor_name()
+    _exit_with_raylet()
     try:
         ray.get_actor(names.CONTROLLER).started.remote(name)
     except Exception as e:  # no controller (a test that runs the actor alone)
         log.debug("could not tell the controller that %s started: %s", name, e)
+
+
+def _exit_with_raylet() -> None:
+    parent = os.getppid()
+    try:
+        if Path(f"/proc/{parent}/comm").read_text().strip() != "raylet":
+            return
+    except OSError:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_CHECK)
+        log.error("the raylet (pid %d) that started this worker is gone: its node left the cluster; exiting", parent)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="canopy-leaves-with-its-node", daemon=True).start()

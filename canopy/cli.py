@@ -427,6 +427,8 @@ def _sessions(args: argparse.Namespace) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> int:
+    if args.action != "status":
+        return _cluster_node(args)
     with _session(args) as session:
         status = session.server.cluster_status()
     if args.json:
@@ -435,6 +437,23 @@ def _cluster(args: argparse.Namespace) -> int:
     for line in format_status(status):
         print(line)
     return 0 if status.get("healthy") else 2
+
+
+def _cluster_node(args: argparse.Namespace) -> int:
+    with _session(args) as session:
+        if args.action == "kill-node":
+            done = session.server.kill_node(args.node, force=args.force)
+            print(f"node {done['node']}: its raylet (pid {done['raylet_pid']}) and every process it started "
+                  "are being killed; watch `canopy cluster status`")
+        elif args.action == "pause-node":
+            done = session.server.pause_node(args.node, args.seconds, force=args.force)
+            print(f"node {done['node']}: its raylet (pid {done['raylet_pid']}) and every process it started "
+                  f"are being paused for {args.seconds:g} s")
+        else:
+            done = session.server.add_node(args.node)
+            print(f"node {done['node']}: {'starting again' if done.get('rejoins') else 'starting'}; "
+                  "watch `canopy cluster status`")
+    return 0
 
 
 def format_status(status: dict[str, Any]) -> list[str]:
@@ -657,7 +676,26 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
         help="nodes, partitions (primary, backup, epoch, lag) and gateways; exit status 2 when not healthy",
     )
     status.add_argument("--json", action="store_true")
-    status.set_defaults(run=_cluster)
+    kill = cluster.add_parser(
+        "kill-node", parents=[client],
+        help="crash a node: SIGKILL its raylet and every process it started (--local-nodes clusters; "
+             "elsewhere, or the controller's node, with --force)",
+    )
+    pause = cluster.add_parser(
+        "pause-node", parents=[client],
+        help="freeze a node: SIGSTOP its raylet and every process it started, SIGCONT after --seconds",
+    )
+    for p in (kill, pause):
+        p.add_argument("node", help="the node's name, as `canopy cluster status` shows it")
+        p.add_argument("--force", action="store_true", help="also on a real cluster, or the controller's node")
+    pause.add_argument("--seconds", type=float, required=True)
+    add = cluster.add_parser(
+        "add-node", parents=[client],
+        help="start a simulated node (--local-nodes clusters); a dead node's name starts it again",
+    )
+    add.add_argument("node", nargs="?", help="its name (default: the next free node-<k>)")
+    for p in (status, kill, pause, add):
+        p.set_defaults(run=_cluster)
 
     hub = commands.add_parser("hub", help="OpenAjax-style names").add_subparsers(dest="action", required=True)
     publish = hub.add_parser("publish", parents=[client], help="publish a value to a dotted name")

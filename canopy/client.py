@@ -681,6 +681,29 @@ class Server:
         status: dict[str, Any] = await self._s._call("cluster_status")
         return status
 
+    async def kill_node(self, node: str, *, force: bool = False) -> dict[str, Any]:
+        """Crash a cluster node (CONTROL_SERVER): its raylet and every process it started
+        get SIGKILL, with no warning, as when a machine fails. Refused
+        (:class:`~canopy.errors.RefusedError`) on clusters not started with
+        ``--local-nodes`` and on the controller's node unless ``force``."""
+        return await self._node("kill", node, 0.0, force)
+
+    async def pause_node(self, node: str, seconds: float, *, force: bool = False) -> dict[str, Any]:
+        """Freeze a cluster node for ``seconds`` (SIGSTOP, then SIGCONT): a node that hangs.
+        Paused past the failure detector, it is replaced, and on resuming it leaves the
+        cluster. The same refusals as :meth:`kill_node`."""
+        return await self._node("pause", node, seconds, force)
+
+    async def add_node(self, node: str | None = None) -> dict[str, Any]:
+        """Start a simulated node (``--local-nodes`` clusters): ``node-<k>`` by default;
+        a dead node's name starts it again on its data directory. Answered once asked
+        for; the node appears in :meth:`cluster_status` seconds later."""
+        return await self._node("add", node, 0.0, False)
+
+    async def _node(self, action: str, node: str | None, seconds: float, force: bool) -> dict[str, Any]:
+        answer: dict[str, Any] = await self._s._call("cluster_node", action, node, seconds, force)
+        return answer
+
 
 class Hub:
     """OpenAjax-style publish/subscribe with dotted names (``session.hub``).
@@ -752,6 +775,8 @@ class _Resync:
     remaining: int
     previous: dict[int, _Topic]
     seen: set[str] = field(default_factory=set)
+    #: loop time until which a re-subscription refused UNAVAILABLE is tried again
+    deadline: float = 0.0
 
 
 class Session(Handler):
@@ -1025,11 +1050,11 @@ class Session(Handler):
                 self._resynced(resync)
         else:
             selectors = list(dict.fromkeys(sub.selector for sub in self._subscriptions))
-            resync = self._resync = _Resync(False, len(selectors), {})
+            dialer = self._dialer
+            resync = self._resync = _Resync(False, len(selectors), {}, deadline=asyncio.get_running_loop().time() + (
+                dialer.reconnect_timeout if dialer is not None else 0.0))
             for selector in selectors:
-                self._request("subscribe", str(selector)).add_done_callback(
-                    functools.partial(self._resubscribed, resync, selector)
-                )
+                self._resubscribe(resync, selector)
             if not selectors:
                 self._resynced(resync)
         stream.handler = self
@@ -1042,10 +1067,25 @@ class Session(Handler):
         if stream.lost.done() and self._stream is stream:  # it went before the session could hear of it
             self._lost(stream)
 
+    def _resubscribe(self, resync: _Resync, selector: Selector) -> None:
+        if self._resync is not resync or self.closed:
+            return
+        self._request("subscribe", str(selector)).add_done_callback(
+            functools.partial(self._resubscribed, resync, selector)
+        )
+        self._schedule_flush()
+
     def _resubscribed(self, resync: _Resync, selector: Selector, future: asyncio.Future[Any]) -> None:
         error = future.exception()
         if self._resync is not resync:
             return  # another connection took over (or the session ended)
+        loop = asyncio.get_running_loop()
+        if isinstance(error, errors.UnavailableError) and loop.time() < resync.deadline and self._dialer is not None:
+            # a new gateway whose way to a partition is still failing over (the cluster lost the
+            # node this session was on): the subscription waits for it, as the session waited
+            delay = self._dialer.retry_delay * random.uniform(0.5, 1.5)
+            loop.call_later(delay, self._resubscribe, resync, selector)
+            return
         if error is not None and not isinstance(error, errors.ConnectionInterruptedError):
             assert isinstance(error, errors.CanopyError), error
             for sub in [s for s in self._subscriptions if s.selector == selector]:

@@ -29,6 +29,8 @@ handle::
     ├── UnknownOperationError        UNKNOWN_OPERATION
     ├── ProtocolViolationError       PROTOCOL_ERROR, UNSUPPORTED_VERSION
     ├── UnavailableError             UNAVAILABLE (a partition is down)
+    ├── NoSuchNodeError              NO_SUCH_NODE (cluster node actions)
+    ├── RefusedError                 REFUSED (a cluster node action needs force)
     ├── SessionClosedError           the session ended (``code`` says why)
     ├── ConnectionInterruptedError   CONNECTION_INTERRUPTED: the connection dropped
     │                                while the request was in flight; the session goes on
@@ -176,6 +178,19 @@ class UnavailableError(CanopyError):
     code = "UNAVAILABLE"
 
 
+class NoSuchNodeError(CanopyError):
+    """No alive cluster node has that name."""
+
+    code = "NO_SUCH_NODE"
+
+
+class RefusedError(CanopyError):
+    """A cluster node action that would hit more than asked (a real machine, the
+    controller's node) and was not forced; the message says why."""
+
+    code = "REFUSED"
+
+
 class SessionClosedError(CanopyError):
     """The session is over; ``code`` is the server's reason (e.g. QUEUE_LIMIT)."""
 
@@ -230,6 +245,8 @@ _BY_CODE: dict[str, type[CanopyError]] = {
         UnknownOperationError,
         ProtocolViolationError,
         UnavailableError,
+        NoSuchNodeError,
+        RefusedError,
         SessionClosedError,
         ConnectionInterruptedError,
         ConnectError,

@@ -114,12 +114,22 @@ trace           every (int), limit (int)                         [[path, value,
                                                                  written]]
 cluster_status                                                   {nodes, partitions,
                                                                  gateways, ...}
+cluster_node    action ("kill"|"pause"|"add"), node|nil,        {node, action, ...}
+                seconds, force
 ==============  ===============================================  ==================
 
 ``cluster_status`` (VIEW_SERVER) answers what ``canopy cluster status
 --json`` prints: the nodes, each partition's primary and backup node, epoch,
 topics, journal positions and replication lag, the gateways and their
 sessions (see :meth:`canopy.client.Server.cluster_status`).
+
+``cluster_node`` (CONTROL_SERVER) crashes (SIGKILL of the raylet and every
+process it started), pauses (SIGSTOP, SIGCONT after ``seconds``) or adds a
+node (see ``actors/node_control.py``). Killing and pausing are refused
+(``REFUSED``) on clusters not started with ``--local-nodes``, and on the
+controller's own node, unless ``force``; adding works with ``--local-nodes``
+only, and a node named after a dead one starts again on its data directory.
+An unknown node is ``NO_SUCH_NODE``.
 
 ``trace`` (CONTROL_SERVER) makes the gateway time every ``every``-th set it
 receives from then on (0 stops), keeping up to ``limit`` records, and
@@ -174,7 +184,7 @@ OPERATIONS = frozenset(
         "tree_put", "tree_get", "tree_list", "tree_remove",
         "session_get", "session_set",
         "view_create", "view_list", "view_remove",
-        "trace", "cluster_status",
+        "trace", "cluster_status", "cluster_node",
     }
 )
 

@@ -302,17 +302,16 @@ def _local_cluster(config: ServerConfig) -> Any:
 
     from cluster.nodes import LABEL
 
-    cpus = max(1, (os.cpu_count() or 1) // config.local_nodes)
     cluster = Cluster(
         initialize_head=True, connect=False,
         head_node_args={
-            "num_cpus": cpus, "include_dashboard": False, "labels": {LABEL: "node-0"},
+            "num_cpus": _node_cpus(config), "include_dashboard": False, "labels": {LABEL: "node-0"},
             "_system_config": {"worker_niceness": 0, **FAST_HEALTH_CHECKS},
         },
     )
     try:
         for k in range(1, config.local_nodes):
-            cluster.add_node(num_cpus=cpus, labels={LABEL: f"node-{k}"})
+            _start_local_node(cluster, config, f"node-{k}")
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, namespace=config.namespace, logging_level="WARNING")
         _check_loopback()
@@ -322,17 +321,31 @@ def _local_cluster(config: ServerConfig) -> Any:
     return cluster
 
 
-def local_node_processes(cluster: Any) -> list[dict[str, Any]]:
-    """Each simulated node's name and raylet pid (``canopy cluster kill-node`` kills it and its workers)."""
+def _node_cpus(config: ServerConfig) -> int:
+    return max(1, (os.cpu_count() or 1) // config.local_nodes)
+
+
+def _start_local_node(cluster: Any, config: ServerConfig, name: str) -> None:
     from cluster.nodes import LABEL
 
+    cluster.add_node(num_cpus=_node_cpus(config), labels={LABEL: name})
+
+
+def local_node_processes(cluster: Any) -> list[dict[str, Any]]:
+    """Each running simulated node's name and raylet pid (a crashed node's entry goes;
+    one started again under its name gets a new entry)."""
+    from cluster.nodes import LABEL
+    from cluster.processes import alive
+
     out = []
-    for node in [cluster.head_node, *sorted(cluster.worker_nodes, key=lambda n: n.unique_id)]:
+    for node in [cluster.head_node, *cluster.worker_nodes]:
         params = getattr(node, "_ray_params", None)
         name = dict(getattr(params, "labels", None) or {}).get(LABEL)
         raylet = node.all_processes.get("raylet") or []
-        out.append({"name": name, "node_id": node.unique_id,
-                    "raylet_pid": raylet[0].process.pid if raylet else None})
+        pid = raylet[0].process.pid if raylet else None
+        if pid is not None and alive(pid):
+            out.append({"name": name, "node_id": node.unique_id, "raylet_pid": pid})
+    out.sort(key=lambda n: str(n["name"]))
     return out
 
 
@@ -427,7 +440,7 @@ def _run(
             info = ray.get(controller.start.remote())
         except ray.exceptions.RayTaskError as e:
             raise ServeError(str(e.cause) if e.cause else str(e)) from None
-        record.write({
+        recorded = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "serve_started": watchdog.process_start(os.getpid()),
@@ -436,7 +449,8 @@ def _run(
             "ray_address": ray.get_runtime_context().gcs_address,
             **({"local_nodes": local_node_processes(local)} if local is not None else {}),
             **info,
-        })
+        }
+        record.write(recorded)
         password = ray.get(controller.take_generated_password.remote())
         if password is not None:
             out(
@@ -451,7 +465,21 @@ def _run(
             f"{where}, namespace {config.namespace!r}, data {data_dir}); Ctrl-C to stop"
         )
         sys.stdout.flush()
-        failure, controller_alive = _supervise(controller, stop, guard, out)
+        def add_node(name: str) -> None:
+            """Start a simulated node asked for by ``canopy cluster add-node`` (a dead one's
+            name starts it again on its data directory)."""
+            if local is None:
+                return
+            try:
+                _start_local_node(local, config, name)
+            except Exception as e:
+                out(f"canopy: could not start node {name}: {type(e).__name__}: {e}")
+                return
+            recorded["local_nodes"] = local_node_processes(local)
+            record.write(recorded)
+            out(f"canopy: started node {name}")
+
+        failure, controller_alive = _supervise(controller, stop, guard, out, add_node)
         if not controller_alive:
             controller = None
         if failure is None:
@@ -479,7 +507,11 @@ def _run(
 
 
 def _supervise(
-    controller: Any, stop: threading.Event, guard: subprocess.Popen[bytes] | None, out: Callable[[str], None]
+    controller: Any,
+    stop: threading.Event,
+    guard: subprocess.Popen[bytes] | None,
+    out: Callable[[str], None],
+    add_node: Callable[[str], None],
 ) -> tuple[str | None, bool]:
     """Wait for a stop signal or a death: ``(None, True)`` when asked to stop, else
     ``(what died, whether the controller still answers)``."""
@@ -510,6 +542,8 @@ def _supervise(
                 out(f"canopy: {d['name']} ({d['actor']}) is back and serving")
             elif d["event"] == "cluster":
                 out(f"canopy: {d['reason']}")
+            elif d["event"] == "add_node":
+                add_node(d["reason"])
         final = [d for d in dead if d["event"] in ("dead", "failed")]
         if final:
             return "; ".join(

@@ -25,8 +25,12 @@ class Hopeless(AssertionError):
     """Raised by a polled check when waiting longer cannot help (the process exited): fails at once."""
 
 
-def wait_for(check: Callable[[], T], timeout: float = 30.0, what: str = "condition", interval: float = 0.05) -> T:
-    """Poll ``check`` until it returns something truthy; fail with the last observation."""
+def wait_for(
+    check: Callable[[], T], timeout: float = 30.0, what: str = "condition", interval: float = 0.05,
+    describe: Callable[[], Any] | None = None,
+) -> T:
+    """Poll ``check`` until it returns something truthy; fail with the last observation
+    (``describe()``'s answer, when given, says more than a falsy result can)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while True:
@@ -39,6 +43,8 @@ def wait_for(check: Callable[[], T], timeout: float = 30.0, what: str = "conditi
         except Exception as e:  # keep polling; report it if time runs out
             last = e
         if time.monotonic() > deadline:
+            if describe is not None:
+                last = describe()
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last observation: {last!r}")
         time.sleep(interval)
 

@@ -19,6 +19,8 @@ Frames (one msgpack array each, back to back on the stream)::
                         Prime(id, sequence, states, final)
                         Replicate(id, first, timestamp, changes, volatile)
     backup -> primary   Replicated(id)
+                        Superseded(epoch)            the follow was refused: a newer
+                                                     epoch's primary took over
 
 A replica that is not (or no longer) the partition's primary answers every
 operation of a batch with ``Failed("MOVED", ...)`` without applying any: the
@@ -67,6 +69,7 @@ __all__ = [
     "End", "EventMeta", "Events", "Failed", "FetchTopics", "Follow", "FrameReader", "Hello", "MOVED", "Ok",
     "Prime", "ProtocolError", "QueryAnswer", "QueryEvents", "RefDrop", "RefDropView", "RefEvent", "RefPut",
     "RefReserve", "Register", "Removed", "RemoveTopics", "Replicate", "Replicated", "SetValue", "Snapshot",
+    "Superseded",
     "TopicRow", "Unregister",
     "decode_event", "decode_operation", "decode_result", "encode_event", "encode_frame",
     "encode_operation", "encode_result",
@@ -465,8 +468,15 @@ class Replicated(NamedTuple):
     id: int
 
 
-Frame = Hello | Batch | Done | Events | Follow | Prime | Replicate | Replicated
-_FRAMES: tuple[type[Any], ...] = (Hello, Batch, Done, Events, Follow, Prime, Replicate, Replicated)
+class Superseded(NamedTuple):
+    """A backup's answer to a :class:`Follow` from an older epoch: the partition is
+    at ``epoch`` now, with another primary; the old one is fenced off."""
+
+    epoch: int
+
+
+Frame = Hello | Batch | Done | Events | Follow | Prime | Replicate | Replicated | Superseded
+_FRAMES: tuple[type[Any], ...] = (Hello, Batch, Done, Events, Follow, Prime, Replicate, Replicated, Superseded)
 _FRAME_CODE: dict[type[Any], int] = {cls: code for code, cls in enumerate(_FRAMES, 1)}
 
 

@@ -1,4 +1,4 @@
-"""Cluster requests: cluster_status."""
+"""Cluster requests: cluster_status, cluster_node (kill, pause or add a node)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.requests.context import Context
+from sessions.requests import RequestError, expect
 from sessions.security import GlobalPermission
 
 
@@ -19,4 +20,21 @@ def cluster_status(ctx: Context, sid: str) -> Any:
     return status()
 
 
-HANDLERS: dict[str, Callable[..., Any]] = {"cluster_status": cluster_status}
+def cluster_node(ctx: Context, sid: str, action: Any, node: Any, seconds: Any, force: Any) -> Any:
+    """CONTROL_SERVER: crash (``kill``), ``pause`` or ``add`` a node (see :mod:`actors.node_control`)."""
+    ctx.registry.check(sid, GlobalPermission.CONTROL_SERVER)
+    expect(action, str, "action")
+    if node is not None:
+        expect(node, str, "node")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise RequestError("INVALID_REQUEST", f"seconds has the wrong type ({type(seconds).__name__})")
+    expect(force, bool, "force")
+
+    async def act() -> dict[str, Any]:
+        answer: dict[str, Any] = await ctx.controller.node_action.remote(action, node, float(seconds), force)
+        return answer
+
+    return act()
+
+
+HANDLERS: dict[str, Callable[..., Any]] = {"cluster_status": cluster_status, "cluster_node": cluster_node}

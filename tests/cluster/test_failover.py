@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 from tests.checking import Workload, check
 from tests.conftest import wait_for
 from tests.e2e.conftest import ADMIN, Server, cli
-from tests.e2e.test_supervision import _descendants
+from cluster import processes
 
 FAILOVER = 90.0  # seconds: Ray declares a node dead in ~5 s here; two busy cores make the rest slow
 
@@ -43,25 +42,27 @@ def status(srv: Server) -> dict[str, Any]:
     return answer
 
 
-def crash_node(srv: Server, name: str) -> None:
-    """SIGKILL the node's raylet and every process it started (its workers: the actors on it)."""
+def node_cli(srv: Server, *args: str) -> Any:
+    return cli("cluster", *args, url=srv.url)
+
+
+def local_node(srv: Server, name: str) -> dict[str, Any]:
     info = json.loads((srv.data_dir / "server.json").read_text())
     (node,) = [n for n in info["local_nodes"] if n["name"] == name]
-    raylet = node["raylet_pid"]
-    for pid in [raylet, *_descendants(raylet)]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    wait_for(lambda: not os.path.exists(f"/proc/{raylet}") or _zombie(raylet), 10, "the raylet to die")
+    return dict(node)
 
 
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+def crash_node(srv: Server, name: str) -> None:
+    """``canopy cluster kill-node``: SIGKILL of the node's raylet and every process it started."""
+    raylet = local_node(srv, name)["raylet_pid"]
+    done = node_cli(srv, "kill-node", name)
+    assert done.returncode == 0 and f"pid {raylet}" in done.stdout, (done.stdout, done.stderr)
+    wait_for(lambda: not processes.alive(raylet), 10, "the raylet to die")
+
+
+def gateway_url(now: dict[str, Any], node: str) -> str:
+    (url,) = [g["url"] for g in now["gateways"] if g["node"] == node and not g.get("lost")]
+    return str(url)
 
 
 def healthy_without(name: str) -> Any:
@@ -88,30 +89,132 @@ def test_every_partition_has_a_primary_and_a_backup_on_different_nodes(cluster: 
     assert text.returncode == 0 and "node-2" in text.stdout and "healthy" in text.stdout, text
 
 
-async def test_a_crashed_node_loses_nothing_acknowledged(cluster: Server) -> None:
-    """Publishers and subscribers on node-0's gateway; node-1 (primaries and backups
-    of some partitions, a gateway) is crashed while they write."""
-    wait_for(lambda: status(cluster)["healthy"], 60, "a healthy cluster")
-    work = Workload([cluster.url], ADMIN, publishers=2, topics=12, subscribers=2)
+def behind(work: Workload) -> list[tuple[int, str, int | None, int | None]]:
+    """Subscribers whose last value of a topic is not its final value: (subscriber, topic, seen, final)."""
+    out = []
+    for k in range(work.subscriber_count):
+        seen = work.history.observed[k]
+        for path, final in work.history.final.items():
+            last = seen[path][-1] if seen.get(path) else None
+            if last != final:
+                out.append((k, path, last, final))
+    return out
+
+
+async def finish(*works: Workload, urls: list[str]) -> None:
+    """Stop publishing, read every topic's value, and wait until every subscriber has it."""
+    loop = asyncio.get_running_loop()
+    for work in works:
+        await work.stop()
+        await work.read_final(urls)
+    for work in works:
+        await loop.run_in_executor(None, lambda w=work: wait_for(  # type: ignore[misc]
+            lambda: not behind(w), 30, f"the subscribers of {w.branch} to see every final value",
+            describe=lambda: behind(w)[:5]))
+
+
+async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Server) -> None:
+    """Publishers and subscribers on node-0's gateway, and others on node-1's (they go
+    on through node-2's when node-1 goes). node-1 (primaries, backups, a gateway) is
+    crashed while they write; then started again on its data directory and given
+    partitions back, while they still write."""
+    loop = asyncio.get_running_loop()
+    now = wait_for(lambda: (s := status(cluster))["healthy"] and s, 60, "a healthy cluster")
+    home = [gateway_url(now, "node-0")]
+    work = Workload(home, ADMIN, publishers=2, topics=12, subscribers=2)
+    roaming = Workload([gateway_url(now, "node-1"), gateway_url(now, "node-2")], ADMIN, publishers=1, topics=6,
+                       subscribers=1, branch="roaming")
     await work.start()
+    await roaming.start()
     try:
         await asyncio.sleep(3)
-        await asyncio.get_running_loop().run_in_executor(None, crash_node, cluster, "node-1")
-        after = await asyncio.get_running_loop().run_in_executor(
+        await loop.run_in_executor(None, crash_node, cluster, "node-1")
+        after = await loop.run_in_executor(
             None, lambda: wait_for(lambda: healthy_without("node-1")(cluster), FAILOVER,
                                    "every partition on node-0 and node-2, with a backup"))
-        await asyncio.sleep(3)
-        await work.stop()
-        await work.read_final()
+        await asyncio.sleep(2)
+        added = node_cli(cluster, "add-node", "node-1")
+        assert added.returncode == 0 and "starting again" in added.stdout, (added.stdout, added.stderr)
+
+        def rejoined() -> Any:
+            s = status(cluster)
+            ok = s["healthy"] and s["balanced"] and any("node-1" in (p["primary"], p["backup"]) for p in s["partitions"])
+            return s if ok else False
+
+        back = await loop.run_in_executor(None, lambda: wait_for(rejoined, FAILOVER, "node-1 back, holding partitions"))
+        await asyncio.sleep(2)
+        await finish(work, roaming, urls=home)
     finally:
         await work.close()
-    report = check(work.history)
-    print(f"[cluster] node-1 crashed: {report}; then {after['partitions']}")
+        await roaming.close()
+    report, moved = check(work.history), check(roaming.history)
+    print(f"[cluster] node-1 crashed and rejoined: {report}; its gateway's clients: {moved}; "
+          f"then {back['partitions']}")
     assert report.valid, report
-    assert report.acknowledged > 100, report
-    assert not work.ended, work.ended
+    assert moved.valid, moved
+    assert report.acknowledged > 100 and moved.acknowledged > 50, (report, moved)
+    assert not work.ended and not roaming.ended, (work.ended, roaming.ended)
     assert any("took over" in line for line in cluster.lines), cluster.output
     assert not any(n["alive"] for n in after["nodes"] if n["name"] == "node-1")
+    assert any(line.startswith("canopy: started node node-1") for line in cluster.lines), cluster.output
+
+
+async def test_a_paused_primary_acknowledges_nothing_after_its_successor_took_over(cluster: Server) -> None:
+    """Fencing. The node holding a primary is frozen (SIGSTOP) past the failure detector:
+    its backup takes over. When it resumes, its old primary, its gateway and the clients
+    still connected there must not get a single write acknowledged that the new primary
+    lacks; the node then leaves (its raylet and workers exit) and its clients move."""
+    loop = asyncio.get_running_loop()
+    now = wait_for(lambda: (s := status(cluster))["healthy"] and s, 60, "a healthy cluster")
+    victim = next(p["primary"] for p in now["partitions"] if p["primary"] != "node-0")
+    home = [gateway_url(now, "node-0")]
+    work = Workload(home, ADMIN, publishers=2, topics=12, subscribers=1)
+    stranded = Workload([gateway_url(now, victim), *home], ADMIN, publishers=1, topics=6, subscribers=1,
+                        branch="stranded")
+    raylet = local_node(cluster, victim)["raylet_pid"]
+    frozen = processes.descendants(raylet) | {raylet}
+    await work.start()
+    await stranded.start()
+    try:
+        await asyncio.sleep(2)
+        paused = node_cli(cluster, "pause-node", victim, "--seconds", "12")
+        assert paused.returncode == 0, (paused.stdout, paused.stderr)
+        await loop.run_in_executor(
+            None, lambda: wait_for(lambda: healthy_without(victim)(cluster), FAILOVER,
+                                   f"every partition off the paused {victim}"))
+
+        def left() -> list[tuple[int, list[str]]]:
+            """The node's raylet and canopy's actors on it (Ray's idle pooled workers may linger)."""
+            return [(pid, processes.arguments(pid)[:1]) for pid in frozen if processes.alive(pid) and (
+                pid == raylet or processes.arguments(pid)[:1] != ["ray::IDLE"])]
+
+        await loop.run_in_executor(None, lambda: wait_for(
+            lambda: not left(), 60, f"{victim}'s raylet and canopy's actors there to exit once resumed",
+            describe=left))
+        await asyncio.sleep(2)
+        await finish(work, stranded, urls=home)
+    finally:
+        await work.close()
+        await stranded.close()
+    report, moved = check(work.history), check(stranded.history)
+    print(f"[cluster] {victim} paused: {report}; its gateway's clients: {moved}")
+    assert report.valid, report
+    assert moved.valid, moved
+    assert report.acknowledged > 100 and moved.acknowledged > 20, (report, moved)
+    assert not work.ended and not stranded.ended, (work.ended, stranded.ended)
+
+
+def test_node_actions_are_checked(cluster: Server) -> None:
+    wait_for(lambda: status(cluster)["healthy"], 60, "a healthy cluster")
+    head = node_cli(cluster, "kill-node", "node-0")
+    assert head.returncode == 1 and "REFUSED" in head.stderr and "controller" in head.stderr, head
+    unknown = node_cli(cluster, "pause-node", "node-9", "--seconds", "1")
+    assert unknown.returncode == 1 and "NO_SUCH_NODE" in unknown.stderr, unknown
+    forever = node_cli(cluster, "pause-node", "node-1", "--seconds", "99999")
+    assert forever.returncode == 1 and "INVALID_REQUEST" in forever.stderr, forever
+    taken = node_cli(cluster, "add-node", "node-2")
+    assert taken.returncode == 1 and "already up" in taken.stderr, taken
+    assert all(processes.alive(local_node(cluster, f"node-{k}")["raylet_pid"]) for k in range(3))
 
 
 def test_the_pid_of_a_node_is_recorded(cluster: Server) -> None:

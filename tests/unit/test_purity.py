@@ -60,7 +60,8 @@ ABOVE = {
     "actors": ["cluster"],
 }
 #: the modules of a layer above that a package may use all the same
-LEAVES = {"actors": {"cluster.names", "cluster.partitioning", "cluster.config", "cluster.nodes", "cluster.placement"}}
+LEAVES = {"actors": {"cluster.names", "cluster.partitioning", "cluster.config", "cluster.nodes", "cluster.placement",
+                       "cluster.processes"}}
 # What only the server extra installs: the client may not import it, even lazily.
 SERVER_ONLY = {"ray", "pyspark", "py4j", "lark", "jsonpatch", "jsonpointer"}
 CLIENT_MODULES = ["canopy", "canopy.client", "canopy.sync", "canopy.cli", "canopy.errors", "canopy.protocol",

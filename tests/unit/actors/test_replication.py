@@ -169,7 +169,8 @@ async def test_a_promoted_backup_holds_every_acknowledged_write_and_continues_th
 async def test_a_replaced_primary_can_never_acknowledge_again(replicas: dict[str, PartitionActor]) -> None:
     """The old primary hangs on: its backup is promoted (epoch 2). The old one
     still applies what its links send, but nothing it applies is ever answered,
-    and the new primary never sees it."""
+    and the new primary never sees it; trying its backup again, it learns that it
+    was superseded and stops serving (its links fail over)."""
     primary, backup = await pair(replicas)
     link, routes = await linked(primary, 1)
     try:
@@ -178,9 +179,9 @@ async def test_a_replaced_primary_can_never_acknowledge_again(replicas: dict[str
         late = link.request(0, p.SetValue("x", cb("late"), False))
         await until(lambda: topics(primary)["x"][1] == cb("late"), "the old primary to apply it")
         assert primary.core is not None
-        await until(lambda: primary.core.backup is None and primary.core._backup_task is not None,  # type: ignore[union-attr]
-                    "the old primary to lose its backup")
-        assert not late.done(), "a replaced primary acknowledged a write"
+        await until(lambda: primary.core.role == "idle", "the old primary to learn that it was superseded")  # type: ignore[union-attr]
+        assert primary.core.backup is None and primary.core.backup_address is None
+        assert not late.done() or isinstance(late.result(), p.Failed), "a replaced primary acknowledged a write"
         assert topics(backup)["x"][1] == cb("before")
         routes.route = Route(2, Handle(backup))
         link.set_routes([routes.route])  # the controller's push
@@ -255,10 +256,15 @@ async def test_a_backup_refuses_a_primary_of_an_older_epoch(replicas: dict[str, 
         address = await backup.become_backup(5)
         await primary.set_backup(3, address)  # a stale placement
         pending = link.request(0, p.SetValue("x", cb(1), False, None, True))
-        await until(lambda: "x" in topics(primary), "the primary to apply it")
+        # refused (Superseded): the primary is fenced off and its link fails what it had in flight
+        assert isinstance(await asyncio.wait_for(pending, DEADLINE), p.Failed)
+        assert primary.core is not None and primary.core.role == "idle"
         stats = await primary.stats()
-        assert stats["backup"]["caught_up"] is False and not pending.done()
+        assert stats["backup"] is None, stats
         assert "x" not in topics(backup)
+        moved = await asyncio.wait_for(link.request(0, p.SetValue("y", cb(1), False, None, True)), DEADLINE)
+        assert isinstance(moved, p.Failed), moved  # MOVED, then no other primary to go to
+        assert "y" not in topics(primary)
     finally:
         link.close()
 

@@ -55,6 +55,8 @@ class Gateway:
         self.refuse: str | None = None  # an error code to answer every HELLO with
         self.refresh_with_welcome = False  # the refresh in the WELCOME's own frame
         self.hold_once: set[str] = set()  # selectors whose first subscribe is never answered
+        #: selector -> how many more subscribes to refuse UNAVAILABLE (a partition failing over)
+        self.unavailable: dict[str, int] = {}
         self.serial = 0
         self.alias = 0
         self.server: asyncio.Server | None = None
@@ -160,7 +162,10 @@ class Gateway:
         if r.op == "subscribe" and r.args[0] in self.hold_once:
             self.hold_once.discard(r.args[0])
             return  # never answered
-        if r.op == "subscribe":
+        if r.op == "subscribe" and self.unavailable.get(r.args[0], 0) > 0:
+            self.unavailable[r.args[0]] -= 1
+            out.append(wire.Error(r.cid, "UNAVAILABLE", "partition 2 is unavailable: its stream closed"))
+        elif r.op == "subscribe":
             s.selectors.append(parse_selector(r.args[0]))
             for path in self.topics:
                 out += self._announce(s, path, send=False)
@@ -497,3 +502,36 @@ async def test_a_refresh_in_the_welcomes_own_frame_counts_too(gateway: Gateway) 
         assert kinds(await take(sub, 1)) == [("value", "a", 2)]
         gateway.drop(session.session_id)
         assert [e.kind for e in await take(sub, 3)] == ["disconnected", "value", "reconnected"]
+
+
+async def test_a_resubscription_refused_unavailable_is_tried_again_until_the_partition_is_back(
+    gateway: Gateway,
+) -> None:
+    """A new gateway after a node was lost: its way to a partition may still be failing
+    over, so the subscription waits and tries again rather than ending."""
+    gateway.add("a/x", "INT64", 1)
+    async with canopy.connect(gateway.url, "alice", "pw", reconnect_timeout=10, **FAST) as session:
+        topics = await session.topics.subscribe("?a//")
+        assert kinds(await take(topics, 1)) == [("subscribed", "a/x", 1)]
+        gateway.unavailable["?a//"] = 3
+        gateway.drop(session.session_id, forget=True)
+        assert (await topics.next(5)).kind == "disconnected"
+        after = await take(topics, 2)
+        assert kinds(after) == [("value", "a/x", 1), ("reconnected", "", session.session_id)]
+        tries = [r.args[0] for sid, r in gateway.requests if sid == session.session_id and r.op == "subscribe"]
+        assert tries == ["?a//"] * 4 and not topics.ended
+        gateway.set("a/x", 2)
+        assert kinds([await topics.next(5)]) == [("value", "a/x", 2)]
+
+
+async def test_a_resubscription_still_unavailable_at_the_reconnect_timeout_ends(gateway: Gateway) -> None:
+    gateway.add("a/x", "INT64", 1)
+    async with canopy.connect(gateway.url, "alice", "pw", reconnect_timeout=0.3, **FAST) as session:
+        topics = await session.topics.subscribe("?a//")
+        await take(topics, 1)
+        gateway.unavailable["?a//"] = 1_000_000
+        gateway.drop(session.session_id, forget=True)
+        assert (await topics.next(5)).kind == "disconnected"
+        await until(lambda: topics.ended, 10, "the subscription to end")
+        with pytest.raises(errors.UnavailableError):
+            await topics.next(1)

@@ -1,0 +1,125 @@
+"""``canopy cluster kill-node`` / ``pause-node`` / ``add-node``: failures on demand,
+for users who want to watch failover happen (and for the cluster tests).
+
+* ``kill``: the node's raylet and every process it started get SIGKILL (see
+  :mod:`cluster.processes`) — a crash, not a graceful removal; Ray notices by
+  its health checks and the controller fails the node's partitions over.
+* ``pause``: the same processes get SIGSTOP, then SIGCONT after ``seconds``: a
+  node that hangs. Paused past Ray's failure detector, it is declared dead and
+  replaced; when it resumes, its raylet learns that and exits, and its old
+  primaries can acknowledge nothing (fencing: their backups follow the new
+  epoch's primary only).
+* ``add``: a new simulated node (``--local-nodes`` only). canopy serve, which
+  owns the simulated cluster, starts it when its next health check asks the
+  controller for requests; naming a node that died starts it again on its data
+  directory, so it rejoins with what it held.
+
+Killing and pausing are refused on clusters not started with ``--local-nodes``
+unless forced (they hit real machines' processes), and so is killing or pausing
+the controller's own node (the head of an embedded Ray: without GCS fault
+tolerance the instance stops with it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from cluster.nodes import Node, NodeError, check_name
+
+ACTIONS = ("kill", "pause", "add")
+#: a pause longer than this is refused (a forgotten node should come back)
+MAX_PAUSE = 3600.0
+LAUNCH_TIMEOUT = 30.0
+
+
+class NodeActionError(Exception):
+    """Refused: ``code`` is the wire error code (picklable, for Ray to carry it back)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(code, message)
+        self.code = code
+
+    def __str__(self) -> str:
+        return str(self.args[1])
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _launch(action: str, seconds: float) -> dict[str, Any]:
+    """Runs on the node: a Ray worker's parent process is its node's raylet."""
+    from cluster import processes
+
+    raylet = os.getppid()
+    return {"raylet_pid": raylet, "helper_pid": processes.launch(action, raylet, seconds),
+            "host": socket.gethostname()}
+
+
+class NodeControl:
+    """The controller's part: checks a request against the cluster and carries it out."""
+
+    def __init__(self, local_nodes: int, home_node: str | None) -> None:
+        self.local = local_nodes > 1
+        self.home_node = home_node
+        #: names of nodes serve is to start (taken by :meth:`take_requests`)
+        self.requested: list[str] = []
+
+    def act(self, action: str, name: str | None, seconds: float, force: bool, nodes: list[Node]) -> dict[str, Any]:
+        if action not in ACTIONS:
+            raise NodeActionError("INVALID_REQUEST", f"unknown node action {action!r} (one of {', '.join(ACTIONS)})")
+        if action == "add":
+            return self._add(name, nodes)
+        if name is None:
+            raise NodeActionError("INVALID_REQUEST", f"{action}: which node?")
+        alive = {n.name: n for n in nodes if n.alive}
+        node = alive.get(name)
+        if node is None:
+            known = ", ".join(sorted(alive)) or "none"
+            raise NodeActionError("NO_SUCH_NODE", f"no alive node named {name!r} (alive: {known})")
+        if not self.local and not force:
+            raise NodeActionError(
+                "REFUSED",
+                f"{action} node {name}: this cluster was not started with --local-nodes, so {name} is a real "
+                "machine's Ray node; force it if you mean it",
+            )
+        if node.id == self.home_node and not force:
+            raise NodeActionError(
+                "REFUSED",
+                f"{action} node {name}: it holds the controller and Ray's head; without GCS fault tolerance "
+                "the instance stops with it; force it if you mean it",
+            )
+        if action == "pause" and not 0 < seconds <= MAX_PAUSE:
+            raise NodeActionError("INVALID_REQUEST", f"pause for 0 < seconds <= {MAX_PAUSE:.0f}, not {seconds}")
+        strategy = NodeAffinitySchedulingStrategy(node.id, soft=False)
+        done: dict[str, Any] = ray.get(
+            _launch.options(scheduling_strategy=strategy).remote(action, seconds), timeout=LAUNCH_TIMEOUT
+        )
+        return {"node": name, "action": action, "seconds": seconds if action == "pause" else None, **done}
+
+    def _add(self, name: str | None, nodes: list[Node]) -> dict[str, Any]:
+        if not self.local:
+            raise NodeActionError(
+                "REFUSED", "add node: only a cluster started with --local-nodes starts nodes itself; on a real "
+                "cluster start Ray on the new machine (ray start --address ...) and canopy uses it")
+        alive = {n.name for n in nodes if n.alive} | set(self.requested)
+        if name is None:
+            taken = {int(m.group(1)) for n in nodes if (m := re.fullmatch(r"node-(\d+)", n.name))}
+            taken |= {int(m.group(1)) for n in self.requested if (m := re.fullmatch(r"node-(\d+)", n))}
+            name = f"node-{next(k for k in range(len(taken) + 1) if k not in taken)}"
+        try:
+            check_name(name)
+        except NodeError as e:
+            raise NodeActionError("INVALID_REQUEST", str(e)) from None
+        if name in alive:
+            raise NodeActionError("REFUSED", f"add node: a node named {name!r} is already up (or being started)")
+        self.requested.append(name)
+        rejoins = any(n.name == name for n in nodes)
+        return {"node": name, "action": "add", "rejoins": rejoins}
+
+    def take_requests(self) -> list[str]:
+        out, self.requested = self.requested, []
+        return out

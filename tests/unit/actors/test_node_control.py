@@ -1,0 +1,63 @@
+"""What ``canopy cluster kill-node`` / ``pause-node`` / ``add-node`` refuse, and how
+added nodes are named (the signals themselves: tests/cluster/test_failover.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.node_control import NodeActionError, NodeControl
+from cluster.nodes import Node
+
+
+def node(name: str, alive: bool = True) -> Node:
+    return Node(name, f"id-{name}-{alive}", "127.0.0.1", alive, True)
+
+
+NODES = [node("node-0"), node("node-1", alive=False), node("node-1"), node("node-2", alive=False)]
+
+
+def refused(control: NodeControl, *args: object) -> NodeActionError:
+    with pytest.raises(NodeActionError) as caught:
+        control.act(*args)  # type: ignore[arg-type]
+    return caught.value
+
+
+def test_kill_and_pause_are_refused_unless_the_cluster_is_local_or_it_is_forced() -> None:
+    real = NodeControl(1, home_node="id-node-0-True")
+    error = refused(real, "kill", "node-1", 0.0, False, NODES)
+    assert error.code == "REFUSED" and "--local-nodes" in str(error)
+    assert refused(real, "add", None, 0.0, False, NODES).code == "REFUSED"
+
+
+def test_the_controllers_node_needs_force() -> None:
+    local = NodeControl(3, home_node="id-node-0-True")
+    error = refused(local, "pause", "node-0", 5.0, False, NODES)
+    assert error.code == "REFUSED" and "controller" in str(error)
+
+
+def test_unknown_or_dead_nodes_bad_pauses_and_actions() -> None:
+    local = NodeControl(3, home_node="id-node-0-True")
+    assert refused(local, "kill", "node-2", 0.0, False, NODES).code == "NO_SUCH_NODE"  # dead
+    assert refused(local, "kill", "node-9", 0.0, False, NODES).code == "NO_SUCH_NODE"
+    assert refused(local, "pause", "node-1", 0.0, False, NODES).code == "INVALID_REQUEST"
+    assert refused(local, "pause", "node-1", 7200.0, False, NODES).code == "INVALID_REQUEST"
+    assert refused(local, "kill", None, 0.0, False, NODES).code == "INVALID_REQUEST"
+    assert refused(local, "reboot", "node-1", 0.0, False, NODES).code == "INVALID_REQUEST"
+
+
+def test_added_nodes_get_the_next_free_name_or_rejoin_under_a_dead_ones() -> None:
+    local = NodeControl(3, home_node="id-node-0-True")
+    assert local.act("add", None, 0.0, False, NODES) == {"node": "node-3", "action": "add", "rejoins": False}
+    assert local.act("add", None, 0.0, False, NODES)["node"] == "node-4"  # node-3 is being started
+    assert local.act("add", "node-2", 0.0, False, NODES) == {"node": "node-2", "action": "add", "rejoins": True}
+    assert refused(local, "add", "node-1", 0.0, False, NODES).code == "REFUSED"  # up
+    assert refused(local, "add", "node-2", 0.0, False, NODES).code == "REFUSED"  # being started
+    assert refused(local, "add", "../x", 0.0, False, NODES).code == "INVALID_REQUEST"
+    assert local.take_requests() == ["node-3", "node-4", "node-2"] and local.take_requests() == []
+
+
+def test_the_error_crosses_process_boundaries_with_its_code() -> None:
+    import pickle
+
+    error = pickle.loads(pickle.dumps(NodeActionError("REFUSED", "why")))
+    assert error.code == "REFUSED" and str(error) == "why"
