@@ -16,7 +16,12 @@ completes when the partition has applied it, so the publisher keeps up to
 NATS publishes are fire-and-forget).
 
     .venv/bin/python bench/broker.py [--duration 5] [--skip-peers] [--latency-only]
-                                     [--profile DIR]
+                                     [--profile DIR] [--nodes 1,2,3]
+
+``--nodes 1,2,3`` measures canopy once per node count: 1 is the embedded single
+node; N > 1 is ``canopy serve --local-nodes N`` (N Ray nodes on this machine, every
+update applied on a primary and its backup before it is acknowledged). On a
+2-core machine that shows the cost of replication, not scaling.
 
 ``--profile DIR`` records the latency phase with py-spy (installed on first
 use) in the gateway, the partitions and this client process, writes each
@@ -33,6 +38,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from array import array
 from collections import deque
@@ -73,6 +79,8 @@ def start_server(data_dir: str, port: int, extra: list[str] | None = None) -> su
     deadline = time.monotonic() + 120
     for line in proc.stdout:
         if "canopy serving" in line:
+            # serve goes on printing (cluster events, Ray's worker logs): never let its pipe fill
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
             return proc
         if time.monotonic() > deadline:
             break
@@ -94,6 +102,7 @@ def stop_server(proc: subprocess.Popen[str]) -> None:
 async def bench_canopy(
     url: str, duration: float, subscribers: int, topics: int, rate: int,
     *, throughput: bool = True, on_latency_phase: Any = None, hops: list[Hop] | None = None,
+    label: str = "1 gateway, embedded Ray",
 ) -> peers.Result:
     """Run the workload; with ``hops``, fill it with the latency phase's per-hop breakdown."""
     phase = peers.Phase()
@@ -143,7 +152,7 @@ async def bench_canopy(
     finally:
         for session in sessions:
             await session.close()
-    return measurement.result(f"canopy {canopy.__version__} (1 gateway, embedded Ray, asyncio client)", rate)
+    return measurement.result(f"canopy {canopy.__version__} ({label}, asyncio client)", rate)
 
 
 TRACE_EVERY = 10  # the gateway times every 10th set
@@ -203,30 +212,41 @@ def main() -> int:
     parser.add_argument("--skip-peers", action="store_true", help="measure canopy only")
     parser.add_argument("--serve-args", default="", help="extra `canopy serve` options, e.g. '--partitions 1'")
     parser.add_argument("--latency-only", action="store_true", help="skip the throughput phase")
+    parser.add_argument(
+        "--nodes", default="1",
+        help="canopy with each of these node counts, e.g. 1,2,3 (more than 1: `--local-nodes N`, every "
+             "partition replicated; clients on node-0's gateway)",
+    )
     parser.add_argument("--profile", metavar="DIR", help="py-spy the latency phase into DIR")
     args = parser.parse_args()
     results = []
-    with tempfile.TemporaryDirectory(prefix="canopy-bench-") as data:
-        port = peers.free_port()
-        print("[bench] starting canopy serve ...", file=sys.stderr, flush=True)
-        proc = start_server(data, port, args.serve_args.split())
-        profiler = profiling.Profiler(Path(args.profile), proc.pid) if args.profile else None
-        hops: list[Hop] = []
-        try:
-            results.append(
-                asyncio.run(
-                    bench_canopy(
-                        f"ws://127.0.0.1:{port}", args.duration, args.subscribers, args.topics, args.rate,
-                        throughput=not args.latency_only,
-                        on_latency_phase=profiler.start if profiler else None,
-                        hops=hops,
+    hops: list[Hop] = []
+    for nodes in [int(n) for n in args.nodes.split(",")]:
+        with tempfile.TemporaryDirectory(prefix="canopy-bench-") as data:
+            port = peers.free_port()
+            while nodes > 1 and any(peers.free_port() == port + k for k in range(1, nodes)):
+                port = peers.free_port()
+            print(f"[bench] starting canopy serve ({nodes} node(s)) ...", file=sys.stderr, flush=True)
+            extra = args.serve_args.split() + (["--local-nodes", str(nodes)] if nodes > 1 else [])
+            proc = start_server(data, port, extra)
+            profiler = profiling.Profiler(Path(args.profile), proc.pid) if args.profile else None
+            label = "1 gateway, embedded Ray" if nodes == 1 else (
+                f"{nodes} simulated nodes, every update on 2, clients on 1 gateway")
+            try:
+                results.append(
+                    asyncio.run(
+                        bench_canopy(
+                            f"ws://127.0.0.1:{port}", args.duration, args.subscribers, args.topics, args.rate,
+                            throughput=not args.latency_only,
+                            on_latency_phase=profiler.start if profiler else None,
+                            hops=hops if nodes == 1 else None, label=label,
+                        )
                     )
                 )
-            )
-        finally:
-            if profiler is not None:
-                profiler.finish()
-            stop_server(proc)
+            finally:
+                if profiler is not None:
+                    profiler.finish()
+                stop_server(proc)
     if not args.skip_peers:
         for runner in (peers.run_mosquitto, peers.run_nats):
             results.append(runner(args.duration, args.subscribers, args.topics, args.rate))

@@ -224,3 +224,62 @@ def test_the_pid_of_a_node_is_recorded(cluster: Server) -> None:
     assert all(os.path.exists(f"/proc/{n['raylet_pid']}") for n in info["local_nodes"])
     assert os.path.isdir(cluster.data_dir / "nodes" / "node-1")
 
+
+
+async def test_a_whole_cluster_restarts_from_its_data_directories(tmp_path: Path) -> None:
+    """Stop a 3-node cluster after a failover (so the journals' epochs differ between
+    nodes) and start it again on the same data directory: persistent topics, time
+    series, views with their reference topics, branch mapping tables and the security
+    store are all back, and each partition's primary is on a node holding its newest replica."""
+    import canopy
+
+    data = tmp_path / "data"
+    first = Server(data, "--local-nodes", "3", "--partitions", "4", own_session=True)
+    try:
+        first.wait_ready(180)
+        wait_for(lambda: status(first)["healthy"], 60, "a healthy cluster")
+        async with canopy.connect(first.url, *ADMIN) as s:
+            for k in range(20):
+                await s.topics.add(f"src/t{k}", "INT64")
+                await s.topics.set(f"src/t{k}", k)
+            await s.topics.add("series/s", "TIME_SERIES", {"TIME_SERIES_EVENT_VALUE_TYPE": "INT64"})
+            for v in range(5):
+                await s.time_series.append("series/s", v * 10)
+            await s.views.create("mirror", "map ?src// to ref/<path(1)>")
+            await s.session_trees.put_table("tree/", [("$Country is 'FR'", "src/")])
+            await s.security.add_principal("bob", "bob-password-1", ["CLIENT"])
+        crash_node(first, "node-1")  # a failover: epochs move on, node-1's replicas fall behind
+        wait_for(lambda: healthy_without("node-1")(first), FAILOVER, "every partition off node-1")
+        async with canopy.connect(first.url, *ADMIN) as s:
+            for k in range(20):
+                await s.topics.set(f"src/t{k}", 100 + k)  # written after node-1 left: only on node-0 and node-2
+    finally:
+        assert first.stop() == 0, first.output
+
+    again = Server(data, "--local-nodes", "3", "--partitions", "4", own_session=True)
+    try:
+        again.wait_ready(180)
+        now = wait_for(lambda: (s := status(again))["healthy"] and s, 60, "a healthy cluster after the restart")
+        async with canopy.connect(again.url, *ADMIN) as s:
+            rows = {r.path: r.value for r in await s.topics.fetch("?src//")}
+            assert rows == {f"src/t{k}": 100 + k for k in range(20)}, rows
+            events = await s.time_series.range_query("series/s")
+            assert [e.value for e in events.events] == [0, 10, 20, 30, 40], events
+
+            def mirrored() -> Any:
+                return {r.path: r.value for r in asyncio.run_coroutine_threadsafe(
+                    s.topics.fetch("?ref//"), loop).result(10)}
+
+            loop = asyncio.get_running_loop()
+            refs = await loop.run_in_executor(None, lambda: wait_for(
+                lambda: len(m := mirrored()) == 20 and m, 60, "the view's reference topics"))
+            assert refs == {f"ref/t{k}": 100 + k for k in range(20)}, refs
+            assert await s.session_trees.get_table("tree/") == [("$Country is 'FR'", "src")]
+            await s.topics.set("src/t0", 7)
+            await loop.run_in_executor(None, lambda: wait_for(
+                lambda: mirrored().get("ref/t0") == 7, 30, "the reference topic to follow its source"))
+        async with canopy.connect(again.url, "bob", "bob-password-1") as bob:
+            assert bob.session_id
+    finally:
+        assert again.stop() == 0, again.output
+    assert all(p["backup"] is not None for p in now["partitions"]), now
