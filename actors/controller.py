@@ -23,12 +23,12 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors import gateway, partition, session_trees, views
+from actors import configuration, gateway, partition, session_trees, views
 from actors.node_control import NodeControl
 from actors.replicas import ReplicaSet
 from cluster import names
 from cluster.nodes import alive_by_name, from_ray
-from replication.configuration import SECURITY_FILE, ConfigurationFile
+from replication.configuration import SECURITY_FILE, SESSION_TREES_FILE, VIEWS_FILE
 from sessions.security import ADMINISTRATOR, SecurityStore, default_store
 
 log = logging.getLogger("canopy.controller")
@@ -132,8 +132,8 @@ class Liveness:
 
 
 class ControllerActor:
-    """Also the owner of the security store (``security.json`` in the data
-    directory): it applies changes, persists them and pushes every new
+    """Also the owner of the security store: it applies a change, commits it to the
+    replicated configuration log (:mod:`actors.configuration`) and pushes the new
     version to the gateways before answering."""
 
     def __init__(self, config: dict[str, Any], home_node: str | None = None) -> None:
@@ -149,13 +149,14 @@ class ControllerActor:
         self.gateway_info: list[dict[str, Any]] = []
         self.started_at: float | None = None
         self.generated_admin_password: str | None = None
-        self._security_file = ConfigurationFile(config["data_dir"], SECURITY_FILE)
-        self.security = self._load_security()
+        #: the configuration log's writer and each node's copy (``{node name: NodeAgentActor}``)
+        self.config_log: Any = None
+        self.agents: dict[str, Any] = {}
+        self.security = default_store(secrets.token_urlsafe(12))  # until start() reads the log
         self._liveness = Liveness()
         self.node_control = NodeControl(int(config.get("local_nodes") or 1), home_node)
 
-    def _load_security(self) -> SecurityStore:
-        stored = self._security_file.load()
+    def _load_security(self, stored: dict[str, Any] | None) -> SecurityStore:
         configured = self.config.get("admin_password")
         if stored is None:
             password = configured or secrets.token_urlsafe(12)
@@ -172,8 +173,15 @@ class ControllerActor:
         allow = self.config.get("allow_anonymous")
         if allow is not None and allow != store.anonymous_allowed:
             store = store.apply([["set_anonymous", bool(allow), sorted(store.anonymous_roles)]])
-        self._security_file.save(store.to_dict())
+        if store.to_dict() != stored:
+            ray.get(self.config_log.append.remote("security", store.to_dict()), timeout=START_TIMEOUT)
         return store
+
+    def _agent(self, node: Any) -> Any:
+        """The configuration log's copy on ``node``, in its data directory."""
+        return configuration.agent_class().options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False)
+        ).remote(node.data_dir(self.config["data_dir"]))
 
     def _nodes(self) -> list[Any]:
         """The alive nodes, the home node (the controller's) first."""
@@ -195,13 +203,22 @@ class ControllerActor:
             routes = self.replicas.routes()
             self._routes_pushed = [(r.epoch, r.node) for r in routes]
             home = NodeAffinitySchedulingStrategy(nodes[0].id, soft=False)
+            self.agents = {n.name: self._agent(n) for n in nodes}
+            self.config_log = configuration.log_class().options(
+                name=names.CONFIG_LOG, scheduling_strategy=home
+            ).remote()
+            data_dir = self.config["data_dir"]
+            imports = {name: os.path.join(data_dir, file) for name, file in
+                       (("security", SECURITY_FILE), ("session_trees", SESSION_TREES_FILE), ("views", VIEWS_FILE))}
+            documents = ray.get(self.config_log.start.remote(self.agents, imports), timeout=START_TIMEOUT)
+            self.security = self._load_security(documents.get("security"))
             self.session_trees = session_trees.remote_class().options(
                 name=names.SESSION_TREES, scheduling_strategy=home
-            ).remote(self.config["data_dir"])
+            ).remote(self.config_log)
             trees = ray.get(self.session_trees.snapshot.remote(), timeout=START_TIMEOUT)
             security = self.security.to_dict()
             self.views = views.remote_class().options(name=names.VIEWS, scheduling_strategy=home).remote(
-                routes, self.config, security
+                routes, self.config, security, self.config_log
             )
             ray.get(self.views.start.remote(), timeout=START_TIMEOUT)
             for k, node in enumerate(nodes):
@@ -229,9 +246,10 @@ class ControllerActor:
         return self.describe()
 
     def update_security(self, commands: list[Any]) -> int:
-        """Apply security commands, persist, push to every gateway; return the new version."""
+        """Apply security commands, commit the new store to the configuration log (it is
+        not applied when that fails), push it to every gateway; return the new version."""
         store = self.security.apply(commands)
-        self._security_file.save(store.to_dict())
+        ray.get(self.config_log.append.remote("security", store.to_dict()), timeout=60)
         self.security = store
         wire = store.to_dict()
         ray.get([g.set_security.remote(wire) for g in self._live_gateways()] + [self.views.set_security.remote(wire)],
@@ -287,6 +305,7 @@ class ControllerActor:
         alive = {n.name: n for n in self._nodes()}
         for line in self.replicas.nodes_changed(alive):
             report.append({"name": "cluster", "actor": "", "event": "cluster", "reason": line})
+        self._agents_follow_nodes(alive)
         self._gateways_follow_nodes(alive, report)
         for name, event, reason in events:
             kind, handle = serving[name]
@@ -334,6 +353,13 @@ class ControllerActor:
         except Exception as e:
             return [{"name": name, "actor": kind, "event": "failed", "reason": f"{type(e).__name__}: {e}"}]
         return [{"name": name, "actor": kind, "event": event, "reason": reason}]
+
+    def _agents_follow_nodes(self, alive: dict[str, Any]) -> None:
+        """Each alive node keeps a copy of the configuration log; a lost node's copy leaves the count."""
+        if self.config_log is None or self.started_at is None or set(self.agents) == set(alive):
+            return
+        self.agents = {name: self.agents.get(name) or self._agent(node) for name, node in alive.items()}
+        self.config_log.set_agents.remote(self.agents)
 
     def _gateways_follow_nodes(self, alive: dict[str, Any], report: list[dict[str, str]]) -> None:
         """A gateway went with its node; a node that joined gets one."""
@@ -404,6 +430,8 @@ class ControllerActor:
             ray.get(handle.start.remote(), timeout=RECOVER_TIMEOUT)
         elif handle is self.session_trees:
             ray.get(handle.set_gateways.remote(self._live_gateways()), timeout=RECOVER_TIMEOUT)
+        elif handle is self.config_log:
+            ray.get(handle.start.remote(self.agents), timeout=RECOVER_TIMEOUT)
 
     def _serving(self) -> dict[str, tuple[str, Any]]:
         actors = {name: (partition.PartitionActor.__name__, h) for name, h in self.replicas.serving().items()}
@@ -415,6 +443,8 @@ class ControllerActor:
             actors[names.VIEWS] = (views.ViewEvaluatorActor.__name__, self.views)
         if self.session_trees is not None:
             actors[names.SESSION_TREES] = (session_trees.SessionTreeActor.__name__, self.session_trees)
+        if self.config_log is not None:
+            actors[names.CONFIG_LOG] = (configuration.ConfigLogActor.__name__, self.config_log)
         return actors
 
     def stats(self) -> dict[str, Any]:
@@ -474,9 +504,19 @@ class ControllerActor:
             "partitions": partitions,
             "gateways": gateways,
             "balanced": self.replicas.balanced(),
-            "configuration": {"security_version": self.security.version},
+            "configuration": {"security_version": self.security.version, **self._log_position()},
             "healthy": all(p["healthy"] for p in partitions),
         }
+
+    def _log_position(self) -> dict[str, Any]:
+        if self.config_log is None:
+            return {}
+        try:
+            position: dict[str, Any] = ray.get(self.config_log.position.remote(), timeout=STATUS_TIMEOUT)
+        except Exception as e:
+            return {"log": f"not answering: {type(e).__name__}"}
+        return {"log_term": position["term"], "log_committed": position["committed"],
+                "log_copies": position["copies"], "log_majority": position["majority"]}
 
     def shutdown(self) -> None:
         if self.gateways:
@@ -493,7 +533,7 @@ class ControllerActor:
         self._kill_all()
 
     def _kill_all(self) -> None:
-        extra = [h for h in (self.session_trees, self.views) if h is not None]
+        extra = [h for h in (self.session_trees, self.views, self.config_log, *self.agents.values()) if h is not None]
         for handle in [*self.gateways, *extra]:
             try:
                 ray.kill(handle, no_restart=True)
@@ -501,6 +541,7 @@ class ControllerActor:
                 pass
         self.replicas.kill_all()
         self.gateways, self.gateway_info, self.gateway_nodes, self.session_trees, self.views = [], [], [], None, None
+        self.config_log, self.agents = None, {}
 
 
 def _gather(refs: dict[Any, Any], timeout: float) -> dict[Any, Any]:

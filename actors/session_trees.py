@@ -1,7 +1,7 @@
 """SessionTreeActor: the owner of the branch mapping tables.
 
-It validates, versions and persists the tables (``session_trees.json`` in
-the data directory) and pushes every new version to the gateways, which
+It validates and versions the tables, commits each new version to the
+replicated configuration log (:mod:`actors.configuration`) and pushes every new version to the gateways, which
 resolve session paths with it locally, one resolution per group of sessions
 that agree on the properties the filters read (``sessions/trees.py``,
 ``sessions/registry.py``). Permission checks happen at the gateway, which
@@ -16,14 +16,13 @@ from typing import Any
 import ray
 from actors.supervision import announce_start
 
-from replication.configuration import SESSION_TREES_FILE, ConfigurationFile
 from sessions.trees import BranchMappingTable, SessionTrees
 
 
 class SessionTreeActor:
-    def __init__(self, data_dir: str) -> None:
-        self._file = ConfigurationFile(data_dir, SESSION_TREES_FILE)
-        stored = self._file.load()
+    def __init__(self, config_log: Any) -> None:
+        self.config_log = config_log
+        stored = ray.get(config_log.get_documents.remote(), timeout=60).get("session_trees")
         self.trees = SessionTrees.from_wire(stored) if stored is not None else SessionTrees()
         self._gateways: list[Any] = []
         #: seconds the slowest gateway spent re-evaluating its sessions for the last change
@@ -49,7 +48,8 @@ class SessionTreeActor:
         return self._commit(self.trees.remove(session_tree_branch))
 
     def _commit(self, trees: SessionTrees) -> int:
-        self._file.save(trees.to_wire())
+        # committed on a majority of the nodes first: a change the log refuses is not made
+        ray.get(self.config_log.append.remote("session_trees", trees.to_wire()), timeout=60)
         self.trees = trees
         wire = trees.to_wire()
         times = ray.get([g.set_session_trees.remote(wire) for g in self._gateways], timeout=600)

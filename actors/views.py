@@ -4,8 +4,8 @@ It holds one :class:`~actors.link.PartitionLink` (link id ``views``), so the
 partitions stream it the events of the selectors the engine registers, each
 partition's in order, and it sends the engine's reference-topic claims back
 over the same streams. It owns the topic views: validates, numbers (precedence),
-persists them (``views.json`` in the data directory) and restores them at
-start. Timers release throttled values and the delayed claims of delayed
+commits them to the replicated configuration log (:mod:`actors.configuration`)
+before applying them, and restores them from it at start. Timers release throttled values and the delayed claims of delayed
 views, which wait in a :class:`~actors.delay_store.DelayStore` on disk
 (``delay_store/`` in the data directory; emptied at start, as seed 000 says
 delayed events are not persisted over a restart).
@@ -27,7 +27,6 @@ from actors.delay_store import DelayStore
 from actors import routes
 from actors.link import PartitionLink
 from actors.supervision import announce_start
-from replication.configuration import VIEWS_FILE, ConfigurationFile
 from sessions.security import PathPermission, SecurityStore
 from topics.protocol import Operation, Register, TopicEvent, Unregister, decode_operation, encode_operation
 from topics.selectors import parse_selector
@@ -107,10 +106,14 @@ class _Feed:
 
 
 class ViewEvaluatorActor:
-    def __init__(self, partitions: list[Any], config: dict[str, Any], security: dict[str, Any]) -> None:
+    def __init__(
+        self, partitions: list[Any], config: dict[str, Any], security: dict[str, Any], config_log: Any
+    ) -> None:
         self.partitions = partitions
         self.config = config
-        self._file = ConfigurationFile(config["data_dir"], VIEWS_FILE)
+        self.config_log = config_log
+        #: one view change at a time: each is committed to the configuration log before it is applied
+        self._changing = asyncio.Lock()
         self.engine = ViewEngine(_permitted(SecurityStore.from_dict(security)))
         self.delay = DelayStore(Path(config["data_dir"]) / "delay_store")
         self.feed = _Feed(self.engine, partitions, config, self.delay)
@@ -132,7 +135,7 @@ class ViewEvaluatorActor:
         if self._timer is not None:
             return len(self.engine.views)
         await self.link.attach()
-        stored = self._file.load() or []
+        stored = (await self.config_log.get_documents.remote()).get("views") or []
         for data in stored:
             definition = ViewDefinition.from_wire(data)
             self._next_precedence = max(self._next_precedence, definition.precedence + 1)
@@ -148,25 +151,36 @@ class ViewEvaluatorActor:
 
     async def create(self, name: str, text: str, principal: str, roles: list[str]) -> dict[str, Any]:
         parse_view(text)  # the gateway checked it already; never store a bad view
+        async with self._changing:
+            return await self._create(name, text, principal, roles)
+
+    async def _create(self, name: str, text: str, principal: str, roles: list[str]) -> dict[str, Any]:
         old = self.engine.views.get(name)
         if old is not None:
             precedence = old.definition.precedence
-            self.delay.drop_view(name)
         else:
             precedence = self._next_precedence
             self._next_precedence += 1
         definition = ViewDefinition(name, text, precedence, principal, frozenset(roles))
-        self._save({**{d.name: d for d in self.engine.definitions()}, name: definition})
+        try:
+            await self._save({**{d.name: d for d in self.engine.definitions()}, name: definition})
+        except BaseException:
+            if old is None:
+                self._next_precedence -= 1
+            raise
+        if old is not None:
+            self.delay.drop_view(name)
         self._carry(self.engine.put_view(definition, _now()))
         return self._describe(definition)
 
     async def remove(self, name: str) -> bool:
-        if name not in self.engine.views:
-            return False
-        self._save({d.name: d for d in self.engine.definitions() if d.name != name})
-        self.delay.drop_view(name)
-        self._carry(self.engine.remove_view(name, _now()))
-        return True
+        async with self._changing:
+            if name not in self.engine.views:
+                return False
+            await self._save({d.name: d for d in self.engine.definitions() if d.name != name})
+            self.delay.drop_view(name)
+            self._carry(self.engine.remove_view(name, _now()))
+            return True
 
     async def list(self) -> list[dict[str, Any]]:
         return [self._describe(d) for d in self.engine.definitions()]
@@ -182,9 +196,10 @@ class ViewEvaluatorActor:
             "state": "inactive: remote servers are not available yet" if inactive else "active",
         }
 
-    def _save(self, definitions: dict[str, ViewDefinition]) -> None:
+    async def _save(self, definitions: dict[str, ViewDefinition]) -> None:
+        """Commit the views to the configuration log (a majority of the nodes)."""
         ordered = sorted(definitions.values(), key=lambda d: d.precedence)
-        self._file.save([d.to_wire() for d in ordered])
+        await self.config_log.append.remote("views", [d.to_wire() for d in ordered])
 
     async def set_routes(self, routes: list[Any]) -> None:
         """The controller's new partition map (see :meth:`actors.link.PartitionLink.set_routes`)."""

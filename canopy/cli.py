@@ -474,6 +474,11 @@ def format_status(status: dict[str, Any]) -> list[str]:
             f"{show(p['topics']):<7} {show(p['sequence']):<9} {show(p['backup_sequence']):<11} {show(p['lag'])}"
             f"{'' if p['healthy'] else '  NOT HEALTHY'}"
         )
+    conf = status.get("configuration") or {}
+    if "log_committed" in conf:
+        copies = ", ".join(f"{node} {position}" for node, position in sorted(conf.get("log_copies", {}).items()))
+        lines.append(f"configuration log: term {conf['log_term']}, committed {conf['log_committed']} "
+                     f"(majority {conf['log_majority']}; copies: {copies or 'none caught up'})")
     lines.append("gateways:")
     for g in status.get("gateways", []):
         state = "lost with its node" if g.get("lost") else (

@@ -677,7 +677,9 @@ class Server:
         ``nodes`` (name, address, alive), ``partitions`` (primary and backup node, epoch,
         topics, journal sequence of each, whether the backup caught up, replication lag,
         healthy), ``gateways`` (node, url, sessions), ``balanced``, ``configuration``
-        and ``healthy``."""
+        (the security store's version; the configuration log's ``log_term``,
+        ``log_committed``, ``log_majority`` and ``log_copies``: each node's committed
+        position) and ``healthy``."""
         status: dict[str, Any] = await self._s._call("cluster_status")
         return status
 

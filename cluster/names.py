@@ -6,6 +6,7 @@ DEFAULT_NAMESPACE = "canopy"
 CONTROLLER = "controller"
 SESSION_TREES = "session-trees"
 VIEWS = "views"
+CONFIG_LOG = "configuration-log"
 
 
 def partition(index: int) -> str:

@@ -27,6 +27,7 @@ entries after its committed position, which give the same documents.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -94,7 +95,11 @@ class ConfigLogStore:
     def __init__(self, directory: str | Path) -> None:
         Path(directory).mkdir(parents=True, exist_ok=True)
         self.path = Path(directory) / FILE
-        self._db = sqlite3.connect(self.path, isolation_level=None)
+        # it holds password hashes: owner only (SQLite gives its -wal and -shm files the same mode)
+        os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
+        os.chmod(self.path, 0o600)
+        # check_same_thread off: the actor that owns it calls it from one thread at a time
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+import canopy
+from replication.config_log import ConfigLogStore
 from tests.checking import Workload, check
 from tests.conftest import wait_for
 from tests.e2e.conftest import ADMIN, Server, cli
@@ -85,6 +87,9 @@ def test_every_partition_has_a_primary_and_a_backup_on_different_nodes(cluster: 
     primaries = sorted(p["primary"] for p in now["partitions"])
     assert len(set(primaries)) >= 2, primaries  # spread, not all on one node
     assert sorted(g["node"] for g in now["gateways"]) == ["node-0", "node-1", "node-2"]
+    log = now["configuration"]
+    assert log["log_majority"] == 2 and sorted(log["log_copies"]) == ["node-0", "node-1", "node-2"], log
+    assert set(log["log_copies"].values()) == {log["log_committed"]} and log["log_committed"] >= 1, log
     text = cli("cluster", "status", url=cluster.url)
     assert text.returncode == 0 and "node-2" in text.stdout and "healthy" in text.stdout, text
 
@@ -132,6 +137,8 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
         after = await loop.run_in_executor(
             None, lambda: wait_for(lambda: healthy_without("node-1")(cluster), FAILOVER,
                                    "every partition on node-0 and node-2, with a backup"))
+        async with canopy.connect(home, *ADMIN) as admin:  # a configuration change without node-1
+            await admin.security.add_principal("during-failover", "during-failover-1", ["CLIENT"])
         await asyncio.sleep(2)
         added = node_cli(cluster, "add-node", "node-1")
         assert added.returncode == 0 and "starting again" in added.stdout, (added.stdout, added.stderr)
@@ -139,7 +146,9 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
         def rejoined() -> Any:
             s = status(cluster)
             ok = s["healthy"] and s["balanced"] and any("node-1" in (p["primary"], p["backup"]) for p in s["partitions"])
-            return s if ok else False
+            log = s["configuration"]
+            caught_up = log["log_copies"].get("node-1") == log["log_committed"]  # its copy of the log too
+            return s if ok and caught_up else False
 
         back = await loop.run_in_executor(None, lambda: wait_for(rejoined, FAILOVER, "node-1 back, holding partitions"))
         await asyncio.sleep(2)
@@ -157,6 +166,11 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
     assert any("took over" in line for line in cluster.lines), cluster.output
     assert not any(n["alive"] for n in after["nodes"] if n["name"] == "node-1")
     assert any(line.startswith("canopy: started node node-1") for line in cluster.lines), cluster.output
+    copy = ConfigLogStore(cluster.data_dir / "nodes" / "node-1")
+    try:
+        assert "during-failover" in copy.documents()["security"]["principals"]
+    finally:
+        copy.close()
 
 
 async def test_a_paused_primary_acknowledges_nothing_after_its_successor_took_over(cluster: Server) -> None:
@@ -231,8 +245,6 @@ async def test_a_whole_cluster_restarts_from_its_data_directories(tmp_path: Path
     nodes) and start it again on the same data directory: persistent topics, time
     series, views with their reference topics, branch mapping tables and the security
     store are all back, and each partition's primary is on a node holding its newest replica."""
-    import canopy
-
     data = tmp_path / "data"
     first = Server(data, "--local-nodes", "3", "--partitions", "4", own_session=True)
     try:

@@ -115,6 +115,60 @@ async def test_reference_topics_come_back_after_the_evaluator_is_killed(tmp_path
         assert srv.stop() == 0, srv.output
 
 
+async def test_configuration_changes_are_made_whole_or_refused_when_the_log_writer_is_killed(
+    tmp_path: Path,
+) -> None:
+    """Views created one after another while the configuration log's writer is killed
+    (SIGKILL) and while serve is then killed and restarted: every view whose creation
+    was answered exists afterwards; one whose creation failed exists or not, but whole
+    (listed and evaluated, or neither)."""
+    data = tmp_path / "data"
+    srv = Server(data, "--partitions", "2").wait_ready()
+    answered: list[str] = []
+    failed: list[str] = []
+    try:
+        async with canopy.connect(srv.url, *ADMIN, reconnect_timeout=0) as s:
+            await s.topics.add_and_set("src/x", 1)
+            k = 0
+
+            async def create() -> None:
+                nonlocal k
+                k += 1
+                try:
+                    await s.views.create(f"v{k}", f"map ?src// to v{k}/<path(1)>")
+                    answered.append(f"v{k}")
+                except canopy.CanopyError:
+                    failed.append(f"v{k}")
+                    await asyncio.sleep(0.05)
+
+            while len(answered) < 5:
+                await create()
+            killer = asyncio.get_running_loop().run_in_executor(None, kill_actor, srv, "ConfigLogActor")
+            while not killer.done():
+                await create()
+            await killer
+            while len(answered) < 10:  # and the log takes changes again
+                await create()
+    finally:
+        known, session = _descendants(srv.proc.pid), _session_dir(srv.proc.pid)
+        srv.proc.send_signal(signal.SIGKILL)  # and then the whole instance, with no goodbye
+        wait_for(lambda: _instance_gone(known, session), RECOVERY, "the killed instance's processes to go", 0.25)
+        srv.stop()
+    again = Server(data, "--partitions", "2").wait_ready()
+    try:
+        async with canopy.connect(again.url, *ADMIN) as s:
+            listed = {v.name for v in await s.views.list()}
+            assert set(answered) <= listed, (answered, failed, listed)
+            assert listed <= set(answered) | set(failed), listed
+            refs = await s.topics.fetch("?v.*//")
+            paths = {r.path for r in refs}
+            assert all(f"{name}/x" in paths for name in listed), (listed, paths)  # whole: evaluated too
+    finally:
+        assert again.stop() == 0, again.output
+    print(f"[durability] log writer killed: {len(answered)} views answered, {len(failed)} refused")
+    assert len(answered) >= 10, (answered, failed)
+
+
 def test_a_torn_journal_tail_is_cut_at_the_last_good_record(tmp_path: Path) -> None:
     data = tmp_path / "data"
     srv = Server(data, "--partitions", "1").wait_ready()

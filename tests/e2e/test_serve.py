@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import canopy
+from replication.config_log import ConfigLogStore
 from tests.conftest import free_port, wait_for
 from tests.e2e.conftest import ADMIN, Server, cli
 
@@ -103,8 +104,10 @@ def test_security_and_session_trees_survive_a_restart(tmp_path: Path) -> None:
             admin.session_trees.put_table("virtual", [("all", "real")])
     finally:
         assert first.stop() == 0, first.output
-    assert oct((data / "security.json").stat().st_mode)[-3:] == "600"
-    assert password not in (data / "security.json").read_text()
+    stored = data / "configuration.sqlite"  # the node's copy of the replicated configuration log
+    assert oct(stored.stat().st_mode)[-3:] == "600"
+    assert not any(password.encode() in f.read_bytes() for f in data.glob("configuration.sqlite*"))
+    assert "kept" in ConfigLogStore(data).documents()["security"]["principals"]
 
     second = Server(data, admin_password=False)
     try:
@@ -134,7 +137,7 @@ def test_views_survive_a_restart_and_rebuild(tmp_path: Path) -> None:
             admin.views.create("remote", "map ?a/ from Server1 to b/<path(1)>")
     finally:
         assert first.stop() == 0, first.output
-    stored = json.loads((data / "views.json").read_text())
+    stored = ConfigLogStore(data).documents()["views"]
     assert [v["name"] for v in stored] == ["early", "late", "remote"]
 
     second = Server(data)
