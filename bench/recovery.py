@@ -8,7 +8,12 @@
    its snapshot and journal; the gateway's link reconnects).
 3. The same again after the restart, from the journal alone.
 
-    .venv/bin/python bench/recovery.py [--topics 100000]
+With ``--local-nodes N`` the same runs on N simulated nodes (``--partitions 4``,
+every partition on two nodes): the restart is timed until it serves, until a
+fetch returns every topic, and until ``cluster_status`` is healthy (every backup
+primed and caught up); the partition crashes are left out.
+
+    .venv/bin/python bench/recovery.py [--topics 100000] [--local-nodes 3]
 """
 
 from __future__ import annotations
@@ -51,6 +56,13 @@ async def count_topics(url: str) -> int:
         return len(await s.topics.fetch("?r//", with_values=False))
 
 
+async def until_healthy(url: str, started: float) -> float:
+    async with canopy.connect(url, *broker.ADMIN) as s:
+        while not (await s.server.cluster_status())["healthy"]:
+            await asyncio.sleep(0.2)
+    return time.perf_counter() - started
+
+
 async def time_partition_crash(url: str, serve_pid: int) -> float:
     async with canopy.connect(url, *broker.ADMIN) as s:
         await s.topics.set("r/0/0", "before the crash")
@@ -67,15 +79,22 @@ async def time_partition_crash(url: str, serve_pid: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--topics", type=int, default=100_000)
+    parser.add_argument("--local-nodes", type=int, default=1)
     args = parser.parse_args()
+    cluster = args.local_nodes > 1
     with tempfile.TemporaryDirectory(prefix="canopy-recovery-") as data:
         port = peers.free_port()
         url = f"ws://127.0.0.1:{port}"
-        serve = ["--partitions", "1"]
+        serve = ["--partitions", "4", "--local-nodes", str(args.local_nodes)] if cluster else ["--partitions", "1"]
+        while cluster and any(peers.free_port() == port + k for k in range(1, args.local_nodes)):
+            port = peers.free_port()
+            url = f"ws://127.0.0.1:{port}"
         proc = broker.start_server(data, port, serve)
+        crash_1 = crash_2 = healthy = float("nan")
         try:
             filled = asyncio.run(fill(url, args.topics))
-            crash_1 = asyncio.run(time_partition_crash(url, proc.pid))
+            if not cluster:
+                crash_1 = asyncio.run(time_partition_crash(url, proc.pid))
             assert asyncio.run(count_topics(url)) == args.topics
         finally:
             broker.stop_server(proc)
@@ -85,16 +104,24 @@ def main() -> int:
         try:
             found = asyncio.run(count_topics(url))
             all_back = time.perf_counter() - started
-            crash_2 = asyncio.run(time_partition_crash(url, proc.pid))
+            if cluster:
+                healthy = asyncio.run(until_healthy(url, started))
+            else:
+                crash_2 = asyncio.run(time_partition_crash(url, proc.pid))
         finally:
             broker.stop_server(proc)
-        journal = sum(f.stat().st_size for f in (Path(data) / "journal").rglob("*") if f.is_file())
-    print(f"\n{args.topics:,} persistent STRING topics (~50-byte values), 1 partition:")
+        journal = sum(f.stat().st_size for d in Path(data).rglob("journal") for f in d.rglob("*") if f.is_file())
+    where = (f"{args.local_nodes} simulated nodes, 4 partitions, each on 2 nodes" if cluster else "1 partition")
+    print(f"\n{args.topics:,} persistent STRING topics (~50-byte values), {where}:")
     print(f"  written in {filled:.1f} s ({args.topics / filled:,.0f} topics/s); journal + snapshots {journal / 1e6:.1f} MB")
-    print(f"  partition killed (SIGKILL), a set succeeds again after {crash_1:.2f} s")
+    if not cluster:
+        print(f"  partition killed (SIGKILL), a set succeeds again after {crash_1:.2f} s")
     print(f"  clean stop, then canopy serve serving after {serving:.1f} s; fetch returns all {found:,} "
           f"after {all_back:.1f} s")
-    print(f"  partition killed again after the restart: a set succeeds after {crash_2:.2f} s")
+    if cluster:
+        print(f"  healthy (every backup primed and caught up) after {healthy:.1f} s")
+    else:
+        print(f"  partition killed again after the restart: a set succeeds after {crash_2:.2f} s")
     return 0 if found == args.topics else 1
 
 
