@@ -49,6 +49,7 @@ from replication.config_log import (
     import_documents,
     majority,
     newest,
+    recovered_commit,
 )
 
 log = logging.getLogger("canopy.configuration")
@@ -131,9 +132,21 @@ class ConfigLogActor:
                 )
             self.term = max(s.term for s in states.values()) + 1
             source = newest(states)
-            self.committed = states[source].committed
-            retained = await self.agents[source].entries_after.remote(0)
-            self.entries = [Entry(*e) for e in retained if e[0] <= self.committed]
+            logs: dict[str, list[Entry]] = {}
+            for n in states:
+                try:
+                    found = await asyncio.wait_for(_await(self.agents[n].entries_after.remote(0)), CALL_TIMEOUT)
+                except Exception as e:
+                    if n == source:
+                        raise
+                    log.warning("the configuration copy on %s did not answer: %s", n, e)
+                    continue
+                logs[n] = [Entry(*entry) for entry in found]
+            held = [{(e.position, e.term) for e in entries} for entries in logs.values()]
+            self.committed = recovered_commit(logs[source], states[source].committed, held, len(self.agents))
+            self.entries = [e for e in logs[source] if e.position <= self.committed]
+            self.entries = [e for e in self.entries if not any(
+                later.name == e.name and later.position > e.position for later in self.entries)]
             self.documents = _documents(self.entries)
             self.copies = {}
             for name in self.agents:

@@ -14,8 +14,9 @@ than any before it; a copy refuses entries from an older term
 entry is **committed** once a majority of the copies have stored it and the
 leader said so; only then is the request that made it answered. A new leader
 takes the copy with the highest committed position (then the newest last term,
-then the longest) as the truth, and entries after a copy's committed position
-may be replaced by it (they were never answered as done).
+then the longest) as the truth, with the entries after that position that a
+majority of the copies hold (:func:`recovered_commit`); other entries after a
+copy's committed position are replaced (they were never answered as done).
 
 Each copy is ``<node data dir>/configuration.sqlite`` (WAL journal, full
 synchronous writes: an entry reported stored is on disk). Superseded entries
@@ -87,6 +88,21 @@ def commit_point(stored: Iterable[int], copies: int) -> int:
     positions = sorted(stored, reverse=True)
     need = majority(copies)
     return positions[need - 1] if len(positions) >= need else 0
+
+
+def recovered_commit(source: list[Entry], committed: int, held: Iterable[set[tuple[int, int]]], copies: int) -> int:
+    """The committed position a new writer takes from the ``source`` copy's entries
+    (committed up to ``committed``): also every entry after it that a majority of the
+    ``copies`` hold, the same (position, term) — the old writer may have died after a
+    majority stored an entry and before any copy heard it was committed, and that change
+    may have been answered as done by then (see the writer's append)."""
+    held = list(held)
+    for entry in reversed(source):
+        if entry.position <= committed:
+            break
+        if sum((entry.position, entry.term) in h for h in held) >= majority(copies):
+            return entry.position
+    return committed
 
 
 class ConfigLogStore:

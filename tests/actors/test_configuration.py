@@ -119,3 +119,25 @@ def test_the_json_documents_of_a_single_node_are_imported_once(ray_node: Any, tm
     finally:
         for handle in [writer, *copies.values()]:
             ray.kill(handle, no_restart=True)
+
+
+def test_an_entry_stored_on_a_majority_survives_a_writer_that_died_before_committing_it(
+    ray_node: Any, tmp_path: Path
+) -> None:
+    copies = agents(tmp_path, ["n0", "n1", "n2"])
+    first = log_class().remote()
+    try:
+        get(first.start.remote(copies))
+        get(first.append.remote("views", ["one"]))
+        term = get(copies["n0"].state.remote()).term
+        for name in ("n0", "n1"):  # stored by two of three, then the writer died: no commit anywhere
+            get(copies[name].store_entries.remote(term, [(2, term, "views", json.dumps(["two"]))]))
+        ray.kill(first, no_restart=True)
+        second = log_class().remote()
+        assert get(second.start.remote(copies)) == {"views": ["two"]}
+        ray.kill(second, no_restart=True)
+    finally:
+        for handle in copies.values():
+            ray.kill(handle, no_restart=True)
+    for name in ("n0", "n1", "n2"):
+        assert on_disk(tmp_path, name) == {"views": ["two"]}, name
