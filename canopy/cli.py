@@ -35,7 +35,8 @@ Client commands authenticate with ``--principal``/``--password`` (or
 anonymous.
 
 Client commands talk to ``--url`` (default ``$CANOPY_URL`` or
-ws://127.0.0.1:8080); a ``wss://`` server is verified against ``--ca-file``
+ws://127.0.0.1:8080; several URLs separated by commas, such as a cluster's
+gateways, are tried in turn and reconnected to); a ``wss://`` server is verified against ``--ca-file``
 (default ``$CANOPY_CA_FILE``, else the system's trust store). ``topic set``
 parses VALUE by the topic's type (taken
 from ``--type``, else from the existing topic): text for STRING, a number
@@ -170,11 +171,20 @@ def _properties(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def urls(text: str) -> list[str]:
+    """``--url``: one URL, or several separated by commas (a cluster's gateways: the
+    client connects to the first that answers and reconnects to the others)."""
+    found = [u.strip() for u in text.split(",") if u.strip()]
+    if not found:
+        raise CanopyError("--url: no URL given", "INVALID_REQUEST")
+    return found
+
+
 def _session(args: argparse.Namespace) -> Any:
     from canopy.sync import connect_sync
 
     options = {"reconnect_timeout": args.reconnect_timeout} if "reconnect_timeout" in args else {}
-    return connect_sync(args.url, args.principal, args.password, timeout=args.timeout, ca_file=args.ca_file, **options)
+    return connect_sync(urls(args.url), args.principal, args.password, timeout=args.timeout, ca_file=args.ca_file, **options)
 
 
 def _print_event(event: Any, as_json: bool, name: str | None = None) -> None:
@@ -537,7 +547,10 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
         extend(commands)
 
     client = argparse.ArgumentParser(add_help=False)
-    client.add_argument("--url", default=os.environ.get("CANOPY_URL", "ws://127.0.0.1:8080"))
+    client.add_argument(
+        "--url", default=os.environ.get("CANOPY_URL", "ws://127.0.0.1:8080"),
+        help="the server, or several comma-separated (a cluster's gateways)",
+    )
     client.add_argument("--principal", default=os.environ.get("CANOPY_PRINCIPAL"))
     client.add_argument("--password", default=os.environ.get("CANOPY_PASSWORD"))
     client.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each answer")

@@ -20,7 +20,7 @@ import pytest
 import canopy
 from replication.config_log import ConfigLogStore
 from tests.checking import Workload, check
-from tests.conftest import wait_for
+from tests.conftest import free_port, wait_for
 from tests.e2e.conftest import ADMIN, Server, cli
 from cluster import processes
 
@@ -229,6 +229,10 @@ def test_node_actions_are_checked(cluster: Server) -> None:
     taken = node_cli(cluster, "add-node", "node-2")
     assert taken.returncode == 1 and "already up" in taken.stderr, taken
     assert all(processes.alive(local_node(cluster, f"node-{k}")["raylet_pid"]) for k in range(3))
+    # the CLI takes a cluster's gateways as one comma-separated --url and uses the first that answers
+    nobody = f"ws://127.0.0.1:{free_port()}"
+    listed = cli("cluster", "status", url=f"{nobody},{cluster.url}")
+    assert listed.returncode == 0 and "node-2" in listed.stdout, listed
 
 
 def test_the_pid_of_a_node_is_recorded(cluster: Server) -> None:
