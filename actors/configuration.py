@@ -35,6 +35,7 @@ import asyncio
 import json
 import logging
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +239,63 @@ class ConfigLogActor:
     async def position(self) -> dict[str, Any]:
         return {"term": self.term, "committed": self.committed, "copies": dict(self.copies),
                 "nodes": len(self.agents), "majority": majority(len(self.agents)) if self.agents else 0}
+
+
+#: how long an appender waits for a restarted writer before it gives up on learning an outcome
+OUTCOME_WAIT = 60.0
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+async def commit(config_log: Any, name: str, document: Any) -> None:
+    """Append ``document`` as ``name``'s new version and return once it is committed;
+    raise :class:`NotCommitted` when it is not made. Never leaves the caller unsure: when
+    the writer died during the append (its outcome unknown), this waits until a writer
+    has recovered the log, which then either holds the document (committed: made) or
+    does not (never to be: not made)."""
+    try:
+        await config_log.append.remote(name, document)
+        return
+    except NotCommitted:
+        raise
+    except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+        log.warning("the configuration log's writer went away during a change to %s (%s): asking again", name, e)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + OUTCOME_WAIT
+    while True:
+        try:
+            documents = await config_log.get_documents.remote()
+            break
+        except Exception as e:
+            if loop.time() > deadline:
+                raise NotCommitted(f"the change to {name}: the configuration log did not come back: {e}") from None
+            await asyncio.sleep(0.2)
+    if not _same(documents.get(name), document):
+        raise NotCommitted(f"the change to {name} was not made (the configuration log's writer restarted)")
+
+
+def commit_sync(config_log: Any, name: str, document: Any) -> None:
+    """:func:`commit` for a synchronous actor."""
+    try:
+        ray.get(config_log.append.remote(name, document), timeout=OUTCOME_WAIT)
+        return
+    except NotCommitted:
+        raise
+    except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+        log.warning("the configuration log's writer went away during a change to %s (%s): asking again", name, e)
+    deadline = time.monotonic() + OUTCOME_WAIT
+    while True:
+        try:
+            documents = ray.get(config_log.get_documents.remote(), timeout=OUTCOME_WAIT)
+            break
+        except Exception as e:
+            if time.monotonic() > deadline:
+                raise NotCommitted(f"the change to {name}: the configuration log did not come back: {e}") from None
+            time.sleep(0.2)
+    if not _same(documents.get(name), document):
+        raise NotCommitted(f"the change to {name} was not made (the configuration log's writer restarted)")
 
 
 async def _await(ref: Any) -> Any:

@@ -249,7 +249,7 @@ class ControllerActor:
         """Apply security commands, commit the new store to the configuration log (it is
         not applied when that fails), push it to every gateway; return the new version."""
         store = self.security.apply(commands)
-        ray.get(self.config_log.append.remote("security", store.to_dict()), timeout=60)
+        configuration.commit_sync(self.config_log, "security", store.to_dict())
         self.security = store
         wire = store.to_dict()
         ray.get([g.set_security.remote(wire) for g in self._live_gateways()] + [self.views.set_security.remote(wire)],

@@ -14,6 +14,7 @@ import secrets
 from typing import Any
 
 import ray
+from actors import configuration
 from actors.supervision import announce_start
 
 from sessions.trees import BranchMappingTable, SessionTrees
@@ -49,7 +50,7 @@ class SessionTreeActor:
 
     def _commit(self, trees: SessionTrees) -> int:
         # committed on a majority of the nodes first: a change the log refuses is not made
-        ray.get(self.config_log.append.remote("session_trees", trees.to_wire()), timeout=60)
+        configuration.commit_sync(self.config_log, "session_trees", trees.to_wire())
         self.trees = trees
         wire = trees.to_wire()
         times = ray.get([g.set_session_trees.remote(wire) for g in self._gateways], timeout=600)

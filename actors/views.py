@@ -24,7 +24,7 @@ import msgpack
 import ray
 
 from actors.delay_store import DelayStore
-from actors import routes
+from actors import configuration, routes
 from actors.link import PartitionLink
 from actors.supervision import announce_start
 from sessions.security import PathPermission, SecurityStore
@@ -199,7 +199,7 @@ class ViewEvaluatorActor:
     async def _save(self, definitions: dict[str, ViewDefinition]) -> None:
         """Commit the views to the configuration log (a majority of the nodes)."""
         ordered = sorted(definitions.values(), key=lambda d: d.precedence)
-        await self.config_log.append.remote("views", [d.to_wire() for d in ordered])
+        await configuration.commit(self.config_log, "views", [d.to_wire() for d in ordered])
 
     async def set_routes(self, routes: list[Any]) -> None:
         """The controller's new partition map (see :meth:`actors.link.PartitionLink.set_routes`)."""
