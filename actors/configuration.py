@@ -245,8 +245,10 @@ class ConfigLogActor:
 OUTCOME_WAIT = 60.0
 
 
-def _same(a: Any, b: Any) -> bool:
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+def _decide(documents: dict[str, Any], name: str, document: Any) -> None:
+    """After the writer recovered: the change was made if the log holds it, else it never will be."""
+    if json.dumps(documents.get(name), sort_keys=True) != json.dumps(document, sort_keys=True):
+        raise NotCommitted(f"the change to {name} was not made (the configuration log's writer restarted)")
 
 
 async def commit(config_log: Any, name: str, document: Any) -> None:
@@ -272,8 +274,7 @@ async def commit(config_log: Any, name: str, document: Any) -> None:
             if loop.time() > deadline:
                 raise NotCommitted(f"the change to {name}: the configuration log did not come back: {e}") from None
             await asyncio.sleep(0.2)
-    if not _same(documents.get(name), document):
-        raise NotCommitted(f"the change to {name} was not made (the configuration log's writer restarted)")
+    _decide(documents, name, document)
 
 
 def commit_sync(config_log: Any, name: str, document: Any) -> None:
@@ -294,8 +295,7 @@ def commit_sync(config_log: Any, name: str, document: Any) -> None:
             if time.monotonic() > deadline:
                 raise NotCommitted(f"the change to {name}: the configuration log did not come back: {e}") from None
             time.sleep(0.2)
-    if not _same(documents.get(name), document):
-        raise NotCommitted(f"the change to {name} was not made (the configuration log's writer restarted)")
+    _decide(documents, name, document)
 
 
 async def _await(ref: Any) -> Any:

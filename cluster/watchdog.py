@@ -28,6 +28,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from cluster.processes import arguments
+
 STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL for what a dead serve left
 STOP_DEADLINE = 20.0
 SERVER_FILE = "server.json"
@@ -118,14 +120,6 @@ def process_start(pid: int) -> float:
     return _BOOT + int(fields[19]) / _CLOCK_TICKS
 
 
-def _arguments(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
 def holds(pid: int, path: Path) -> bool:
     """Whether ``pid`` has ``path`` open (or the file that was at ``path``, since deleted)."""
     return any(name in (str(path), f"{path} (deleted)") for name in _open_files(pid))
@@ -161,7 +155,7 @@ def instance_processes(driver_pid: int, since: float) -> list[int]:
         if not entry.isdigit() or int(entry) in (me, driver_pid):
             continue
         pid = int(entry)
-        args = _arguments(pid)
+        args = arguments(pid)
         if not _is_ray_process(args) or process_start(pid) < since:
             continue
         for name in (*args, *_open_files(pid)):

@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 
 from actors.controller import CRASH_LOOP, death_reason
+from cluster.processes import alive as _alive
+from cluster.processes import arguments as _args
+from cluster.processes import descendants as _descendants
 from cluster.serve import ensure_token_file
 from tests.conftest import wait_for
 from tests.e2e.conftest import Server, cli
@@ -27,41 +30,8 @@ EXIT_DEADLINE = 30.0  # a dead actor found, reported, everything shut down
 SWEEP_DEADLINE = 30.0  # every Ray process gone after `kill -9` of canopy serve
 
 
-def _stat(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return _stat(pid)[0] != "Z"
-    except OSError:
-        return False
-
-
-def _args(pid: int) -> list[str]:
-    try:
-        return [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
-    except OSError:
-        return []
-
-
 def _pids() -> list[int]:
     return [int(e) for e in os.listdir("/proc") if e.isdigit()]
-
-
-def _descendants(pid: int) -> set[int]:
-    parents: dict[int, list[int]] = {}
-    for p in _pids():
-        try:
-            parents.setdefault(int(_stat(p)[1]), []).append(p)
-        except (OSError, IndexError):
-            continue
-    found, todo = set(), [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
 
 
 def _actor_pid(serve_pid: int, actor: str) -> int:
