@@ -34,14 +34,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets
 import time
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from actors.supervision import announce_start
+from actors.supervision import announce_start, new_incarnation
 from replication.config_log import (
     ConfigLogStore,
     Entry,
@@ -113,7 +112,7 @@ class ConfigLogActor:
         self.copies: dict[str, int] = {}
         self.ready = False
         self._lock = asyncio.Lock()
-        self._incarnation = secrets.token_hex(8)
+        self._incarnation = new_incarnation()
         announce_start()
 
     async def incarnation(self) -> str:

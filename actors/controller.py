@@ -38,6 +38,8 @@ STOP_TIMEOUT = 15.0
 RECOVER_TIMEOUT = 60.0
 #: restarts in a minute after which an actor counts as dead for good
 CRASH_LOOP = 5
+#: how many security changes the stored store remembers by id (see ``update_security``)
+CHANGES_KEPT = 64
 
 
 class StartupError(RuntimeError):
@@ -88,6 +90,17 @@ class Liveness:
         after it is seen as one."""
         tokens = ray.get([handle.incarnation.remote() for handle in actors.values()], timeout=timeout)
         self._known.update(zip(actors, tokens))
+
+    def forget(self, name: str) -> None:
+        """``name`` is a new actor now (the old one was replaced)."""
+        for table in (self._pending, self._dead, self._known, self._restarts):
+            table.pop(name, None)  # type: ignore[attr-defined]
+        self._down.discard(name)
+
+    def node(self, name: str) -> str | None:
+        """The Ray id of the node the actor ``name`` last said it runs on."""
+        token = self._known.get(name)
+        return token.partition("@")[2] or None if token else None
 
     def poll(self, actors: dict[str, Any]) -> list[tuple[str, str, str]]:
         """``[(name, "crashed" | "restarted" | "dead", detail)]`` since the last poll."""
@@ -153,10 +166,28 @@ class ControllerActor:
         self.config_log: Any = None
         self.agents: dict[str, Any] = {}
         self.security = default_store(secrets.token_urlsafe(12))  # until start() reads the log
+        #: the ids of the last security changes made, stored with the store
+        self.security_changes: list[str] = []
         self._liveness = Liveness()
         self.node_control = NodeControl(int(config.get("local_nodes") or 1), home_node)
+        #: what taking the instance over after a restart of this actor did (said by the next check)
+        self._adopted: list[str] = []
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            self._adopt()
 
-    def _load_security(self, stored: dict[str, Any] | None) -> SecurityStore:
+    def _security_document(self, store: SecurityStore) -> dict[str, Any]:
+        return {**store.to_dict(), "changes": self.security_changes[-CHANGES_KEPT:]}
+
+    def _stored_security(self, stored: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The store's description without the change ids kept beside it."""
+        if stored is None:
+            return None
+        stored = dict(stored)
+        self.security_changes = list(stored.pop("changes", []))
+        return stored
+
+    def _load_security(self, document: dict[str, Any] | None) -> SecurityStore:
+        stored = self._stored_security(document)
         configured = self.config.get("admin_password")
         if stored is None:
             password = configured or secrets.token_urlsafe(12)
@@ -174,13 +205,14 @@ class ControllerActor:
         if allow is not None and allow != store.anonymous_allowed:
             store = store.apply([["set_anonymous", bool(allow), sorted(store.anonymous_roles)]])
         if store.to_dict() != stored:
-            ray.get(self.config_log.append.remote("security", store.to_dict()), timeout=START_TIMEOUT)
+            ray.get(self.config_log.append.remote("security", self._security_document(store)), timeout=START_TIMEOUT)
         return store
 
     def _agent(self, node: Any) -> Any:
         """The configuration log's copy on ``node``, in its data directory."""
         return configuration.agent_class().options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False)
+            name=names.agent(node.name), lifetime="detached",
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
         ).remote(node.data_dir(self.config["data_dir"]))
 
     def _nodes(self) -> list[Any]:
@@ -194,6 +226,60 @@ class ControllerActor:
         """The primary replica of each partition."""
         return [r.handle for r in self.replicas.routes()] if self.replicas.placements else []
 
+    def _adopt(self) -> None:
+        """Ray restarted this actor (its process died): take over the instance from the
+        actors that serve it, which outlive it (they are detached). The configuration log
+        is recovered first (this also waits out a change its writer was making for the
+        dead controller), then the gateways, the view evaluator and the session tree
+        actor are found by name, and the partition map is rebuilt from what each replica
+        says it is (:meth:`ReplicaSet.adopt`); everything is then pushed the current
+        security store and routes, which the dead controller may not have pushed."""
+        import re
+
+        nodes = self._nodes()
+        alive = {n.name: n for n in nodes}
+        by_id = {n.id: n.name for n in nodes}
+        listed = set(ray.util.list_named_actors())
+        self.agents = {}
+        for name, node in alive.items():
+            self.agents[name] = ray.get_actor(names.agent(name)) if names.agent(name) in listed else self._agent(node)
+        self.config_log = ray.get_actor(names.CONFIG_LOG)
+        documents = ray.get(self.config_log.start.remote(self.agents), timeout=START_TIMEOUT)
+        stored = self._stored_security(documents.get("security"))
+        if stored is not None:
+            self.security = SecurityStore.from_dict(stored)
+        self.session_trees = ray.get_actor(names.SESSION_TREES) if names.SESSION_TREES in listed else None
+        self.views = ray.get_actor(names.VIEWS) if names.VIEWS in listed else None
+        found = {int(m.group(1)): n for n in listed if (m := re.fullmatch(names.GATEWAY_NAME, n))}
+        for k in range(max(found, default=-1) + 1):
+            handle = ray.get_actor(found[k]) if k in found else None
+            try:
+                info = ray.get(handle.start.remote(), timeout=RECOVER_TIMEOUT) if handle else None
+                node = by_id.get(ray.get(handle.node.remote(), timeout=RECOVER_TIMEOUT)) if handle else None
+            except Exception as e:
+                log.warning("gateway %d did not answer the restarted controller: %s", k, e)
+                info = node = None
+            self.gateways.append(handle)
+            self.gateway_nodes.append(node or "")
+            self.gateway_info.append(info or {"gateway": names.gateway(k), "url": None, "lost": True})
+        serving = {n: ray.get_actor(n) for n in listed if re.fullmatch(names.REPLICA_NAME, n)}
+        self._adopted = self.replicas.adopt(alive, serving)
+        for name, handle in ((names.SESSION_TREES, self.session_trees), (names.VIEWS, self.views)):
+            if handle is None:  # went with its node while no controller ran
+                self._make_service(name, self._aside(nodes))
+                self._adopted.append(f"{name} was gone; made again")
+        self._routes_pushed = [(r.epoch, r.node) for r in self.replicas.routes()]
+        security = self.security.to_dict()
+        live = self._live_gateways()
+        ray.get([g.set_security.remote(security) for g in live] + [g.set_routes.remote(self.replicas.routes())
+                                                                     for g in live]
+                + [g.set_peers.remote(live) for g in live]
+                + [self.views.set_security.remote(security), self.views.set_routes.remote(self.replicas.routes()),
+                   self.session_trees.set_gateways.remote(live)], timeout=RECOVER_TIMEOUT)
+        self.started_at = time.time()
+        self._liveness.baseline({name: handle for name, (_, handle) in self._serving().items()}, START_TIMEOUT)
+        log.warning("the controller restarted and took the instance over: %s", "; ".join(self._adopted))
+
     def start(self) -> dict[str, Any]:
         gateway_cls = gateway.remote_class()
         try:
@@ -202,10 +288,15 @@ class ControllerActor:
             self.replicas.start({n.name: n for n in nodes})
             routes = self.replicas.routes()
             self._routes_pushed = [(r.epoch, r.node) for r in routes]
+            # the log's writer on the controller's node (it goes with it), the view evaluator
+            # and the session tree actor on another: re-created on a living node when theirs
+            # is lost (see _services_follow_nodes; Ray's soft node affinity does not hold
+            # a detached actor to its node, so the controller moves them itself)
             home = NodeAffinitySchedulingStrategy(nodes[0].id, soft=False)
+            aside = NodeAffinitySchedulingStrategy(self._aside(nodes).id, soft=False)
             self.agents = {n.name: self._agent(n) for n in nodes}
             self.config_log = configuration.log_class().options(
-                name=names.CONFIG_LOG, scheduling_strategy=home
+                name=names.CONFIG_LOG, scheduling_strategy=home, lifetime="detached"
             ).remote()
             data_dir = self.config["data_dir"]
             imports = {name: os.path.join(data_dir, file) for name, file in
@@ -213,11 +304,13 @@ class ControllerActor:
             documents = ray.get(self.config_log.start.remote(self.agents, imports), timeout=START_TIMEOUT)
             self.security = self._load_security(documents.get("security"))
             self.session_trees = session_trees.remote_class().options(
-                name=names.SESSION_TREES, scheduling_strategy=home
+                name=names.SESSION_TREES, scheduling_strategy=aside, lifetime="detached"
             ).remote(self.config_log)
             trees = ray.get(self.session_trees.snapshot.remote(), timeout=START_TIMEOUT)
             security = self.security.to_dict()
-            self.views = views.remote_class().options(name=names.VIEWS, scheduling_strategy=home).remote(
+            self.views = views.remote_class().options(
+                name=names.VIEWS, scheduling_strategy=aside, lifetime="detached"
+            ).remote(
                 routes, self.config, security, self.config_log
             )
             ray.get(self.views.start.remote(), timeout=START_TIMEOUT)
@@ -225,7 +318,7 @@ class ControllerActor:
                 gateway_id = f"gw{k}-{uuid.uuid4().hex[:8]}"
                 strategy = NodeAffinitySchedulingStrategy(node.id, soft=False)
                 self.gateways.append(
-                    gateway_cls.options(name=names.gateway(k), scheduling_strategy=strategy).remote(
+                    gateway_cls.options(name=names.gateway(k), scheduling_strategy=strategy, lifetime="detached").remote(
                         gateway_id, routes, self.config, self.config["host"], port + k if port else 0,
                         security, trees, self.session_trees,
                     )
@@ -245,16 +338,31 @@ class ControllerActor:
         self.started_at = time.time()
         return self.describe()
 
-    def update_security(self, commands: list[Any]) -> int:
+    def update_security(self, commands: list[Any], change: str | None = None) -> int:
         """Apply security commands, commit the new store to the configuration log (it is
-        not applied when that fails), push it to every gateway; return the new version."""
+        not applied when that fails), push it to every gateway; return the new version.
+
+        ``change``: the caller's id for this change, stored with the store, so that a
+        caller cut off by a crash of this actor learns from its successor whether the
+        change was made (:meth:`security_change`)."""
         store = self.security.apply(commands)
-        configuration.commit_sync(self.config_log, "security", store.to_dict())
+        changes = self.security_changes
+        self.security_changes = [*changes, change] if change else changes
+        try:
+            configuration.commit_sync(self.config_log, "security", self._security_document(store))
+        except BaseException:
+            self.security_changes = changes
+            raise
         self.security = store
         wire = store.to_dict()
         ray.get([g.set_security.remote(wire) for g in self._live_gateways()] + [self.views.set_security.remote(wire)],
                 timeout=60)
         return store.version
+
+    def security_change(self, change: str) -> int | None:
+        """The store's version if the change with id ``change`` was made (it is among the
+        last :data:`CHANGES_KEPT`), else ``None``: it was not, and never will be."""
+        return self.security.version if change in self.security_changes else None
 
     def take_generated_password(self) -> str | None:
         """The admin password generated at first start, handed out once."""
@@ -300,14 +408,19 @@ class ControllerActor:
         Cheap and never blocks on a busy actor (see :class:`Liveness`), except to carry
         out a change; canopy serve calls it about every second."""
         serving = self._serving()
-        report: list[dict[str, str]] = []
+        report: list[dict[str, str]] = [{"name": "cluster", "actor": "", "event": "cluster", "reason": line}
+                                        for line in self._adopted]
+        self._adopted = []
         events = self._liveness.poll({name: handle for name, (_, handle) in serving.items()})
         alive = {n.name: n for n in self._nodes()}
         for line in self.replicas.nodes_changed(alive):
             report.append({"name": "cluster", "actor": "", "event": "cluster", "reason": line})
         self._agents_follow_nodes(alive)
         self._gateways_follow_nodes(alive, report)
+        moved = self._services_follow_nodes(alive, report)
         for name, event, reason in events:
+            if name in moved:
+                continue  # went with its node, made again (said above)
             kind, handle = serving[name]
             if kind == partition.PartitionActor.__name__:
                 report += self._replica_event(name, event, reason)
@@ -361,11 +474,82 @@ class ControllerActor:
         self.agents = {name: self.agents.get(name) or self._agent(node) for name, node in alive.items()}
         self.config_log.set_agents.remote(self.agents)
 
+    def _aside(self, nodes: list[Any]) -> Any:
+        """Where the view evaluator and the session tree actor go: not the controller's node
+        when there is another."""
+        return nodes[1] if len(nodes) > 1 else nodes[0]
+
+    def _services_follow_nodes(self, alive: dict[str, Any], report: list[dict[str, str]]) -> set[str]:
+        """The view evaluator or the session tree actor went with its node: made again on
+        a living one, from the replicated configuration (the views rebuild their reference
+        topics from the partitions), and the gateways are given the new one; return which."""
+        moved: set[str] = set()
+        if self.started_at is None:
+            return moved
+        ids = {n.id for n in alive.values()}
+        for name in (names.VIEWS, names.SESSION_TREES):
+            node = self._liveness.node(name)
+            if node is None or node in ids:
+                continue
+            kind = (views.ViewEvaluatorActor if name == names.VIEWS else session_trees.SessionTreeActor).__name__
+            target = self._aside(self._nodes())
+            try:
+                self._make_service(name, target)
+            except Exception as e:
+                report.append({"name": name, "actor": kind, "event": "failed",
+                               "reason": f"its node was lost and it could not be made again: {type(e).__name__}: {e}"})
+                continue
+            moved.add(name)
+            report.append({"name": "cluster", "actor": "", "event": "cluster",
+                           "reason": f"{name} ({kind}) went with its node; made again on {target.name}"})
+        return moved
+
+    def _make_service(self, name: str, node: Any) -> None:
+        old = self.views if name == names.VIEWS else self.session_trees
+        try:
+            ray.kill(old, no_restart=True)
+        except Exception:
+            pass
+        strategy = NodeAffinitySchedulingStrategy(node.id, soft=False)
+        deadline = time.monotonic() + RECOVER_TIMEOUT
+        while True:  # the dead one's name is released shortly after
+            try:
+                if name == names.VIEWS:
+                    handle = views.remote_class().options(name=name, lifetime="detached", scheduling_strategy=strategy
+                                                          ).remote(self.replicas.routes(), self.config,
+                                                                   self.security.to_dict(), self.config_log)
+                else:
+                    handle = session_trees.remote_class().options(
+                        name=name, lifetime="detached", scheduling_strategy=strategy).remote(self.config_log)
+                break
+            except ValueError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        live = self._live_gateways()
+        if name == names.VIEWS:
+            ray.get(handle.start.remote(), timeout=RECOVER_TIMEOUT)
+            self.views = handle
+        else:
+            ray.get(handle.set_gateways.remote(live), timeout=RECOVER_TIMEOUT)
+            self.session_trees = handle
+        self._liveness.forget(name)
+        self._liveness.baseline({name: handle}, RECOVER_TIMEOUT)
+        ray.get([g.set_services.remote(self.views, self.session_trees) for g in live], timeout=RECOVER_TIMEOUT)
+
     def _gateways_follow_nodes(self, alive: dict[str, Any], report: list[dict[str, str]]) -> None:
         """A gateway went with its node; a node that joined gets one."""
+        lost = False
         for k, node in enumerate(self.gateway_nodes):
             if node not in alive and self.gateway_info[k].get("lost") is None:
                 self.gateway_info[k] = {**self.gateway_info[k], "lost": True}
+                lost = True
+        if lost and self.started_at is not None:  # session-wide operations and table pushes skip it from now on
+            live = self._live_gateways()
+            for g in live:
+                g.set_peers.remote(live)
+            if self.session_trees is not None:
+                self.session_trees.set_gateways.remote(live)
         have = {n for k, n in enumerate(self.gateway_nodes) if not self.gateway_info[k].get("lost")}
         for name, node in alive.items():
             if name in have or self.started_at is None:
@@ -374,7 +558,8 @@ class ControllerActor:
             port = self.config["port"]
             try:
                 handle = gateway.remote_class().options(
-                    name=f"{names.gateway(k)}", scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False)
+                    name=names.gateway(k), lifetime="detached",
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
                 ).remote(
                     f"gw{k}-{uuid.uuid4().hex[:8]}", self.replicas.routes(), self.config, self.config["host"],
                     port + k if port else 0, self.security.to_dict(),
@@ -460,6 +645,7 @@ class ControllerActor:
         and their sessions. A replica or gateway that does not answer within a few
         seconds is shown as such, never waited for."""
         nodes = from_ray(ray.nodes())
+        by_id = {n.id: n.name for n in nodes}
         seen: set[str] = set()
         node_rows = []
         for n in nodes:
@@ -504,6 +690,10 @@ class ControllerActor:
             "partitions": partitions,
             "gateways": gateways,
             "balanced": self.replicas.balanced(),
+            "services": {  # where the instance's single actors run now
+                name: by_id.get(self._liveness.node(name) or "")
+                for name in (names.CONFIG_LOG, names.VIEWS, names.SESSION_TREES)
+            },
             "configuration": {"security_version": self.security.version, **self._log_position()},
             "healthy": all(p["healthy"] for p in partitions),
         }
@@ -570,4 +760,6 @@ def _explain(error: BaseException, config: dict[str, Any]) -> str:
 
 
 def remote_class() -> Any:
-    return ray.remote(num_cpus=0, max_restarts=0)(ControllerActor)
+    """Restarted by Ray when its process dies (see :meth:`ControllerActor._adopt`); a call
+    in flight then fails, and the caller asks again."""
+    return ray.remote(num_cpus=0, max_restarts=-1)(ControllerActor)

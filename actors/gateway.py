@@ -23,7 +23,6 @@ import functools
 import gc
 import logging
 import os
-import secrets
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -35,8 +34,9 @@ from actors import routes
 from actors.link import PartitionLink, PartitionUnavailable
 from actors.requests import HANDLERS, Context, Routed
 from actors.tracing import TraceRecord
-from actors.supervision import announce_start
+from actors.supervision import announce_start, new_incarnation
 from canopy import protocol as wire
+from actors.configuration import NotCommitted
 from canopy.transport import serve_stream
 from sessions.filters import FilterSyntaxError, parse_filter
 from sessions.limits import Limits
@@ -61,6 +61,7 @@ REQUEST_ERRORS = (
     ViewSpecError,
     ProtocolError,
     AuthenticationFailed,
+    NotCommitted,
 )
 
 
@@ -265,7 +266,7 @@ class GatewayActor:
 
     def __init__(self, *args: Any) -> None:
         self.core = Gateway(*args)
-        self._incarnation = secrets.token_hex(8)
+        self._incarnation = new_incarnation()
         announce_start()
         self._started: dict[str, Any] | None = None
 
@@ -280,6 +281,15 @@ class GatewayActor:
         if self._started is None:
             self._started = await self.core.start(ray.get_actor(names.CONTROLLER), ray.get_actor(names.VIEWS))
         return self._started
+
+    async def set_services(self, views: Any, session_trees: Any) -> None:
+        """The view evaluator and the session tree actor, after one moved to another node."""
+        self.core.ctx.views = views
+        self.core.ctx.session_trees = session_trees
+
+    async def node(self) -> str:
+        """The Ray id of the node this gateway runs on (a restarted controller asks)."""
+        return str(ray.get_runtime_context().get_node_id())
 
     async def set_routes(self, routes: list[Any]) -> None:
         """The controller's new partition map (see :meth:`actors.link.PartitionLink.set_routes`)."""

@@ -30,7 +30,7 @@ from typing import Any
 import ray
 
 from actors.link import FrameStream
-from actors.supervision import announce_start
+from actors.supervision import announce_start, new_incarnation
 from topics.changes import TopicState, decode_change, decode_state, encode_change, encode_state, persistent_only
 from topics.protocol import (
     MOVED,
@@ -176,6 +176,8 @@ class Partition:
         self.role = role
         #: the placement epoch of this replica's role (durable in the journal directory)
         self.epoch = journal.epoch if journal is not None else 0
+        #: the epoch at which this replica last became the primary
+        self.primary_since = self.epoch
         self.handing_over = False
         # the primary's side of replication
         self.backup: _ToBackup | None = None
@@ -495,6 +497,7 @@ class Partition:
         self._priming = None
         if self.role != PRIMARY:
             log.info("partition %d: primary at epoch %d", self.index, epoch)
+            self.primary_since = epoch
         self.role = PRIMARY
         self.handing_over = False
         self.set_backup(epoch, backup)
@@ -529,9 +532,12 @@ class Partition:
                 self._drained = None
 
     def position(self) -> dict[str, Any]:
+        """Where this replica stands (a restarted controller rebuilds the partition map from it)."""
         return {
             "role": self.role, "epoch": self.epoch, "primed": self.primed, "caught_up": self.caught_up,
             "sequence": self.journal.last_sequence if self.journal is not None else 0,
+            "since": self.primary_since, "handing_over": self.handing_over,
+            "address": _where(self.address), "backup": _where(self.backup_address),
         }
 
     # -- journal -------------------------------------------------------------
@@ -628,6 +634,10 @@ class Partition:
         }
 
 
+def _where(address: dict[str, Any] | None) -> str | None:
+    return f"{address['host']}:{address['port']}" if address else None
+
+
 class StaleEpoch(Exception):
     """A placement older than the one this replica already follows."""
 
@@ -663,7 +673,7 @@ class PartitionActor:
         self._journal = journal
         self.core: Partition | None = None
         self._starting = asyncio.Lock()
-        self._incarnation = secrets.token_hex(8)
+        self._incarnation = new_incarnation()
         announce_start()
 
     async def incarnation(self) -> str:

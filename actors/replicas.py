@@ -45,7 +45,16 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors import partition
 from actors.link import Route
 from cluster.nodes import Node
-from cluster.placement import Placement, Placements, after_loss, fill_backups, initial, rebalance_step
+from cluster.placement import (
+    Placement,
+    Placements,
+    Standing,
+    after_loss,
+    fill_backups,
+    from_replicas,
+    initial,
+    rebalance_step,
+)
 
 log = logging.getLogger("canopy.replicas")
 CALL_TIMEOUT = 20.0  # a placement step; serve gives up on a controller silent for 30 s
@@ -110,7 +119,8 @@ class ReplicaSet:
         name = f"partition-{index}@{node}#{self._made}"
         target = self.nodes[node]
         handle = partition.remote_class().options(
-            name=name, scheduling_strategy=NodeAffinitySchedulingStrategy(target.id, soft=False),
+            name=name, lifetime="detached",  # it outlives a crash of the controller's process
+            scheduling_strategy=NodeAffinitySchedulingStrategy(target.id, soft=False),
         ).remote(index, self.count, self.config, None, partition.IDLE, True, target.data_dir(self.config["data_dir"]))
         self.replicas[(index, node)] = (name, handle)
         return handle
@@ -140,6 +150,73 @@ class ReplicaSet:
                 ray.kill(found[1], no_restart=True)
             except Exception:
                 pass
+
+    # -- a restarted controller ------------------------------------------------
+
+    def adopt(self, nodes: dict[str, Node], found: dict[str, Any]) -> list[str]:
+        """The controller's process restarted: rebuild the partition map from the replicas
+        that outlived it (``found``: every replica actor by name) and finish what its
+        predecessor left half done; return what was done.
+
+        Each partition's primary is its replica that says it is the primary at the newest
+        epoch, and its backup the replica following that primary at that epoch. A partition
+        whose replicas disagree (the old controller died between two steps of a change: a
+        handover half made, a backup not yet followed) is placed again at an epoch above
+        every one its replicas hold, with the replicas it has: the primary (or else the
+        primed backup with the newest epoch) primes its backup again. Replicas no placement
+        uses are stopped. A partition none of whose replicas answers cannot be served:
+        :class:`ReplicaError` (the controller fails to start again, and says why)."""
+        import re
+
+        from cluster.names import REPLICA_NAME
+
+        self.nodes = dict(nodes)
+        self.replicas, self.dead = {}, set()
+        parsed = {name: m for name in found if (m := re.fullmatch(REPLICA_NAME, name))}
+        self._made = max((int(m.group(3)) for m in parsed.values()), default=0)
+        refs = {name: found[name].position.remote() for name in parsed}
+        ready = set(ray.wait(list(refs.values()), num_returns=len(refs), timeout=CALL_TIMEOUT)[0]) if refs else set()
+        standing: dict[int, list[Standing]] = {}
+        for name, ref in refs.items():
+            m = parsed[name]
+            index, node = int(m.group(1)), m.group(2)
+            try:
+                p = ray.get(ref, timeout=0) if ref in ready else None
+            except Exception:
+                p = None
+            if p is None or node not in nodes or index >= self.count:
+                self._stop(found[name])
+                continue
+            standing.setdefault(index, []).append(Standing(
+                name, node, p["role"], p["epoch"], p["primed"], p["handing_over"], p["since"], p["address"],
+                p["backup"]))
+        try:
+            adopted = from_replicas(self.count, standing)
+        except ValueError as e:
+            raise ReplicaError(str(e)) from None
+        self.placements = tuple(a.placement for a in adopted)
+        self.since = [a.since for a in adopted]
+        for a in adopted:
+            for r in standing[a.placement.partition]:
+                if r.name in a.keep:
+                    self.replicas[(a.placement.partition, r.node)] = (r.name, found[r.name])
+                else:
+                    self._stop(found[r.name])
+        said = [f"the controller restarted: took over {len(found)} replica(s) of {self.count} partitions"]
+        for a in adopted:
+            if a.again is not None:
+                said.append(f"partition {a.again.partition}: a change was cut off by the controller's restart; "
+                            f"placed again at epoch {a.again.epoch}")
+                self._place(a.again, None)
+        before = self.placements
+        return said + self._apply(before, fill_backups(after_loss(before, list(nodes)), list(nodes)))
+
+    @staticmethod
+    def _stop(handle: Any) -> None:
+        try:
+            ray.kill(handle, no_restart=True)
+        except Exception:
+            pass
 
     # -- routes ---------------------------------------------------------------
 

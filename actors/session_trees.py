@@ -10,12 +10,11 @@ knows the requesting session.
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 import ray
 from actors import configuration
-from actors.supervision import announce_start
+from actors.supervision import announce_start, new_incarnation
 
 from sessions.trees import BranchMappingTable, SessionTrees
 
@@ -28,7 +27,7 @@ class SessionTreeActor:
         self._gateways: list[Any] = []
         #: seconds the slowest gateway spent re-evaluating its sessions for the last change
         self.last_reevaluation = 0.0
-        self._incarnation = secrets.token_hex(8)
+        self._incarnation = new_incarnation()
         announce_start()
 
     def incarnation(self) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
 import time
 from pathlib import Path
@@ -25,6 +26,14 @@ import ray
 log = logging.getLogger("canopy.supervision")
 #: seconds between two looks at whether the raylet is still this process's parent
 ORPHAN_CHECK = 0.5
+
+
+def new_incarnation() -> str:
+    """A serving actor's incarnation token: new at every start of its process, and
+    naming the Ray node it runs on (``<token>@<node id>``; see
+    :class:`actors.controller.Liveness`)."""
+    node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    return f"{secrets.token_hex(8)}@{node}"
 
 
 def announce_start() -> None:

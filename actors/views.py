@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ import ray
 from actors.delay_store import DelayStore
 from actors import configuration, routes
 from actors.link import PartitionLink
-from actors.supervision import announce_start
+from actors.supervision import announce_start, new_incarnation
 from sessions.security import PathPermission, SecurityStore
 from topics.protocol import Operation, Register, TopicEvent, Unregister, decode_operation, encode_operation
 from topics.selectors import parse_selector
@@ -121,7 +120,7 @@ class ViewEvaluatorActor:
         self._carry = self.feed.carry
         self._next_precedence = 1
         self._timer: asyncio.Task[None] | None = None
-        self._incarnation = secrets.token_hex(8)
+        self._incarnation = new_incarnation()
         announce_start()
 
     async def incarnation(self) -> str:

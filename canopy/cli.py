@@ -489,6 +489,10 @@ def format_status(status: dict[str, Any]) -> list[str]:
         copies = ", ".join(f"{node} {position}" for node, position in sorted(conf.get("log_copies", {}).items()))
         lines.append(f"configuration log: term {conf['log_term']}, committed {conf['log_committed']} "
                      f"(majority {conf['log_majority']}; copies: {copies or 'none caught up'})")
+    services = status.get("services") or {}
+    if services:
+        lines.append("services: " + ", ".join(f"{name} on {node or 'nowhere (restarting)'}"
+                                              for name, node in sorted(services.items())))
     lines.append("gateways:")
     for g in status.get("gateways", []):
         state = "lost with its node" if g.get("lost") else (

@@ -19,7 +19,9 @@ The controller calls these functions and carries out what changed:
 * :func:`rebalance_step` — a node joined: one step towards an even spread
   (a primary handed to its caught-up backup, or a backup moved), repeated by
   the controller until nothing changes;
-* :func:`freshest` — which of two recovered replicas to trust.
+* :func:`freshest` — which of two recovered replicas to trust;
+* :func:`from_replicas` — a restarted controller: the map as the replicas
+  that outlived it say it is, and what to place again.
 
 Every function returns a new tuple of placements and leaves the ones it
 does not change exactly as they were (same epoch).
@@ -196,3 +198,66 @@ def freshest(a: tuple[int, int], b: tuple[int, int]) -> bool:
     new as ``b``: the newer epoch wins (a replica of an older epoch may hold records
     its successor never acknowledged), then the longer journal."""
     return a >= b
+
+
+class Standing(NamedTuple):
+    """What one replica says of itself (``PartitionActor.position``) to a restarted controller."""
+
+    name: str
+    node: str
+    role: str  # "primary", "backup" or "idle"
+    epoch: int
+    primed: bool = False
+    handing_over: bool = False
+    since: int = 0  # a primary: the epoch since which it is the primary
+    address: str | None = None  # where it serves
+    backup: str | None = None  # a primary: where its backup serves
+
+
+class Adoption(NamedTuple):
+    placement: Placement  # the partition as it stands
+    since: int
+    keep: tuple[str, ...]  # the replicas it keeps (the others are stopped)
+    again: Placement | None  # a new placement when its replicas disagree
+
+
+def from_replicas(count: int, standing: Mapping[int, Sequence[Standing]]) -> list[Adoption]:
+    """The partition map rebuilt from what the replicas say, after the controller
+    that made it died (its successor has no other record).
+
+    A partition's primary is its replica that says it is the primary at the newest
+    epoch; its backup is the replica that follows that primary (at the primary's
+    address and epoch). When the replicas disagree, because the old controller died
+    between two steps of a change (a handover half made, a backup not yet followed, a
+    primary that lost its backup), the partition is placed ``again`` at an epoch above
+    every one its replicas hold, with the replicas it has: its primary, or, when none
+    can serve, its primed backup with the newest epoch. ``ValueError`` when a partition
+    has no replica, or none that can take over: it cannot be served."""
+    out: list[Adoption] = []
+    for index in range(count):
+        mine = list(standing.get(index, ()))
+        if not mine:
+            raise ValueError(f"partition {index}: no replica of it answers; it cannot be served")
+        top = max(r.epoch for r in mine)
+        primaries = sorted((r for r in mine if r.role == "primary"), key=lambda r: r.epoch)
+        primary = primaries[-1] if primaries else None
+        backup = None
+        if primary is not None:
+            backup = next((r for r in mine if r.role == "backup" and r.node != primary.node
+                           and r.address == primary.backup and r.epoch == primary.epoch), None)
+        if primary is not None and not primary.handing_over and (backup is not None or primary.backup is None):
+            keep = (primary.name,) + ((backup.name,) if backup is not None else ())
+            out.append(Adoption(Placement(index, primary.node, backup.node if backup else None, primary.epoch),
+                                primary.since, keep, None))
+            continue
+        if primary is None or primary.handing_over:
+            primed = sorted((r for r in mine if r.role == "backup" and r.primed), key=lambda r: r.epoch)
+            primary = primed[-1] if primed else primary
+        if primary is None:
+            raise ValueError(f"partition {index}: no replica of it can take over (none is primed)")
+        chosen = primary
+        others = sorted((r for r in mine if r.node != chosen.node), key=lambda r: (-r.epoch, r.name))
+        keep = (chosen.name,) + ((others[0].name,) if others else ())
+        again = Placement(index, chosen.node, others[0].node if others else None, top + 1)
+        out.append(Adoption(Placement(index, chosen.node, None, top), top, keep, again))
+    return out

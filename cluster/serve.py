@@ -20,8 +20,11 @@ what happened to the serving actors (partitions, gateways, the view
 evaluator, the session tree actor). Ray restarts one that crashes and the
 controller brings it back into the instance (a partition recovers its
 topics from its journal); serve prints a line for the crash and one for the
-recovery. When one cannot come back (dead for good, crashing in a loop, or
-failing to start again), or the controller itself dies, serve prints one
+recovery. The controller is restarted by Ray too (it takes the instance over
+from the actors, which outlive it: :meth:`actors.controller.ControllerActor._adopt`);
+serve prints a line when it crashes and one when it is back. When one cannot come
+back (dead for good, crashing in a loop, or failing to start again), or the
+controller is not back within :data:`CONTROLLER_TIMEOUT`, serve prints one
 line naming it, records ``"state": "failed"`` and the reason in
 ``server.json`` (kept after exit), shuts everything down and exits with
 status :data:`EXIT_FAILED`; it never goes on claiming to serve. Ctrl-C (SIGINT) or SIGTERM shuts every actor down, then
@@ -519,22 +522,26 @@ def _supervise(
 
     from actors.controller import death_reason
 
-    unavailable_since: float | None = None
+    down_since: float | None = None  # the controller crashed (Ray restarts it) or is unreachable
     while not stop.wait(HEALTH_INTERVAL):
         try:
             dead: list[dict[str, str]] = ray.get(controller.check.remote(), timeout=CONTROLLER_TIMEOUT)
         except ray.exceptions.GetTimeoutError:
             return f"the controller did not answer for {CONTROLLER_TIMEOUT:.0f} s", False
-        except ray.exceptions.ActorUnavailableError:  # unreachable for now, not dead: give it time
-            unavailable_since = unavailable_since or time.monotonic()
-            if time.monotonic() - unavailable_since > CONTROLLER_TIMEOUT:
-                return f"the controller was unreachable for {CONTROLLER_TIMEOUT:.0f} s", False
+        except ray.exceptions.RayActorError as e:  # crashed or unreachable: Ray restarts it, give it time
+            if down_since is None:
+                down_since = time.monotonic()
+                out(f"canopy: {names.CONTROLLER} (ControllerActor) crashed: {death_reason(e)}; Ray restarts it")
+                sys.stdout.flush()
+            elif time.monotonic() - down_since > CONTROLLER_TIMEOUT:
+                return (f"the controller ({names.CONTROLLER}, ControllerActor) did not come back within "
+                        f"{CONTROLLER_TIMEOUT:.0f} s: {death_reason(e)}"), False
             continue
-        except ray.exceptions.RayActorError as e:
-            return f"the controller ({names.CONTROLLER}, ControllerActor) died: {death_reason(e)}", False
         except Exception as e:
             return f"the controller failed: {type(e).__name__}: {e}", True
-        unavailable_since = None
+        if down_since is not None:
+            out(f"canopy: {names.CONTROLLER} (ControllerActor) is back and serving")
+        down_since = None
         for d in dead:
             if d["event"] == "crashed":
                 out(f"canopy: {d['name']} ({d['actor']}) crashed: {d['reason']}; Ray restarts it")

@@ -90,8 +90,10 @@ def test_every_partition_has_a_primary_and_a_backup_on_different_nodes(cluster: 
     log = now["configuration"]
     assert log["log_majority"] == 2 and sorted(log["log_copies"]) == ["node-0", "node-1", "node-2"], log
     assert set(log["log_copies"].values()) == {log["log_committed"]} and log["log_committed"] >= 1, log
+    assert now["services"] == {"configuration-log": "node-0", "views": "node-1", "session-trees": "node-1"}, now
     text = cli("cluster", "status", url=cluster.url)
     assert text.returncode == 0 and "node-2" in text.stdout and "healthy" in text.stdout, text
+    assert "views on node-1" in text.stdout, text.stdout
 
 
 def behind(work: Workload) -> list[tuple[int, str, int | None, int | None]]:
@@ -132,13 +134,32 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
     await work.start()
     await roaming.start()
     try:
+        async with canopy.connect(home, *ADMIN) as admin:  # the view evaluator and session trees run on node-1
+            await admin.topics.add_and_set("src/x", 1)
+            await admin.views.create("mirror", "map ?src// to mirror/<path(1)>")
+            await admin.session_trees.put_table("tree", [("all", "src")])
         await asyncio.sleep(3)
         await loop.run_in_executor(None, crash_node, cluster, "node-1")
         after = await loop.run_in_executor(
             None, lambda: wait_for(lambda: healthy_without("node-1")(cluster), FAILOVER,
                                    "every partition on node-0 and node-2, with a backup"))
-        async with canopy.connect(home, *ADMIN) as admin:  # a configuration change without node-1
+        async with canopy.connect(home, *ADMIN) as admin:  # configuration changes without node-1
             await admin.security.add_principal("during-failover", "during-failover-1", ["CLIENT"])
+            await admin.topics.set("src/x", 2)
+
+            async def mirrored() -> Any:
+                return [r.value for r in await admin.topics.fetch(">mirror/x")] == [2]
+
+            deadline = loop.time() + FAILOVER
+            while not await mirrored():  # the view evaluator came back on another node
+                assert loop.time() < deadline, "the view's reference topic never followed its source"
+                await asyncio.sleep(0.2)
+            await admin.views.create("mirror2", "map ?src// to mirror2/<path(1)>")
+            await admin.session_trees.put_table("tree2", [("all", "src")])
+            assert {v.name for v in await admin.views.list()} == {"mirror", "mirror2"}
+            assert set(await admin.session_trees.list_tables()) == {"tree", "tree2"}
+        moved = status(cluster)["services"]
+        assert moved["views"] in ("node-0", "node-2") and moved["session-trees"] in ("node-0", "node-2"), moved
         await asyncio.sleep(2)
         added = node_cli(cluster, "add-node", "node-1")
         assert added.returncode == 0 and "starting again" in added.stdout, (added.stdout, added.stderr)
@@ -299,3 +320,75 @@ async def test_a_whole_cluster_restarts_from_its_data_directories(tmp_path: Path
     finally:
         assert again.stop() == 0, again.output
     assert all(p["backup"] is not None for p in now["partitions"]), now
+
+
+async def test_a_killed_controller_comes_back_and_every_change_was_made_or_refused(cluster: Server) -> None:
+    """Scenario 4: the controller's process is SIGKILLed while views are created and
+    principals added (a security change goes through the controller), and while clients
+    publish. Ray restarts it and it takes the instance over from the actors, which
+    outlive it. Afterwards exactly the answered changes exist (a refused one, even one
+    cut off by the kill, was not made), nothing acknowledged is lost, and the cluster
+    still fails over."""
+    loop = asyncio.get_running_loop()
+    now = wait_for(lambda: (s := status(cluster))["healthy"] and s, 60, "a healthy cluster")
+    urls = [gateway_url(now, "node-0"), gateway_url(now, "node-1")]
+    work = Workload(urls[:1], ADMIN, publishers=1, topics=6, subscribers=1)
+    made: dict[str, list[str]] = {"views": [], "principals": []}
+    refused: dict[str, list[str]] = {"views": [], "principals": []}
+    await work.start()
+    try:
+        async with canopy.connect(urls, *ADMIN) as s:
+            await s.topics.add_and_set("src/x", 1)
+            stopping = asyncio.Event()
+
+            async def change() -> None:
+                k = 0
+                while not stopping.is_set():
+                    k += 1
+                    for kind, name, call in (
+                        ("views", f"v{k}", lambda: s.views.create(f"v{k}", f"map ?src// to v{k}/<path(1)>")),
+                        ("principals", f"p{k}", lambda: s.security.add_principal(f"p{k}", f"secret-{k}", ["CLIENT"])),
+                    ):
+                        try:
+                            await call()
+                            made[kind].append(name)
+                        except canopy.CanopyError:
+                            refused[kind].append(name)
+                            await asyncio.sleep(0.05)
+
+            changing = asyncio.ensure_future(change())
+            await asyncio.sleep(2)
+            info = json.loads((cluster.data_dir / "server.json").read_text())
+            seen = sum("(ControllerActor) is back and serving" in line for line in cluster.lines)
+            os.kill(info["controller_pid"], 9)
+            await loop.run_in_executor(None, lambda: wait_for(
+                lambda: sum("(ControllerActor) is back and serving" in line for line in cluster.lines) > seen,
+                FAILOVER, "the controller to be back"))
+            before = len(made["principals"])
+            await loop.run_in_executor(None, lambda: wait_for(
+                lambda: len(made["principals"]) >= before + 3, 60, "security changes to be made again",
+                describe=lambda: refused["principals"][-3:]))
+            stopping.set()
+            await changing
+            views = {v.name for v in await s.views.list()}
+            principals = set((await s.security.get())["principals"])
+            references = {r.path for r in await s.topics.fetch("?v.*//")}
+        after = await loop.run_in_executor(None, lambda: wait_for(
+            lambda: (st := status(cluster))["healthy"] and st, 60, "a healthy cluster after the restart"))
+        await asyncio.sleep(1)
+        await finish(work, urls=urls[:1])
+    finally:
+        await work.close()
+    assert views == set(made["views"]), (made, refused, views)
+    assert principals & {f"p{k}" for k in range(1, 10_000)} == set(made["principals"]), (made, refused, principals)
+    assert all(f"{v}/x" in references for v in views), (views, references)  # whole: evaluated too
+    report = check(work.history)
+    print(f"[cluster] controller killed: {len(made['views'])} views and {len(made['principals'])} principals made, "
+          f"{len(refused['views'])} and {len(refused['principals'])} refused; publishing {report}")
+    assert report.valid and report.acknowledged > 50, report
+    assert any("the controller restarted: took over" in line for line in cluster.lines), cluster.output
+    assert [p["primary"] for p in after["partitions"]] == [p["primary"] for p in now["partitions"]], (now, after)
+    # and it still runs the cluster: a node lost now fails over
+    await loop.run_in_executor(None, crash_node, cluster, "node-2")
+    await loop.run_in_executor(None, lambda: wait_for(lambda: healthy_without("node-2")(cluster), FAILOVER,
+                                                      "every partition on node-0 and node-1, with a backup"))

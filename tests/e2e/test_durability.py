@@ -50,7 +50,7 @@ def kill_actor(srv: Server, actor: str) -> None:
     wait_for(lambda: back(srv, actor, seen), RECOVERY, f"the {actor} to be back")
 
 
-@pytest.mark.parametrize("actor", ["PartitionActor", "GatewayActor"])
+@pytest.mark.parametrize("actor", ["PartitionActor", "GatewayActor", "ControllerActor"])
 async def test_a_killed_actor_loses_nothing_acknowledged(tmp_path: Path, actor: str) -> None:
     srv = Server(tmp_path / "data", "--partitions", "2").wait_ready()
     try:

@@ -8,7 +8,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.placement import Placement, after_loss, fill_backups, freshest, initial, rebalance_step
+from cluster.placement import (
+    Adoption,
+    Placement,
+    Standing,
+    after_loss,
+    fill_backups,
+    freshest,
+    from_replicas,
+    initial,
+    rebalance_step,
+)
 
 NODES = ["n0", "n1", "n2", "n3", "n4"]
 
@@ -132,3 +142,49 @@ def test_a_primary_is_handed_only_to_a_caught_up_backup() -> None:
     assert all(p.primary == "n0" for p in step)
     step = rebalance_step(placements, ["n0", "n1"], caught_up=[1])
     assert step[1] == Placement(1, "n1", "n0", 2) and step[0] == placements[0]
+
+
+# -- a restarted controller: the map from what the replicas say -------------------------
+
+def test_a_consistent_partition_is_taken_over_as_it_stands() -> None:
+    standing = {0: [Standing("p0a", "n0", "primary", 3, since=2, address="a", backup="b"),
+                    Standing("p0b", "n1", "backup", 3, primed=True, address="b")],
+                1: [Standing("p1a", "n1", "primary", 1, since=1, address="c")]}  # alone: no backup
+    (zero, one) = from_replicas(2, standing)
+    assert zero == Adoption(Placement(0, "n0", "n1", 3), 2, ("p0a", "p0b"), None)
+    assert one == Adoption(Placement(1, "n1", None, 1), 1, ("p1a",), None)
+
+
+def test_the_newest_primary_wins_and_a_stale_one_is_dropped() -> None:
+    standing = {0: [Standing("old", "n0", "primary", 2, since=1, address="a", backup="b"),
+                    Standing("new", "n1", "primary", 3, since=3, address="b", backup="c"),
+                    Standing("bk", "n2", "backup", 3, primed=True, address="c")]}
+    (a,) = from_replicas(1, standing)
+    assert a.placement == Placement(0, "n1", "n2", 3) and a.keep == ("new", "bk") and a.again is None
+
+
+@pytest.mark.parametrize("cut_off", ["backup not following", "handover half made", "primary gone"])
+def test_a_change_cut_off_is_placed_again_above_every_epoch(cut_off: str) -> None:
+    if cut_off == "backup not following":  # the new backup was told epoch 5, the primary not yet
+        standing = [Standing("p", "n0", "primary", 4, since=4, address="a", backup="x"),
+                    Standing("b", "n1", "backup", 5, address="b")]
+        chosen = "n0"
+    elif cut_off == "handover half made":  # the primary stopped applying; its backup is primed
+        standing = [Standing("p", "n0", "primary", 4, since=4, handing_over=True, address="a", backup="b"),
+                    Standing("b", "n1", "backup", 4, primed=True, address="b")]
+        chosen = "n1"
+    else:  # the old primary already follows, the successor was not told yet
+        standing = [Standing("p", "n0", "backup", 5, address="a"),
+                    Standing("b", "n1", "backup", 4, primed=True, address="b")]
+        chosen = "n1"
+    (a,) = from_replicas(1, {0: standing})
+    newest = max(r.epoch for r in standing)
+    assert a.again is not None and a.again.primary == chosen and a.again.epoch == newest + 1, a
+    assert a.again.backup == ({"n0", "n1"} - {chosen}).pop() and set(a.keep) == {"p", "b"}, a
+
+
+def test_a_partition_with_no_replica_that_can_serve_is_refused() -> None:
+    with pytest.raises(ValueError, match="partition 1: no replica"):
+        from_replicas(2, {0: [Standing("p", "n0", "primary", 1, address="a")]})
+    with pytest.raises(ValueError, match="none is primed"):
+        from_replicas(1, {0: [Standing("b", "n0", "backup", 2), Standing("i", "n1", "idle", 0)]})
