@@ -18,6 +18,7 @@ import secrets
 import socket
 import time
 import uuid
+import warnings
 from typing import Any
 
 import ray
@@ -144,6 +145,14 @@ class Liveness:
         return events
 
 
+def _restarted() -> bool:
+    """Whether Ray restarted this actor (the runtime context's question, without the
+    deprecation warning Ray's own implementation prints on every controller start)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+
+
 class ControllerActor:
     """Also the owner of the security store: it applies a change, commits it to the
     replicated configuration log (:mod:`actors.configuration`) and pushes the new
@@ -169,10 +178,12 @@ class ControllerActor:
         #: the ids of the last security changes made, stored with the store
         self.security_changes: list[str] = []
         self._liveness = Liveness()
-        self.node_control = NodeControl(int(config.get("local_nodes") or 1), home_node)
+        self.node_control = NodeControl(int(config.get("local_nodes") or 1), home_node,
+                                        bool(config.get("gcs_redis_address")),
+                                        float(config.get("gcs_reconnect_timeout") or 60))
         #: what taking the instance over after a restart of this actor did (said by the next check)
         self._adopted: list[str] = []
-        if ray.get_runtime_context().was_current_actor_reconstructed:
+        if _restarted():
             self._adopt()
 
     def _security_document(self, store: SecurityStore) -> dict[str, Any]:
@@ -402,8 +413,9 @@ class ControllerActor:
         (Ray restarts it), ``recovered`` (it is back and serving), ``dead`` (for good),
         ``failed`` (it came back but could not be brought into the instance),
         ``cluster`` (a node was lost or joined, a partition failed over, moved or got a
-        new backup: ``reason`` says what), or ``add_node`` (serve is to start the
-        simulated node named by ``reason``).
+        new backup: ``reason`` says what), ``add_node`` (serve is to start the
+        simulated node named by ``reason``) or ``restart_gcs`` (serve is to kill Ray's
+        GCS and start it again ``reason`` seconds later).
 
         Cheap and never blocks on a busy actor (see :class:`Liveness`), except to carry
         out a change; canopy serve calls it about every second."""
@@ -443,10 +455,14 @@ class ControllerActor:
             except Exception as e:  # a replica that is going away: next time
                 log.warning("a rebalancing step failed: %s", e)
         self._push_routes()
-        return report + [
+        report += [
             {"name": "cluster", "actor": "", "event": "add_node", "reason": name}
             for name in self.node_control.take_requests()
         ]
+        outage = self.node_control.take_gcs_restart()
+        if outage is not None:
+            report.append({"name": "cluster", "actor": "", "event": "restart_gcs", "reason": repr(outage)})
+        return report
 
     def _replica_event(self, name: str, event: str, reason: str) -> list[dict[str, str]]:
         kind = partition.PartitionActor.__name__

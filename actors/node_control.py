@@ -14,6 +14,13 @@ for users who want to watch failover happen (and for the cluster tests).
   controller for requests; naming a node that died starts it again on its data
   directory, so it rejoins with what it held.
 
+* ``restart-gcs``: Ray's GCS (the head's control store: nodes, actors, names)
+  is killed and started again ``seconds`` later, as when the head restarts
+  (``--local-nodes`` clusters with ``gcs_redis_address`` only: the GCS reads its
+  tables back from Redis, and every node, actor and client goes on; without
+  Redis the cluster would be lost with its GCS). serve carries it out, like
+  ``add``.
+
 Killing and pausing are refused on clusters not started with ``--local-nodes``
 unless forced (they hit real machines' processes), and so is killing or pausing
 the controller's own node (the head of an embedded Ray: without GCS fault
@@ -32,9 +39,11 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.nodes import Node, NodeError, check_name
 
-ACTIONS = ("kill", "pause", "add")
+ACTIONS = ("kill", "pause", "add", "restart-gcs")
 #: a pause longer than this is refused (a forgotten node should come back)
 MAX_PAUSE = 3600.0
+#: the longest GCS outage ``restart-gcs`` makes (Ray's processes wait gcs_reconnect_timeout for it)
+MAX_GCS_OUTAGE = 30.0
 LAUNCH_TIMEOUT = 30.0
 
 
@@ -62,17 +71,24 @@ def _launch(action: str, seconds: float) -> dict[str, Any]:
 class NodeControl:
     """The controller's part: checks a request against the cluster and carries it out."""
 
-    def __init__(self, local_nodes: int, home_node: str | None) -> None:
+    def __init__(self, local_nodes: int, home_node: str | None, gcs_redis: bool = False,
+                 gcs_reconnect_timeout: float = 60.0) -> None:
         self.local = local_nodes > 1
         self.home_node = home_node
+        self.gcs_redis = gcs_redis
+        self.gcs_reconnect_timeout = gcs_reconnect_timeout
         #: names of nodes serve is to start (taken by :meth:`take_requests`)
         self.requested: list[str] = []
+        #: the GCS outage serve is to make, in seconds (taken by :meth:`take_gcs_restart`)
+        self.gcs_restart: float | None = None
 
     def act(self, action: str, name: str | None, seconds: float, force: bool, nodes: list[Node]) -> dict[str, Any]:
         if action not in ACTIONS:
             raise NodeActionError("INVALID_REQUEST", f"unknown node action {action!r} (one of {', '.join(ACTIONS)})")
         if action == "add":
             return self._add(name, nodes)
+        if action == "restart-gcs":
+            return self._restart_gcs(seconds)
         if name is None:
             raise NodeActionError("INVALID_REQUEST", f"{action}: which node?")
         alive = {n.name: n for n in nodes if n.alive}
@@ -119,6 +135,29 @@ class NodeControl:
         self.requested.append(name)
         rejoins = any(n.name == name for n in nodes)
         return {"node": name, "action": "add", "rejoins": rejoins}
+
+    def _restart_gcs(self, seconds: float) -> dict[str, Any]:
+        if not self.local:
+            raise NodeActionError(
+                "REFUSED", "restart GCS: only a cluster started with --local-nodes restarts Ray's GCS itself; on a "
+                "real cluster restart the head (`ray start --head` with the same $RAY_REDIS_ADDRESS)")
+        if not self.gcs_redis:
+            raise NodeActionError(
+                "REFUSED", "restart GCS: this cluster's GCS keeps its tables in memory only, so the whole cluster "
+                "would be lost with it; start canopy with gcs_redis_address (a Redis server) for a GCS that restarts")
+        limit = min(MAX_GCS_OUTAGE, self.gcs_reconnect_timeout / 2)
+        if not 0 <= seconds <= limit:
+            raise NodeActionError(
+                "INVALID_REQUEST", f"restart GCS: an outage of 0 to {limit:g} s (half of gcs_reconnect_timeout, at "
+                f"most {MAX_GCS_OUTAGE:g}), not {seconds:g}")
+        if self.gcs_restart is not None:
+            raise NodeActionError("REFUSED", "restart GCS: a restart is already asked for")
+        self.gcs_restart = seconds
+        return {"node": None, "action": "restart-gcs", "seconds": seconds}
+
+    def take_gcs_restart(self) -> float | None:
+        out, self.gcs_restart = self.gcs_restart, None
+        return out
 
     def take_requests(self) -> list[str]:
         out, self.requested = self.requested, []

@@ -459,6 +459,10 @@ def _cluster_node(args: argparse.Namespace) -> int:
             done = session.server.pause_node(args.node, args.seconds, force=args.force)
             print(f"node {done['node']}: its raylet (pid {done['raylet_pid']}) and every process it started "
                   f"are being paused for {args.seconds:g} s")
+        elif args.action == "restart-gcs":
+            done = session.server.restart_gcs(args.seconds)
+            print(f"Ray's GCS: being killed and started again {args.seconds:g} s later (its tables come back "
+                  "from Redis); watch canopy serve's output and `canopy cluster status`")
         else:
             done = session.server.add_node(args.node)
             print(f"node {done['node']}: {'starting again' if done.get('rejoins') else 'starting'}; "
@@ -716,7 +720,13 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
         help="start a simulated node (--local-nodes clusters); a dead node's name starts it again",
     )
     add.add_argument("node", nargs="?", help="its name (default: the next free node-<k>)")
-    for p in (status, kill, pause, add):
+    gcs = cluster.add_parser(
+        "restart-gcs", parents=[client],
+        help="kill Ray's GCS (the head's control store) and start it again, as when the head restarts "
+             "(--local-nodes clusters with gcs_redis_address)",
+    )
+    gcs.add_argument("--seconds", type=float, default=2.0, help="how long it stays down (default: 2)")
+    for p in (status, kill, pause, add, gcs):
         p.set_defaults(run=_cluster)
 
     hub = commands.add_parser("hub", help="OpenAjax-style names").add_subparsers(dest="action", required=True)

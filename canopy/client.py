@@ -702,6 +702,15 @@ class Server:
         for; the node appears in :meth:`cluster_status` seconds later."""
         return await self._node("add", node, 0.0, False)
 
+    async def restart_gcs(self, seconds: float = 2.0) -> dict[str, Any]:
+        """Kill Ray's GCS (the head's store of nodes, actors and names) and start it
+        again ``seconds`` later, as when the head restarts (CONTROL_SERVER;
+        ``--local-nodes`` clusters started with ``gcs_redis_address`` only, else
+        :class:`~canopy.errors.RefusedError`). The broker serves throughout: the GCS
+        reads its tables back from Redis. Answered once asked for; canopy serve
+        carries it out at its next health check."""
+        return await self._node("restart-gcs", None, seconds, False)
+
     async def _node(self, action: str, node: str | None, seconds: float, force: bool) -> dict[str, Any]:
         answer: dict[str, Any] = await self._s._call("cluster_node", action, node, seconds, force)
         return answer

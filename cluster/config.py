@@ -96,6 +96,13 @@ def _password(value: str) -> str | None:
     return None if len(value) >= 8 else "must have at least 8 characters"
 
 
+def _host_port(value: str) -> str | None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"must be HOST:PORT, got {value!r}"
+    return None
+
+
 def _country_table(table: dict[str, Any]) -> str | None:
     for network, code in table.items():
         try:
@@ -119,6 +126,16 @@ class ServerConfig:
         1, "simulated Ray nodes to start on this machine (embedded Ray only): each has its own data "
         "directory (<data_dir>/nodes/node-<k>), gateway (port + k) and partition replicas, for trying "
         "failover and replication locally", low=1, high=16, metavar="N",
+    )
+    gcs_redis_address: str | None = setting(
+        None, "a Redis server (HOST:PORT) that keeps the embedded Ray's GCS tables, so that Ray's head "
+        "(its GCS) can restart without losing the cluster (GCS fault tolerance); embedded Ray only (for a "
+        "cluster you start, give `ray start --head` $RAY_REDIS_ADDRESS)", shown="none: the GCS keeps its "
+        "tables in memory and the instance stops with it", check=_host_port, metavar="HOST:PORT",
+    )
+    gcs_reconnect_timeout: int = setting(
+        60, "seconds Ray's processes wait for a restarted GCS before they give up (with gcs_redis_address)",
+        low=5, high=3600, metavar="SECONDS",
     )
     namespace: str = setting("canopy", "Ray namespace of this canopy instance", check=_not_empty, metavar="NAME")
     host: str = setting("127.0.0.1", "gateway listen address")
@@ -212,8 +229,7 @@ class ServerConfig:
         """Raise :class:`ConfigError`, naming ``source``, for the first invalid setting."""
         for s in SETTINGS:
             s.verify(getattr(self, s.name), source)
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError(f"{source}: tls_cert and tls_key go together: give both or neither")
+        _check_together(self.as_dict(), source)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -223,7 +239,18 @@ class ServerConfig:
         clean = {key: value for key, value in overrides.items() if value is not None}
         for key, value in clean.items():
             _named(key, source).verify(value, source)
+        _check_together({**self.as_dict(), **clean}, source)
         return replace(self, **clean)
+
+
+def _check_together(values: Mapping[str, Any], source: str) -> None:
+    """The rules between settings."""
+    if values["gcs_redis_address"] is not None and values["address"] is not None:
+        raise ConfigError(
+            f"{source}: gcs_redis_address configures the embedded Ray's GCS; it does not go with address "
+            "(start the head of that cluster with $RAY_REDIS_ADDRESS instead)")
+    if (values["tls_cert"] is None) != (values["tls_key"] is None):
+        raise ConfigError(f"{source}: tls_cert and tls_key go together: give both or neither")
 
 
 @dataclass(frozen=True)

@@ -288,6 +288,64 @@ FAST_HEALTH_CHECKS = {
 }
 
 
+def _check_redis(address: str) -> None:
+    """Fail unless a Redis server answers PING at ``address`` (HOST:PORT) without a password."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as conn:
+            conn.sendall(b"PING\r\n")
+            reply = conn.recv(64)
+    except OSError as e:
+        raise ServeError(f"gcs_redis_address {address}: no Redis server answers there ({e})") from None
+    if reply.startswith(b"-NOAUTH"):
+        raise ServeError(f"gcs_redis_address {address}: that Redis wants a password, and the embedded Ray "
+                         "connects without one: give canopy a Redis of its own on a private address")
+    if not reply.startswith(b"+PONG"):
+        raise ServeError(f"gcs_redis_address {address}: answered {reply[:40]!r}, not as Redis does")
+
+
+def _gcs_fault_tolerance(config: ServerConfig) -> str | None:
+    """With ``gcs_redis_address``, make the embedded Ray's GCS keep its tables in that
+    Redis (``$RAY_REDIS_ADDRESS``, read when Ray starts a head) under a key prefix
+    of this start's own (``$RAY_external_storage_namespace``: a new Ray cluster must
+    never resume an older one's tables, detached actors included); return the prefix.
+
+    A GCS started again by this process (``canopy cluster restart-gcs``) reads them
+    back; the prefix is deleted when serve stops (one left by a killed serve is
+    never used again)."""
+    if config.gcs_redis_address is None:
+        return None
+    _check_redis(config.gcs_redis_address)
+    prefix = f"canopy-{secrets.token_hex(8)}"
+    os.environ["RAY_REDIS_ADDRESS"] = config.gcs_redis_address
+    os.environ["RAY_external_storage_namespace"] = prefix
+    return prefix
+
+
+def _drop_gcs_tables(config: ServerConfig, prefix: str | None, out: Callable[[str], None]) -> None:
+    """Delete this start's GCS tables from Redis (the Ray cluster is gone)."""
+    if config.gcs_redis_address is None or prefix is None:
+        return
+    from ray._private.gcs_utils import cleanup_redis_storage
+
+    host, _, port = config.gcs_redis_address.rpartition(":")
+    try:
+        cleanup_redis_storage(host, int(port), "", False, prefix)
+    except Exception as e:
+        out(f"canopy: warning: could not delete Ray's tables ({prefix}) from Redis at "
+            f"{config.gcs_redis_address}: {type(e).__name__}: {e}")
+
+
+def _system_config(config: ServerConfig) -> dict[str, Any]:
+    """Ray's settings for an embedded Ray's head."""
+    # Ray runs workers at nice 15 by default, below every ordinary process; canopy's
+    # actors are the server, and a busy client on the same machine starved them
+    settings: dict[str, Any] = {"worker_niceness": 0}
+    if config.gcs_redis_address is not None:
+        settings["gcs_rpc_server_reconnect_timeout_s"] = config.gcs_reconnect_timeout
+    return settings
+
+
 def _check_loopback() -> None:
     import ray
 
@@ -309,7 +367,7 @@ def _local_cluster(config: ServerConfig) -> Any:
         initialize_head=True, connect=False,
         head_node_args={
             "num_cpus": _node_cpus(config), "include_dashboard": False, "labels": {LABEL: "node-0"},
-            "_system_config": {"worker_niceness": 0, **FAST_HEALTH_CHECKS},
+            "_system_config": {**_system_config(config), **FAST_HEALTH_CHECKS},
         },
     )
     try:
@@ -370,9 +428,7 @@ def _init_ray(config: ServerConfig) -> Any:
             include_dashboard=False,
             num_cpus=os.cpu_count(),
             logging_level="WARNING",
-            # Ray runs workers at nice 15 by default, below every ordinary process; canopy's
-            # actors are the server, and a busy client on the same machine starved them
-            _system_config={"worker_niceness": 0},
+            _system_config=_system_config(config),
         )
         _check_loopback()
         return None
@@ -418,6 +474,7 @@ def _run(
     out: Callable[[str], None],
 ) -> int:
     _prepare_ray_environment(config, data_dir, out)
+    gcs_prefix = _gcs_fault_tolerance(config)
 
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -463,6 +520,8 @@ def _run(
         where = "embedded Ray on 127.0.0.1" if config.address is None else f"Ray at {config.address}"
         if local is not None:
             where = f"{config.local_nodes} simulated nodes of an embedded Ray on 127.0.0.1"
+        if config.gcs_redis_address is not None:
+            where += f", Ray's GCS tables in Redis at {config.gcs_redis_address}"
         out(
             f"canopy serving {', '.join(info['urls'])} ({info['partitions']} partitions, "
             f"{where}, namespace {config.namespace!r}, data {data_dir}); Ctrl-C to stop"
@@ -482,7 +541,30 @@ def _run(
             record.write(recorded)
             out(f"canopy: started node {name}")
 
-        failure, controller_alive = _supervise(controller, stop, guard, out, add_node)
+        def restart_gcs(seconds: str) -> None:
+            """Kill Ray's GCS and start it again (``canopy cluster restart-gcs``); it
+            reads its tables back from Redis, and Ray's processes reconnect to it."""
+            if local is None or config.gcs_redis_address is None:
+                return
+            head = local.head_node
+            out(f"canopy: killing Ray's GCS (pid {head.all_processes['gcs_server'][0].process.pid}); "
+                f"starting it again in {float(seconds):g} s")
+            sys.stdout.flush()
+            head.kill_gcs_server()
+            stop.wait(float(seconds))
+            began = time.monotonic()
+            head.start_gcs_server()
+            try:
+                alive = sum(1 for n in ray.nodes() if n.get("Alive"))  # waits for it to answer
+            except Exception as e:
+                out(f"canopy: Ray's GCS was started again but does not answer: {type(e).__name__}: {e}")
+                return
+            out(f"canopy: Ray's GCS is back (pid {head.all_processes['gcs_server'][0].process.pid}, answering "
+                f"{time.monotonic() - began:.1f} s after its start, {alive} nodes alive: its tables came back "
+                "from Redis)")
+
+        failure, controller_alive = _supervise(
+            controller, stop, guard, out, {"add_node": add_node, "restart_gcs": restart_gcs})
         if not controller_alive:
             controller = None
         if failure is None:
@@ -505,6 +587,7 @@ def _run(
         ray.shutdown()
         if local is not None:
             local.shutdown()
+        _drop_gcs_tables(config, gcs_prefix, out)
         for s, handler in previous.items():
             signal.signal(s, handler)
 
@@ -514,10 +597,11 @@ def _supervise(
     stop: threading.Event,
     guard: subprocess.Popen[bytes] | None,
     out: Callable[[str], None],
-    add_node: Callable[[str], None],
+    requests: dict[str, Callable[[str], None]],
 ) -> tuple[str | None, bool]:
     """Wait for a stop signal or a death: ``(None, True)`` when asked to stop, else
-    ``(what died, whether the controller still answers)``."""
+    ``(what died, whether the controller still answers)``. ``requests`` carries out
+    what the controller asks serve for (``add_node``, ``restart_gcs``)."""
     import ray
 
     from actors.controller import death_reason
@@ -549,8 +633,8 @@ def _supervise(
                 out(f"canopy: {d['name']} ({d['actor']}) is back and serving")
             elif d["event"] == "cluster":
                 out(f"canopy: {d['reason']}")
-            elif d["event"] == "add_node":
-                add_node(d["reason"])
+            elif d["event"] in requests:
+                requests[d["event"]](d["reason"])
         final = [d for d in dead if d["event"] in ("dead", "failed")]
         if final:
             return "; ".join(

@@ -249,6 +249,8 @@ def test_node_actions_are_checked(cluster: Server) -> None:
     assert forever.returncode == 1 and "INVALID_REQUEST" in forever.stderr, forever
     taken = node_cli(cluster, "add-node", "node-2")
     assert taken.returncode == 1 and "already up" in taken.stderr, taken
+    memory_only = node_cli(cluster, "restart-gcs")  # no gcs_redis_address: the cluster would be lost
+    assert memory_only.returncode == 1 and "REFUSED" in memory_only.stderr and "Redis" in memory_only.stderr, memory_only
     assert all(processes.alive(local_node(cluster, f"node-{k}")["raylet_pid"]) for k in range(3))
     # the CLI takes a cluster's gateways as one comma-separated --url and uses the first that answers
     nobody = f"ws://127.0.0.1:{free_port()}"
@@ -392,3 +394,58 @@ async def test_a_killed_controller_comes_back_and_every_change_was_made_or_refus
     await loop.run_in_executor(None, crash_node, cluster, "node-2")
     await loop.run_in_executor(None, lambda: wait_for(lambda: healthy_without("node-2")(cluster), FAILOVER,
                                                       "every partition on node-0 and node-1, with a backup"))
+
+
+@pytest.mark.soak
+async def test_soak_nodes_crashed_and_paused_in_turn_lose_nothing_acknowledged(cluster: Server) -> None:
+    """The long variant of scenarios 1, 2 and 3 (``make soak``): while clients publish
+    through two gateways, node-1 and node-2 are crashed and started again in turn, and
+    paused past the failure detector, round after round; after each round the cluster
+    must be whole again (healthy, balanced, every node's copy of the log caught up)."""
+    loop = asyncio.get_running_loop()
+    now = wait_for(lambda: (s := status(cluster))["healthy"] and s, 60, "a healthy cluster")
+    home = [gateway_url(now, "node-0")]
+    work = Workload(home, ADMIN, publishers=2, topics=20, subscribers=2)
+    roaming = Workload([gateway_url(now, "node-1"), gateway_url(now, "node-2")], ADMIN, publishers=1, topics=10,
+                       subscribers=1, branch="roaming")
+
+    def whole(expected: int) -> Any:
+        s = status(cluster)
+        log = s["configuration"]
+        alive = sum(1 for n in s["nodes"] if n["alive"])
+        caught_up = len(log["log_copies"]) == alive and set(log["log_copies"].values()) == {log["log_committed"]}
+        return s if s["healthy"] and s["balanced"] and alive == expected and caught_up else False
+
+    await work.start()
+    await roaming.start()
+    try:
+        for round_ in range(6):
+            name = ("node-1", "node-2")[round_ % 2]
+            raylet = local_node(cluster, name)["raylet_pid"]
+            if round_ % 3 == 2:
+                paused = node_cli(cluster, "pause-node", name, "--seconds", "12")
+                assert paused.returncode == 0, (paused.stdout, paused.stderr)
+            else:
+                await loop.run_in_executor(None, crash_node, cluster, name)
+            await loop.run_in_executor(None, lambda: wait_for(
+                lambda: healthy_without(name)(cluster), FAILOVER, f"round {round_}: every partition off {name}"))
+            await loop.run_in_executor(None, lambda: wait_for(  # a paused one exits once it resumes
+                lambda: not processes.alive(raylet), 60, f"round {round_}: {name}'s raylet gone"))
+            added = node_cli(cluster, "add-node", name)
+            assert added.returncode == 0, (added.stdout, added.stderr)
+            await loop.run_in_executor(None, lambda: wait_for(
+                lambda: whole(3), FAILOVER, f"round {round_}: {name} back and the cluster whole",
+                describe=lambda: status(cluster)))
+        try:
+            await finish(work, roaming, urls=home)
+        except AssertionError as e:
+            sessions = [(w.branch, s.session_id, s._url, s.closed, s.reconnects, s._reconnecting is not None,
+                         [sub._down for sub in s._subscriptions]) for w in (work, roaming) for s in w._sessions]
+            raise AssertionError(f"{e}; sessions {sessions}; gateways {status(cluster)['gateways']}") from None
+    finally:
+        await work.close()
+        await roaming.close()
+    report, moved = check(work.history), check(roaming.history)
+    print(f"[cluster] soak, 6 rounds of node crashes and pauses: {report}; roaming clients: {moved}")
+    assert report.valid and moved.valid, (report, moved)
+    assert not work.ended and not roaming.ended, (work.ended, roaming.ended)
