@@ -137,6 +137,16 @@ class ServerConfig:
         60, "seconds Ray's processes wait for a restarted GCS before they give up (with gcs_redis_address)",
         low=5, high=3600, metavar="SECONDS",
     )
+    health_check_period_ms: int = setting(
+        500, "how often the embedded Ray's GCS checks each simulated node (--local-nodes); a node that misses "
+        "health_check_failures checks in a row is declared dead and its partitions fail over (on a cluster you "
+        "start: `ray start --head --system-config '{\"health_check_period_ms\": ...}'`)", low=100, high=60_000,
+        metavar="MS",
+    )
+    health_check_failures: int = setting(
+        3, "missed health checks in a row after which Ray declares a simulated node dead (--local-nodes)",
+        low=1, high=100,
+    )
     namespace: str = setting("canopy", "Ray namespace of this canopy instance", check=_not_empty, metavar="NAME")
     host: str = setting("127.0.0.1", "gateway listen address")
     port: int = setting(

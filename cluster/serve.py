@@ -281,11 +281,14 @@ def _prepare_ray_environment(config: ServerConfig, data_dir: Path, out: Callable
         out(f"canopy: {note}")
 
 
-#: how fast Ray declares a simulated node dead (period x threshold, plus the timeout): failover
-#: waits for it; Ray's defaults take about half a minute
-FAST_HEALTH_CHECKS = {
-    "health_check_period_ms": 500, "health_check_timeout_ms": 500, "health_check_failure_threshold": 3,
-}
+def _health_checks(config: ServerConfig) -> dict[str, Any]:
+    """How fast Ray declares a simulated node dead (about period x failures): failover waits
+    for it; Ray's defaults take about half a minute."""
+    return {
+        "health_check_period_ms": config.health_check_period_ms,
+        "health_check_timeout_ms": config.health_check_period_ms,
+        "health_check_failure_threshold": config.health_check_failures,
+    }
 
 
 def _check_redis(address: str) -> None:
@@ -367,7 +370,7 @@ def _local_cluster(config: ServerConfig) -> Any:
         initialize_head=True, connect=False,
         head_node_args={
             "num_cpus": _node_cpus(config), "include_dashboard": False, "labels": {LABEL: "node-0"},
-            "_system_config": {**_system_config(config), **FAST_HEALTH_CHECKS},
+            "_system_config": {**_system_config(config), **_health_checks(config)},
         },
     )
     try:

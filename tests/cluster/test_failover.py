@@ -120,17 +120,25 @@ async def finish(*works: Workload, urls: list[str]) -> None:
             describe=lambda: behind(w)[:5]))
 
 
+def two_workloads(srv: Server, topics: int) -> tuple[list[str], Workload, Workload]:
+    """Once the cluster is healthy: node-0's gateway URL, a workload there (two publishers
+    of ``2 * topics`` topics each, two subscribers) and a roaming one on node-1's and
+    node-2's gateways (one publisher of ``topics`` topics, one subscriber)."""
+    now = wait_for(lambda: (s := status(srv))["healthy"] and s, 60, "a healthy cluster")
+    home = [gateway_url(now, "node-0")]
+    work = Workload(home, ADMIN, publishers=2, topics=2 * topics, subscribers=2)
+    roaming = Workload([gateway_url(now, "node-1"), gateway_url(now, "node-2")], ADMIN, publishers=1, topics=topics,
+                       subscribers=1, branch="roaming")
+    return home, work, roaming
+
+
 async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Server) -> None:
     """Publishers and subscribers on node-0's gateway, and others on node-1's (they go
     on through node-2's when node-1 goes). node-1 (primaries, backups, a gateway) is
     crashed while they write; then started again on its data directory and given
     partitions back, while they still write."""
     loop = asyncio.get_running_loop()
-    now = wait_for(lambda: (s := status(cluster))["healthy"] and s, 60, "a healthy cluster")
-    home = [gateway_url(now, "node-0")]
-    work = Workload(home, ADMIN, publishers=2, topics=12, subscribers=2)
-    roaming = Workload([gateway_url(now, "node-1"), gateway_url(now, "node-2")], ADMIN, publishers=1, topics=6,
-                       subscribers=1, branch="roaming")
+    home, work, roaming = two_workloads(cluster, topics=6)
     await work.start()
     await roaming.start()
     try:
@@ -403,11 +411,7 @@ async def test_soak_nodes_crashed_and_paused_in_turn_lose_nothing_acknowledged(c
     paused past the failure detector, round after round; after each round the cluster
     must be whole again (healthy, balanced, every node's copy of the log caught up)."""
     loop = asyncio.get_running_loop()
-    now = wait_for(lambda: (s := status(cluster))["healthy"] and s, 60, "a healthy cluster")
-    home = [gateway_url(now, "node-0")]
-    work = Workload(home, ADMIN, publishers=2, topics=20, subscribers=2)
-    roaming = Workload([gateway_url(now, "node-1"), gateway_url(now, "node-2")], ADMIN, publishers=1, topics=10,
-                       subscribers=1, branch="roaming")
+    home, work, roaming = two_workloads(cluster, topics=10)
 
     def whole(expected: int) -> Any:
         s = status(cluster)

@@ -99,7 +99,7 @@ def test_a_gcs_restart_is_refused_without_redis(tmp_path: Path) -> None:
 async def test_ray_gcs_restarts_from_redis_and_the_cluster_goes_on(tmp_path: Path, redis: str) -> None:
     loop = asyncio.get_running_loop()
     srv = Server(tmp_path / "data", "--local-nodes", "3", "--partitions", "4", "--gcs-redis-address", redis,
-                 own_session=True)
+                 "--health-check-period-ms", "400", "--health-check-failures", "4", own_session=True)
     try:
         srv.wait_ready(180)
         now = wait_for(lambda: (s := status(srv))["healthy"] and s, 60, "a healthy cluster")

@@ -190,3 +190,14 @@ def test_partitioning_is_stable_and_spread() -> None:
     assert partitions_for(parse_selector("?a/b"), 4) == [partition_of("a/b", 4)]
     assert partitions_for(parse_selector("?a/.*"), 4) == [0, 1, 2, 3]
     assert default_partition_count(2) == 1 and default_partition_count(8) == 4 and default_partition_count(64) == 8 and default_partition_count(None) == 1
+
+
+def test_the_embedded_rays_settings_come_from_the_configuration() -> None:
+    from cluster.serve import _health_checks, _system_config
+
+    config = ServerConfig(health_check_period_ms=300, health_check_failures=2)
+    assert _health_checks(config) == {
+        "health_check_period_ms": 300, "health_check_timeout_ms": 300, "health_check_failure_threshold": 2}
+    assert _system_config(config) == {"worker_niceness": 0}
+    redis = ServerConfig(gcs_redis_address="127.0.0.1:6390", gcs_reconnect_timeout=20)
+    assert _system_config(redis) == {"worker_niceness": 0, "gcs_rpc_server_reconnect_timeout_s": 20}
