@@ -20,6 +20,7 @@ import time
 import uuid
 import warnings
 from typing import Any
+from urllib.parse import urlsplit
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -143,6 +144,22 @@ class Liveness:
                 else:
                     events.append((name, "restarted", ""))
         return events
+
+
+def gateway_port(port: int, info: list[dict[str, Any]], nodes: list[str], node: str) -> int:
+    """The port of a new gateway on ``node``, given every gateway's ``info`` (its url and
+    whether it was lost) and node so far: the port its lost gateway had (a node that
+    rejoins is found at the URL its clients know), else the first of ``port`` + k that
+    no gateway ever had; 0 (any) when ``port`` is 0."""
+    if not port:
+        return 0
+    ports = [urlsplit(i["url"]).port if i.get("url") else None for i in info]
+    live = {p for p, i in zip(ports, info) if not i.get("lost")}
+    for k in reversed(range(len(info))):
+        known = ports[k]
+        if nodes[k] == node and known is not None and known not in live:
+            return known
+    return next(port + k for k in range(len(ports) + 1) if port + k not in set(ports))
 
 
 def _restarted() -> bool:
@@ -571,14 +588,13 @@ class ControllerActor:
             if name in have or self.started_at is None:
                 continue
             k = len(self.gateways)
-            port = self.config["port"]
             try:
                 handle = gateway.remote_class().options(
                     name=names.gateway(k), lifetime="detached",
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
                 ).remote(
                     f"gw{k}-{uuid.uuid4().hex[:8]}", self.replicas.routes(), self.config, self.config["host"],
-                    port + k if port else 0, self.security.to_dict(),
+                    gateway_port(self.config["port"], self.gateway_info, self.gateway_nodes, name), self.security.to_dict(),
                     ray.get(self.session_trees.snapshot.remote(), timeout=RECOVER_TIMEOUT), self.session_trees,
                 )
                 info = ray.get(handle.start.remote(), timeout=START_TIMEOUT)

@@ -174,20 +174,27 @@ class Workload:
                     break
                 await asyncio.sleep(0.05)  # never spin (and grow the history) while refused
             if len(pending) >= self.window:
-                await self._settle(pending)
+                if await self._settle(pending):
+                    # a partition failing over answers UNAVAILABLE at once until its new primary is
+                    # reached: back off a little, as a client should, rather than spin
+                    await asyncio.sleep(0.02)
                 pending = []
             await asyncio.sleep(0)
         await self._settle(pending)
 
-    async def _settle(self, pending: list[tuple[str, int, asyncio.Future[None]]]) -> None:
+    async def _settle(self, pending: list[tuple[str, int, asyncio.Future[None]]]) -> int:
+        """Wait for every answer; return how many had an unknown outcome."""
+        unknown = 0
         for path, n, future in pending:
             try:
                 await asyncio.wait_for(future, 60)
                 self.history.acknowledged[path].append(n)
             except INDETERMINATE:
                 self.history.indeterminate[path].append(n)
+                unknown += 1
             except errors.CanopyError:
                 self.history.refused += 1
+        return unknown
 
     async def stop(self, settle: float = 1.0) -> None:
         """Stop publishing; wait until every answer is in (and ``settle`` seconds for deliveries)."""

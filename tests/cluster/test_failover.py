@@ -180,6 +180,7 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
             return s if ok and caught_up else False
 
         back = await loop.run_in_executor(None, lambda: wait_for(rejoined, FAILOVER, "node-1 back, holding partitions"))
+        assert gateway_url(back, "node-1") == roaming.urls[0], back["gateways"]  # at the URL its clients know
         await asyncio.sleep(2)
         await finish(work, roaming, urls=home)
     finally:

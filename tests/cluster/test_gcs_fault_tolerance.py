@@ -152,7 +152,9 @@ async def test_ray_gcs_restarts_from_redis_and_the_cluster_goes_on(tmp_path: Pat
         finally:
             await work.close()
         report = check(work.history)
-        print(f"[cluster] Ray's GCS restarted from Redis, then node-2 crashed and node-3 joined: {report}")
+        back = next(line for line in srv.lines if "Ray's GCS is back" in line)
+        print(f"[cluster] Ray's GCS restarted from Redis ({at_back - at_kill} writes acknowledged while it was "
+              f"down; {back}), then node-2 crashed and node-3 joined: {report}")
         assert report.valid, report
         assert report.acknowledged > 100 and not work.ended, (report, work.ended)
     finally:
