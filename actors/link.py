@@ -22,8 +22,13 @@ partition made them, and a batch's own events before its results: after a
 Events go to ``on_events(partition, events)`` as they arrive.
 
 A stream that breaks fails every unanswered operation with
-``Failed("UNAVAILABLE", ...)``, and every later one at once until it is back;
-the partition forgets the link's registrations when it sees the stream
+``Failed("UNAVAILABLE", ...)`` (its fate is unknown). Operations not sent yet,
+and later ones, wait for the partition to be back, for up to ``hold``
+seconds (:data:`HOLD`) from the break: a failover or a restart of the
+partition (a few seconds) costs a publisher only what was in flight. Past
+``hold`` they fail with ``UNAVAILABLE``, and so does every later one at once,
+until the partition is back. What waits is bounded by the sessions' own
+limits (``max_requests_in_flight`` each). The partition forgets the link's registrations when it sees the stream
 close. The link then reconnects by itself (a crashed partition is restarted
 by Ray and recovers its topics from its journal): it asks the partition for
 its address again, opens a new stream, tells its owner ``on_reset(partition)``,
@@ -89,6 +94,8 @@ OnPartition = Callable[[int], None]
 RECONNECT_DELAY = 0.2  # seconds between attempts to reach a partition again
 #: how long operations that a replica answered MOVED wait for the new primary before they fail
 MOVE_TIMEOUT = 30.0
+#: how long operations wait for a partition whose stream broke before they fail (seconds from the break)
+HOLD = 10.0
 
 
 class Route(NamedTuple):
@@ -172,6 +179,9 @@ class _Channel:
         self.index = index
         self.stream: _Stream | None = None
         self.broken: str | None = None
+        #: the stream broke more than ``hold`` ago: operations fail at once until it is back
+        self.failing = False
+        self._hold_timer: asyncio.TimerHandle | None = None
         self._queue: list[tuple[Operation, OnResult]] = []
         #: (sequence, operations, when written) of every unanswered batch
         self._in_flight: deque[tuple[int, list[tuple[Operation, OnResult]], int]] = deque()
@@ -197,9 +207,9 @@ class _Channel:
             self.registered[op.selector] = op.token  # type: ignore[union-attr]
         elif kind is Unregister:
             self.registered.pop(op.selector, None)  # type: ignore[union-attr]
-        if self.broken is not None:
+        if self.failing:
             if on_result is not None:
-                on_result(Failed(UNAVAILABLE, self.broken))
+                on_result(Failed(UNAVAILABLE, str(self.broken)))
             return
         self._queue.append((op, on_result))
         if not self._scheduled and len(self._in_flight) < self.link.max_in_flight:
@@ -291,16 +301,32 @@ class _Channel:
             if not self.link.closing:
                 log.error("%s", self.broken)
         self.stream = None
-        pending = [entry for _, batch, _ in self._in_flight for entry in batch] + self._moved + self._queue
+        unknown = [entry for _, batch, _ in self._in_flight for entry in batch]
         self._in_flight.clear()
-        self._queue = []
+        self._queue = self._moved + self._queue  # never applied: they wait for the partition
         self._moved = []
         self.moving = False
-        for _, on_result in pending:
+        for _, on_result in unknown:
             if on_result is not None:
                 on_result(Failed(UNAVAILABLE, self.broken))
+        if self.link.closing or self.link.hold <= 0:
+            self._give_up()
+        elif self._hold_timer is None and not self.failing:
+            self._hold_timer = asyncio.get_running_loop().call_later(self.link.hold, self._give_up)
         if not self.link.closing and self.reconnecting is None:
             self.reconnecting = asyncio.ensure_future(self._reconnect())
+
+    def _give_up(self) -> None:
+        """Still unavailable ``hold`` after the break: what waits fails, and so does every
+        later operation at once, until the partition is back."""
+        self._hold_timer = None
+        if self.broken is None:
+            return
+        self.failing = True
+        waiting, self._queue = self._queue, []
+        for _, on_result in waiting:
+            if on_result is not None:
+                on_result(Failed(UNAVAILABLE, self.broken))
 
     def reroute(self, route: Route) -> None:
         """The partition's primary changed: leave the old one now (it may hang rather than
@@ -335,6 +361,10 @@ class _Channel:
                 return
             log.warning("partition %d is back; registering %d selectors again", self.index, len(self.registered))
             self.broken = None
+            self.failing = False
+            if self._hold_timer is not None:
+                self._hold_timer.cancel()
+                self._hold_timer = None
             self.moving = False
             self.link.on_reset(self.index)
             waiting = {op.selector for op, _ in self._queue if type(op) is Register}  # type: ignore[union-attr]
@@ -374,6 +404,7 @@ class PartitionLink:
         max_in_flight: int = 2,
         max_batch: int = 2000,
         window: float = 0.0,
+        hold: float = HOLD,
         on_reset: OnPartition = lambda _: None,
         on_resynced: OnPartition = lambda _: None,
     ) -> None:
@@ -386,6 +417,7 @@ class PartitionLink:
         self.max_in_flight = max_in_flight
         self.max_batch = max_batch
         self.window = window
+        self.hold = hold
         self.closing = False
         self.channels = [_Channel(self, i) for i in range(len(self.routes))]
 
@@ -439,6 +471,9 @@ class PartitionLink:
         for channel in self.channels:
             if channel.reconnecting is not None:
                 channel.reconnecting.cancel()
+            if channel._hold_timer is not None:
+                channel._hold_timer.cancel()
+                channel._give_up()
             if channel.stream is not None and channel.stream.transport is not None:
                 channel.stream.transport.close()
 

@@ -155,7 +155,9 @@ async def test_in_flight_limit_makes_batches_grow(partitions: list[PartitionActo
         link.close()
 
 
-async def test_a_broken_stream_fails_pending_and_later_operations(partitions: list[PartitionActor]) -> None:
+async def test_a_broken_stream_fails_what_was_in_flight_and_later_operations_wait_for_it(
+    partitions: list[PartitionActor],
+) -> None:
     link, _ = await linked(partitions)
     try:
         await asyncio.gather(*link.everywhere(parse_selector("?a/"), p.Register("?a/", 1)))
@@ -168,12 +170,64 @@ async def test_a_broken_stream_fails_pending_and_later_operations(partitions: li
         assert peer.transport is not None
         peer.transport.abort()
         result = await asyncio.wait_for(pending, DEADLINE)
-        assert isinstance(result, p.Failed) and result.code == "UNAVAILABLE"
+        assert isinstance(result, p.Failed) and result.code == "UNAVAILABLE"  # its fate is unknown
         later = await asyncio.wait_for(link.request(index, p.FetchTopics(">t")), DEADLINE)
-        assert isinstance(later, p.Failed) and "unavailable" in later.message
+        assert isinstance(later, p.Ok), later  # it waited for the stream to be back
         other = await link.request(1 - index, p.FetchTopics(">t"))
         assert isinstance(other, p.Ok)  # the other partition is fine
-        await until(lambda: len(core.store.index) == 0, "the partition to drop the registrations")
+        # the partition dropped the link's registrations with the stream; the link registered them again
+        await until(lambda: len(core.store.index) == 1, "the registrations to be back")
+    finally:
+        link.close()
+
+
+class Unreachable(Handle):
+    """A partition whose attach fails while ``down`` (Ray restarting it, a failover not done)."""
+
+    def __init__(self, actor: PartitionActor) -> None:
+        super().__init__(actor)
+        self.down = False
+        handle = self
+
+        class _Attach:
+            @staticmethod
+            async def remote(link_id: str, epoch: int = 0) -> Any:
+                if handle.down:
+                    raise ConnectionError("the partition is not there")
+                return await actor.attach(link_id, epoch)
+
+        self.attach = _Attach()
+
+
+async def test_operations_wait_for_a_lost_partition_only_for_the_hold_then_fail_at_once_until_it_is_back(
+    partitions: list[PartitionActor],
+) -> None:
+    handles = [Unreachable(a) for a in partitions]
+    link = PartitionLink("gw", handles, Recorder().on_events, hold=0.5)
+    await link.attach()
+    try:
+        index = partition_of("t", 2)
+        assert isinstance(await link.request(index, p.SetValue("t", cb(1), False, None, True)), p.Ok)
+        core = partitions[index].core
+        assert core is not None
+        handles[index].down = True
+        peer = core.links["gw"]
+        assert peer.transport is not None
+        peer.transport.abort()
+        await until(lambda: link.channels[index].broken is not None, "the link to see the stream break")
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        waited = await asyncio.wait_for(link.request(index, p.SetValue("t", cb(2), False)), DEADLINE)
+        assert isinstance(waited, p.Failed) and waited.code == "UNAVAILABLE", waited
+        assert loop.time() - began >= 0.3  # it waited for the partition, then gave up
+        began = loop.time()
+        at_once = await asyncio.wait_for(link.request(index, p.FetchTopics(">t")), DEADLINE)
+        assert isinstance(at_once, p.Failed) and loop.time() - began < 0.3  # past the hold: no waiting
+        handles[index].down = False
+        await until(lambda: link.channels[index].broken is None, "the link to reach the partition again")
+        rows = await asyncio.wait_for(link.request(index, p.FetchTopics(">t")), DEADLINE)
+        assert isinstance(rows, p.Ok), rows
+        assert isinstance(await link.request(index, p.SetValue("t", cb(3), False)), p.Ok)
     finally:
         link.close()
 
