@@ -66,7 +66,7 @@ CLOSE_POLICY = 1008
 WIDE = frozenset({
     "fetch", "remove", "subscribe", "range_query", "view_create", "view_remove", "view_list",
     "session_get", "session_set", "security_update", "tree_put", "tree_remove", "cluster_status",
-    "cluster_node",
+    "cluster_node", "missing_topic_list",
 })
 #: messages a client may send before its HELLO is answered
 EARLY_LIMIT = 64
@@ -160,6 +160,7 @@ class Connections:
         unregister: Callable[[list[Selector]], None],
         after_write: Callable[[], None] = lambda: None,
         after_receive: Callable[[], None] = lambda: None,
+        closed: Callable[[str], None] = lambda session_id: None,
     ) -> None:
         self.gateway_id = gateway_id
         self.registry = registry
@@ -169,6 +170,7 @@ class Connections:
         self._unregister = unregister
         self._after_write = after_write
         self._after_receive = after_receive
+        self._closed = closed
         self.by_session: dict[str, _Client] = {}
         #: session id -> resume token, for every session (connected or kept)
         self.tokens: dict[str, str] = {}
@@ -334,6 +336,7 @@ class Connections:
         del self.by_session[session_id]
         self.tokens.pop(session_id, None)
         self._unregister(self.registry.close(session_id))
+        self._closed(session_id)
 
     def dropped(self, client: _Client) -> None:
         """A connection is gone. Its session ends with it when the client closed
@@ -359,6 +362,7 @@ class Connections:
         self.tokens.pop(session_id, None)
         log.info("session %s ended without its client: %s", session_id, why)
         self._unregister(self.registry.close(session_id))
+        self._closed(session_id)
 
     # -- requests and notifications ---------------------------------------------------------
 

@@ -32,6 +32,7 @@ import ray
 from actors.connections import Connections
 from actors import routes
 from actors.link import PartitionLink, PartitionUnavailable
+from actors.missing_topics import MissingTopics
 from actors.requests import HANDLERS, Context, Routed
 from actors.tracing import TraceRecord
 from actors.supervision import announce_start, new_incarnation
@@ -40,6 +41,7 @@ from actors.configuration import NotCommitted
 from canopy.transport import serve_stream
 from sessions.filters import FilterSyntaxError, parse_filter
 from sessions.limits import Limits
+from sessions.missing_topics import MissingTopicError
 from sessions.registry import SessionRegistry
 from sessions.requests import RequestError
 from sessions.security import AuthenticationFailed, PermissionDenied, SecurityCommandError, SecurityStore
@@ -62,6 +64,7 @@ REQUEST_ERRORS = (
     ProtocolError,
     AuthenticationFailed,
     NotCommitted,
+    MissingTopicError,
 )
 
 
@@ -101,9 +104,13 @@ class Gateway:
             limits=Limits.from_settings(config),
         )
         self.ctx = Context(self.registry, self.link, config, session_trees=session_tree_actor)
+        self.ctx.missing = self.missing = MissingTopics(
+            gateway_id, self._send, self._properties, config.get("missing_topic_timeout_ms", 10_000) / 1000,
+            server_name=config.get("server_name") or f"{config.get('host', host)}:{config.get('port', port)}",
+        )
         self.connections = Connections(
             gateway_id, self.registry, config, self._dispatch, self.ctx.unregister,
-            after_write=self._written, after_receive=self.link.flush,
+            after_write=self._written, after_receive=self.link.flush, closed=self.missing.session_closed,
         )
         self.server: asyncio.Server | None = None
         self.url = ""
@@ -141,7 +148,16 @@ class Gateway:
             "interest": len(self.registry.interest),
             "cached_topics": len(self.registry.cache),
             **self.link.stats(),
+            **self.missing.stats(),
         }
+
+    def _send(self, session_id: str, message: bytes) -> None:
+        self.registry.send(session_id, message)
+        self.connections.wake()
+
+    def _properties(self, session_id: str) -> dict[str, str] | None:
+        session = self.registry.sessions.get(session_id)
+        return dict(session.properties) if session is not None else None
 
     # -- configuration pushed to the gateway ---------------------------------------
 
@@ -298,6 +314,24 @@ class GatewayActor:
     async def set_peers(self, peers: list[Any]) -> None:
         """Every gateway of the instance (this one included), for session-wide operations."""
         self.core.ctx.peers = peers
+        await self.core.missing.set_peers(peers, self.core.gateway_id)
+
+    async def gateway_id(self) -> str:
+        return self.core.gateway_id
+
+    # -- missing-topic handlers on other gateways (see actors/missing_topics.py) ---------------
+
+    async def missing_topic_handlers(self) -> list[list[Any]]:
+        return self.core.missing.own()
+
+    async def missing_topic_handlers_changed(self, added: list[list[Any]], removed: list[str]) -> None:
+        self.core.missing.changed(added, removed)
+
+    async def missing_topic_notify(self, body: dict[str, Any], token: str, origin: str) -> bool:
+        return self.core.missing.notify(body, token, origin)
+
+    async def missing_topic_answered(self, wait_id: str, token: str, response: str) -> None:
+        self.core.missing.answered(wait_id, token, response)
 
     async def stop(self) -> None:
         await self.core.stop()

@@ -22,6 +22,8 @@ _EXPORTS = {
     "EventMetadata": "canopy.client",
     "TimeSeriesEvent": "canopy.client",
     "RangeResult": "canopy.client",
+    "MissingTopicNotification": "canopy.client",
+    "HandlerRegistration": "canopy.client",
     "connect": "canopy.client",
     "CanopyError": "canopy.errors",
     "SyncSession": "canopy.sync",

@@ -31,6 +31,8 @@ handle::
     ├── UnavailableError             UNAVAILABLE (a partition is down)
     ├── NoSuchNodeError              NO_SUCH_NODE (cluster node actions)
     ├── RefusedError                 REFUSED (a cluster node action needs force)
+    ├── RequestCancelledError        CANCELLED (a missing-topic handler cancelled it)
+    ├── LimitExceededError           LIMIT_EXCEEDED (a per-session limit)
     ├── SessionClosedError           the session ended (``code`` says why)
     ├── ConnectionInterruptedError   CONNECTION_INTERRUPTED: the connection dropped
     │                                while the request was in flight; the session goes on
@@ -191,6 +193,19 @@ class RefusedError(CanopyError):
     code = "REFUSED"
 
 
+class RequestCancelledError(CanopyError):
+    """A subscription or fetch that matched no topic was cancelled by the missing-topic
+    handler it was offered to: nothing was subscribed or fetched."""
+
+    code = "CANCELLED"
+
+
+class LimitExceededError(CanopyError):
+    """A request would take the session past one of the server's per-session limits."""
+
+    code = "LIMIT_EXCEEDED"
+
+
 class SessionClosedError(CanopyError):
     """The session is over; ``code`` is the server's reason (e.g. QUEUE_LIMIT)."""
 
@@ -247,6 +262,8 @@ _BY_CODE: dict[str, type[CanopyError]] = {
         UnavailableError,
         NoSuchNodeError,
         RefusedError,
+        RequestCancelledError,
+        LimitExceededError,
         SessionClosedError,
         ConnectionInterruptedError,
         ConnectError,

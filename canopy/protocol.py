@@ -28,6 +28,7 @@ code   message         fields after the code
 9      EVENT           topic alias, sequence, timestamp (ms), author,
                        value (bin), original sequence|nil, original
                        timestamp|nil, original author|nil            s → c
+10     NOTIFY          kind (str), body (any)                        s → c
 =====  ==============  ======================================================
 
 The first frame from the client must hold exactly one HELLO; the server
@@ -42,6 +43,14 @@ just before the WebSocket closes: ``QUEUE_LIMIT`` (a consumer too slow for a
 topic with CONFLATION off, or over its byte budget) and ``PROTOCOL_ERROR``
 end it for what the client did; ``SERVER_SHUTDOWN`` says the gateway stops
 (the session is gone; a client may open a new one, there or elsewhere).
+
+NOTIFY tells the session of something it asked to hear of, outside any
+request. The one kind so far is ``missing_topic``: a subscription or fetch
+matched no topic where the session registered a missing-topic handler (see
+below); its body is a map: ``id`` (answer with it), ``registration``,
+``path`` (the registration's), ``selector``, ``session_id`` and
+``properties`` (of the session that asked), ``servers`` (the servers the
+request passed through, where it was made first).
 
 *Resuming* (version 3). Every WELCOME carries the session's *resume token*,
 a random secret the gateway made when it opened the session. A connection
@@ -118,6 +127,22 @@ cluster_node    action ("kill"|"pause"|"add"), node|nil,        {node, action, .
                 seconds, force
 ==============  ===============================================  ==================
 
+Missing-topic handlers (REGISTER_HANDLER, and MODIFY_TOPIC on the path):
+
+==================  ===========================================  ==================
+missing_topic_add   path                                         registration (str)
+missing_topic_rm    registration                                 nil
+missing_topic_ans   notification id, "proceed"|"cancel"          nil
+missing_topic_list                                               [[registration,
+                                                                 path, session id]...]
+==================  ===========================================  ==================
+
+A subscription or fetch that matches no topic the session can see, where a
+handler is registered for a prefix of its selector's path prefix, waits for
+the handler's answer (``missing_topic_timeout_ms``, default 10 s; no answer
+counts as proceed); ``cancel`` ends the request with ERROR ``CANCELLED``
+and nothing is subscribed (see :mod:`sessions.missing_topics`).
+
 ``cluster_status`` (VIEW_SERVER) answers what ``canopy cluster status
 --json`` prints: the nodes, each partition's primary and backup node, epoch,
 topics, journal positions and replication lag, the gateways and their
@@ -175,7 +200,7 @@ import msgpack
 
 PROTOCOL_VERSION = 3  # 2: WELCOME says how many messages a frame may carry; 3: sessions resume
 FRAME_OVERHEAD = 5  # the largest msgpack array header
-HELLO, WELCOME, REQUEST, RESPONSE, ERROR, SUBSCRIBED, VALUE, UNSUBSCRIBED, CLOSE, EVENT = range(10)
+HELLO, WELCOME, REQUEST, RESPONSE, ERROR, SUBSCRIBED, VALUE, UNSUBSCRIBED, CLOSE, EVENT, NOTIFY = range(11)
 OPERATIONS = frozenset(
     {
         "add", "set", "remove", "fetch", "subscribe", "unsubscribe",
@@ -185,6 +210,7 @@ OPERATIONS = frozenset(
         "session_get", "session_set",
         "view_create", "view_list", "view_remove",
         "trace", "cluster_status", "cluster_node",
+        "missing_topic_add", "missing_topic_rm", "missing_topic_ans", "missing_topic_list",
     }
 )
 
@@ -319,6 +345,13 @@ class Event(NamedTuple):
     original_author: str | None = None
 
 
+class Notify(NamedTuple):
+    """Something the session asked to hear of, outside any request (``kind`` says what)."""
+
+    kind: str
+    body: Any
+
+
 class TraceRecord(NamedTuple):
     """One row of a ``trace`` result: a sampled set and when it passed each
     hop (monotonic ns on the gateway's clock; ``applied_ns`` on the partition's)."""
@@ -340,7 +373,7 @@ class Malformed:
     reason: str
 
 
-Message = Hello | Welcome | Request | Response | Error | Subscribed | Value | Unsubscribed | Close | Event
+Message = Hello | Welcome | Request | Response | Error | Subscribed | Value | Unsubscribed | Close | Event | Notify
 
 # -- encoding ----------------------------------------------------------------
 
@@ -361,6 +394,7 @@ def frame(messages: list[bytes]) -> bytes:
 _CODES: dict[type[Any], int] = {
     Hello: HELLO, Welcome: WELCOME, Request: REQUEST, Response: RESPONSE, Error: ERROR,
     Subscribed: SUBSCRIBED, Value: VALUE, Unsubscribed: UNSUBSCRIBED, Close: CLOSE, Event: EVENT,
+    Notify: NOTIFY,
 }
 
 
@@ -437,6 +471,7 @@ _ARITY = {
     UNSUBSCRIBED: 3,
     CLOSE: 3,
     EVENT: 9,
+    NOTIFY: 3,
 }
 
 
@@ -511,6 +546,8 @@ def _decode_one(item: Any) -> Message:
             _expect(item[7], (int, type(None)), "original timestamp"),
             _expect(item[8], (str, type(None)), "original author"),
         )
+    if code == NOTIFY:
+        return Notify(_expect(item[1], str, "kind"), item[2])
     return Close(_expect(item[1], str, "code"), _expect(item[2], str, "message"))
 
 

@@ -34,6 +34,8 @@ from canopy.client import (
     AddResult,
     EventMetadata,
     FetchedTopic,
+    HandlerRegistration,
+    MissingTopicNotification,
     RangeResult,
     Session,
     Subscription,
@@ -169,6 +171,30 @@ class SyncHub:
         return SyncSubscription(self._r, self._r.run(_awaited(request), self._t), self._t)
 
 
+class SyncMissingTopics:
+    """Blocking form of :class:`canopy.client.MissingTopics`: each handler runs in a
+    worker thread, so it may use the session's blocking methods (to create the topic)."""
+
+    def __init__(self, runner: _Loop, session: Session, timeout: float | None) -> None:
+        self._r, self._s, self._t = runner, session, timeout
+
+    def add_handler(self, path: str, handler: Callable[[MissingTopicNotification], Any]) -> HandlerRegistration:
+        async def in_thread(notification: MissingTopicNotification) -> Any:
+            return await asyncio.to_thread(handler, notification)
+
+        return self._r.run(self._s.missing_topics.add_handler(path, in_thread), self._t)
+
+    def remove_handler(self, registration: HandlerRegistration) -> None:
+        self._r.run(registration.close(), self._t)
+
+    def list(self) -> list[tuple[str, str, str]]:
+        return self._r.run(self._s.missing_topics.list(), self._t)
+
+    def drain(self) -> None:
+        """Wait until every notification received so far is answered."""
+        self._r.run(self._s.missing_topics.drain(), self._t)
+
+
 class _Blocking:
     """Blocking versions of every coroutine method of an async API object."""
 
@@ -201,6 +227,7 @@ class SyncSession:
         self.sessions = _Blocking(runner, session.sessions, timeout)
         self.views = _Blocking(runner, session.views, timeout)
         self.server = _Blocking(runner, session.server, timeout)
+        self.missing_topics = SyncMissingTopics(runner, session, timeout)
 
     @property
     def session_id(self) -> str:

@@ -147,6 +147,10 @@ class ServerConfig:
         3, "missed health checks in a row after which Ray declares a simulated node dead (--local-nodes)",
         low=1, high=100,
     )
+    server_name: str = setting(
+        "", "this server's name where other servers see it: in the server chain of missing-topic "
+        "notifications, and to fan-out primaries", shown="HOST:PORT of the first gateway", metavar="NAME",
+    )
     namespace: str = setting("canopy", "Ray namespace of this canopy instance", check=_not_empty, metavar="NAME")
     host: str = setting("127.0.0.1", "gateway listen address")
     port: int = setting(
@@ -195,6 +199,10 @@ class ServerConfig:
     )
     max_messages_per_frame: int = setting(
         1000, "messages one client frame may carry; a bigger frame closes the session", low=1, high=1_000_000
+    )
+    missing_topic_timeout_ms: int = setting(
+        10_000, "how long a subscription or fetch that matches no topic waits for its missing-topic handlers' "
+        "answer; no answer in time counts as proceed", low=10, high=600_000, metavar="MS",
     )
     max_protocol_errors: int = setting(
         100, "protocol errors a session may make before it is closed", low=1, high=1_000_000

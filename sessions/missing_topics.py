@@ -59,6 +59,9 @@ class Registration:
     token: str
     path: str
     session_id: str
+    #: the registration's place among those of its path (lower is older): registrations
+    #: made on several gateways are told apart by this, not by when each gateway heard of them
+    order: int = 0
 
 
 @dataclass(frozen=True)
@@ -84,18 +87,32 @@ class HandlerRegistry:
         self._by_path: dict[str, list[Registration]] = {}
         self._by_token: dict[str, Registration] = {}
 
-    def add(self, token: str, path: str, session_id: str) -> Registration:
+    def add(self, token: str, path: str, session_id: str, order: int | None = None) -> Registration:
+        """Register; ``order`` places it among its path's registrations (by default after them)."""
         path = paths.normalise(path)
+        if not path:
+            raise MissingTopicError("INVALID_PATH", "a missing-topic handler needs a topic path, not the root")
         if token in self._by_token:
             raise MissingTopicError("INVALID_REQUEST", f"registration {token!r} exists already")
         held = sum(1 for r in self._by_token.values() if r.session_id == session_id)
         if held >= MAX_HANDLERS_PER_SESSION:
             raise MissingTopicError(
                 "LIMIT_EXCEEDED", f"a session may register at most {MAX_HANDLERS_PER_SESSION} missing-topic handlers")
-        registration = Registration(token, path, session_id)
-        self._by_path.setdefault(path, []).append(registration)
+        listed = self._by_path.setdefault(path, [])
+        if order is None:
+            order = listed[-1].order + 1 if listed else 0
+        registration = Registration(token, path, session_id, order)
+        listed.append(registration)
+        listed.sort(key=lambda r: (r.order, r.token))
         self._by_token[token] = registration
         return registration
+
+    def get(self, token: str) -> Registration | None:
+        return self._by_token.get(token)
+
+    def covers(self, selector: Selector) -> bool:
+        """Whether some handler would hear of ``selector`` matching nothing."""
+        return self.handler_for(selector) is not None
 
     def remove(self, token: str) -> Registration | None:
         registration = self._by_token.pop(token, None)

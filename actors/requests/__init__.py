@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.requests import cluster, security, session_trees, sessions, time_series, topics, views
+from actors.requests import cluster, missing_topics, security, session_trees, sessions, time_series, topics, views
 from actors.requests.context import Context, Routed
 
 Handler = Callable[..., Any]
@@ -31,6 +31,7 @@ HANDLERS: dict[str, Handler] = {
     **sessions.HANDLERS,
     **views.HANDLERS,
     **cluster.HANDLERS,
+    **missing_topics.HANDLERS,
 }
 
 __all__ = ["HANDLERS", "Context", "Handler", "Routed"]

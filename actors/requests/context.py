@@ -45,6 +45,8 @@ class Context:
     #: registration token -> resolved when its snapshot is complete everywhere
     waiters: dict[int, asyncio.Future[None]] = field(default_factory=dict)
     tracer: Tracer = field(default_factory=Tracer)
+    #: missing-topic handlers (:class:`actors.missing_topics.MissingTopics`)
+    missing: Any = None
 
     async def all_ok(self, futures: list[asyncio.Future[Result]]) -> list[Any]:
         return [ok(r) for r in await asyncio.gather(*futures)]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from actors.requests.context import Context, Routed, ok
 from actors.tracing import DEFAULT_LIMIT
 from sessions import requests as check
+from sessions.missing_topics import CANCEL
 from sessions.security import GlobalPermission
 from topics.protocol import FetchTopics, RemoveTopics, Result
 from topics.selectors import Selector, parse_selector
@@ -51,6 +52,21 @@ async def _remove_permitted(ctx: Context, sid: str, selector: Selector) -> int:
 
 def fetch(ctx: Context, sid: str, *args: Any) -> Any:
     plan = check.fetch_plan(ctx.registry, sid, *args)
+    rows = _fetched(ctx, sid, plan)
+    if not ctx.missing.covers(plan.selector):
+        return rows
+
+    async def fetched() -> list[Any]:
+        found = await rows
+        if found:
+            return found
+        await _missing(ctx, sid, plan.selector)
+        return await _fetched(ctx, sid, plan)  # after the handlers: they may have made the topic
+
+    return fetched()
+
+
+def _fetched(ctx: Context, sid: str, plan: check.FetchPlan) -> Coroutine[Any, Any, list[Any]]:
     futures = [f for selector, op in plan.operations for f in ctx.link.everywhere(selector, op)]
 
     async def merged() -> list[Any]:
@@ -65,8 +81,31 @@ def fetch(ctx: Context, sid: str, *args: Any) -> Any:
     return merged()
 
 
+async def _missing(ctx: Context, sid: str, selector: Selector) -> None:
+    """A request for ``selector`` found nothing: wait for the missing-topic handlers' answer;
+    a cancel ends the request (``CANCELLED``)."""
+    if await ctx.missing.check(selector, sid) == CANCEL:
+        raise check.RequestError("CANCELLED", f"a missing-topic handler cancelled the request for {selector}")
+
+
 def subscribe(ctx: Context, sid: str, selector: Any) -> Any:
     sel = check.selector(ctx.registry, selector)
+    if ctx.missing.covers(sel):
+        return _subscribe_when_answered(ctx, sid, sel)
+    return _subscribe(ctx, sid, sel)
+
+
+async def _subscribe_when_answered(ctx: Context, sid: str, sel: Selector) -> None:
+    """A subscription a missing-topic handler may hear of: made once the handlers answered
+    proceed when it matches nothing now, not made on cancel."""
+    plan = check.fetch_plan(ctx.registry, sid, str(sel), False, False, None, None)  # SELECT_TOPIC checked
+    if not await _fetched(ctx, sid, plan):
+        await _missing(ctx, sid, sel)
+    if sid in ctx.registry.sessions:
+        await _subscribe(ctx, sid, sel)
+
+
+def _subscribe(ctx: Context, sid: str, sel: Selector) -> Coroutine[Any, Any, None]:
     registrations, waits = ctx.registry.subscribe(sid, sel)
     futures = ctx.register(registrations)
 

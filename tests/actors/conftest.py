@@ -15,7 +15,7 @@ BROKER_SETTINGS = {
     "port": 0, "partitions": 2, "queue_limit": 5000, "backpressure_threshold": 500, "max_frame_size": 262_144,
     # small per-session limits, so that the tests reach them
     "session_buffer": 4 * 1024 * 1024, "max_requests_in_flight": 64, "max_messages_per_frame": 500,
-    "max_protocol_errors": 20, "session_grace_ms": 3000,
+    "max_protocol_errors": 20, "session_grace_ms": 3000, "missing_topic_timeout_ms": 2000,
 }
 ADMIN_PASSWORD = "test-admin-password"
 #: connect(...) arguments of the administrator

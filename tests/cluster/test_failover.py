@@ -94,6 +94,38 @@ def test_every_partition_has_a_primary_and_a_backup_on_different_nodes(cluster: 
     text = cli("cluster", "status", url=cluster.url)
     assert text.returncode == 0 and "node-2" in text.stdout and "healthy" in text.stdout, text
     assert "views on node-1" in text.stdout, text.stdout
+    asyncio.run(missing_topics_across_gateways(gateway_url(now, "node-1"), gateway_url(now, "node-2")))
+
+
+async def missing_topics_across_gateways(handler_url: str, user_url: str) -> None:
+    """A handler on one gateway hears of a request made on another, its answer goes back,
+    and its registration goes from every gateway with its session."""
+    from topics.selectors import parse_selector
+
+    async with canopy.connect(handler_url, *ADMIN) as control, canopy.connect(user_url) as user:
+
+        async def create(notification: Any) -> bool:
+            path = parse_selector(notification.selector).path_prefix
+            await control.topics.add(path, "STRING")
+            await control.topics.set(path, "from node-1")
+            return True
+
+        registration = await control.missing_topics.add_handler("across", create)
+        await asyncio.get_running_loop().run_in_executor(None, lambda: wait_for(
+            lambda: any(r[0] == registration.token for r in asyncio.run(_registrations(user_url))), 10,
+            "the registration to reach node-2's gateway"))
+        sub = await user.topics.subscribe("across/x")
+        event = await sub.next(timeout=20)
+        assert (event.kind, event.path, event.value) == ("subscribed", "across/x", "from node-1")
+        await registration.close()
+        started = asyncio.get_running_loop().time()
+        assert await user.topics.fetch("across/y") == []  # nobody to wait for
+        assert asyncio.get_running_loop().time() - started < 5
+
+
+async def _registrations(url: str) -> list[tuple[str, str, str]]:
+    async with canopy.connect(url, *ADMIN) as session:
+        return await session.missing_topics.list()
 
 
 def behind(work: Workload) -> list[tuple[int, str, int | None, int | None]]:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
-from tests.e2e.conftest import BIN, Server, cli
+from tests.e2e.conftest import ADMIN, BIN, Server, cli
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
@@ -261,3 +262,44 @@ def test_view_commands(server: Server, tmp_path) -> None:  # type: ignore[no-unt
     ok(cli("view", "remove", "cli-file", url=url))
     ok(cli("view", "remove", "cli-file", url=url))  # absent: fine
     wait_for(lambda: fetched() == [], 30, "the reference topics to go")
+
+
+def test_missing_topics_handle_creates_the_topic_or_cancels(server: Server) -> None:
+    """``canopy missing-topics handle``: the handler makes the missing topic and the subscriber
+    gets it; with --cancel the fetch is abandoned."""
+    url = server.url
+    env = {**os.environ, "CANOPY_URL": url, "CANOPY_PRINCIPAL": ADMIN[0], "CANOPY_PASSWORD": ADMIN[1]}
+    handler = subprocess.Popen(
+        [str(BIN / "canopy"), "missing-topics", "handle", "made", "--create", "STRING", "--count", "2", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    canceller = subprocess.Popen(
+        [str(BIN / "canopy"), "missing-topics", "handle", "refused", "--cancel", "--count", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        for proc in (handler, canceller):
+            assert proc.stderr is not None
+            assert "handling missing topics" in proc.stderr.readline()
+        listed = cli("missing-topics", "list", "--json", url=url)
+        assert {json.loads(line)["path"] for line in listed.stdout.splitlines()} >= {"made", "refused"}, listed
+        subscribed = cli("topic", "subscribe", "made/a", "--count", "1", "--json", url=url, admin=False)
+        assert subscribed.returncode == 0, subscribed.stderr
+        assert json.loads(subscribed.stdout) == {"event": "subscribed", "path": "made/a", "type": "STRING", "value": None}
+        fetched = cli("topic", "fetch", "?made/b//", url=url, admin=False)
+        assert fetched.returncode == 0 and fetched.stdout.startswith("made/b STRING"), fetched
+        out, err = handler.communicate(timeout=60)
+        assert handler.returncode == 0, err
+        records = [json.loads(line) for line in out.splitlines()]
+        assert [(r["selector"], r["created"], r["answer"]) for r in records] == [
+            (">made/a", "CREATED", "proceed"), ("?made/b//", "CREATED", "proceed")]
+        assert records[0]["properties"]["$Principal"] == "" and len(records[0]["servers"]) == 1
+        refused = cli("topic", "fetch", "refused/x", url=url, admin=False)
+        assert refused.returncode == 1 and "CANCELLED" in refused.stderr, refused
+        out, err = canceller.communicate(timeout=60)
+        assert canceller.returncode == 0 and "missing >refused/x" in out and "cancel" in out, (out, err)
+    finally:
+        for proc in (handler, canceller):
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()

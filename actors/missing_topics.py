@@ -1,0 +1,283 @@
+"""Missing-topic handlers across the gateways of an instance.
+
+The bookkeeping is pure (:mod:`sessions.missing_topics`); this module moves
+it between gateways and sessions.
+
+* **Registrations are known everywhere.** A session registers on its own
+  gateway, which tells every other gateway (``handlers_changed``), so that
+  a gateway deciding whether a request may wait for a handler needs no call.
+  A gateway that starts (or restarts) asks its peers for theirs when the
+  controller hands it the peer list; registrations of a gateway that is no
+  longer among the peers are dropped. A registration's token starts with its
+  gateway's id, and its order (nanoseconds since the epoch when it was made)
+  decides which of a path's registrations is notified: the oldest.
+* **A request that matches nothing waits** (:meth:`MissingTopics.check`):
+  the request's gateway (its *origin*) picks the handler, notifies it (on
+  its own gateway, or through the handler's gateway's ``missing_topic_notify``),
+  and waits for ``proceed`` or ``cancel``. The handler's gateway remembers
+  where each notification came from and sends the answer back
+  (``missing_topic_answered``). Whatever goes wrong on the way (the handler's
+  session or gateway gone, no answer in ``missing_topic_timeout_ms``) counts
+  as proceed: a request is never stuck, and never cancelled but by a handler.
+* **Other handlers** (a fan-out link's primary) join a wait as *remote
+  offers*: an awaitable giving ``proceed`` or ``cancel``; the request goes
+  on once every handler said proceed and ends at the first cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from canopy import protocol as wire
+from sessions.missing_topics import (
+    CANCEL,
+    PROCEED,
+    HandlerRegistry,
+    MissingTopicError,
+    Notification,
+    Registration,
+    Waits,
+)
+from topics.selectors import Selector
+
+log = logging.getLogger("canopy.gateway")
+
+#: the NOTIFY kind of a missing-topic notification
+KIND = "missing_topic"
+
+#: a handler elsewhere (a primary, through a fan-out link): given the notification, its answer
+RemoteOffer = Callable[[Notification], Awaitable[str]]
+
+
+def gateway_of(token: str) -> str:
+    """The id of the gateway a registration token was made on."""
+    return token.split("/", 1)[0]
+
+
+class MissingTopics:
+    """One gateway's part: its registry copy, its waiting requests and the
+    notifications it handed to its own sessions.
+
+    ``send(session_id, message)`` queues an encoded message for a session of
+    this gateway; ``properties(session_id)`` gives a session's properties.
+    """
+
+    def __init__(
+        self,
+        gateway_id: str,
+        send: Callable[[str, bytes], None],
+        properties: Callable[[str], dict[str, str] | None],
+        timeout: float,
+        server_name: str = "",
+    ) -> None:
+        self.gateway_id = gateway_id
+        self.server_name = server_name or gateway_id
+        self.timeout = timeout
+        self._send = send
+        self._properties = properties
+        self.handlers = HandlerRegistry()
+        self.waits = Waits()
+        self._futures: dict[str, asyncio.Future[str]] = {}
+        self._serial = itertools.count(1)
+        #: the other gateways, by id
+        self.peers: dict[str, Any] = {}
+        #: notification id -> (origin gateway id, registration token) for those out to this gateway's sessions
+        self._out: dict[str, tuple[str, str]] = {}
+        self._tasks: set[asyncio.Future[Any]] = set()
+        #: remote offers that join every wait (the fan-out links add theirs)
+        self.remote: list[Callable[[Selector, str], RemoteOffer | None]] = []
+
+    # -- registrations ------------------------------------------------------------------
+
+    def add(self, session_id: str, path: str) -> str:
+        token = f"{self.gateway_id}/{next(self._serial)}"
+        registration = self.handlers.add(token, path, session_id, time.time_ns())
+        self._broadcast([_row(registration)], [])
+        return token
+
+    def remove(self, session_id: str, token: str) -> None:
+        registration = self.handlers.get(token)
+        if registration is None or registration.session_id != session_id:
+            raise MissingTopicError("INVALID_REQUEST", f"this session holds no missing-topic registration {token!r}")
+        self._gone([registration])
+
+    def session_closed(self, session_id: str) -> None:
+        self._gone([r for r in self.handlers.registrations() if r.session_id == session_id
+                    and gateway_of(r.token) == self.gateway_id])
+
+    def _gone(self, registrations: list[Registration]) -> None:
+        for registration in registrations:
+            self.handlers.remove(registration.token)
+            for notification_id, (_origin, token) in list(self._out.items()):
+                if token == registration.token:  # asked and will never answer: proceed
+                    self._route_answer(notification_id, PROCEED)
+        if registrations:
+            self._broadcast([], [r.token for r in registrations])
+
+    def own(self) -> list[list[Any]]:
+        """This gateway's registrations, as :meth:`changed` takes them."""
+        return [_row(r) for r in self.handlers.registrations() if gateway_of(r.token) == self.gateway_id]
+
+    def changed(self, added: list[list[Any]], removed: list[str]) -> None:
+        """Another gateway's registrations came or went."""
+        for token in removed:
+            self.handlers.remove(token)
+        for token, path, session_id, order in added:
+            if self.handlers.get(token) is None and gateway_of(token) in self.peers:
+                self.handlers.add(token, path, session_id, order)
+
+    async def set_peers(self, peers: list[Any], self_id: str) -> None:
+        """The instance's gateways (this one among them, as ``self_id`` says): forget the
+        registrations of those gone, learn those of the others."""
+        ids = await asyncio.gather(*(p.gateway_id.remote() for p in peers), return_exceptions=True)
+        self.peers = {i: p for i, p in zip(ids, peers) if isinstance(i, str) and i != self_id}
+        for registration in self.handlers.registrations():
+            owner = gateway_of(registration.token)
+            if owner != self.gateway_id and owner not in self.peers:
+                self.handlers.remove(registration.token)
+        theirs = await asyncio.gather(*(p.missing_topic_handlers.remote() for p in self.peers.values()),
+                                      return_exceptions=True)
+        for rows in theirs:
+            if isinstance(rows, list):
+                self.changed(rows, [])
+
+    def _broadcast(self, added: list[list[Any]], removed: list[str]) -> None:
+        for peer in self.peers.values():
+            self._track(peer.missing_topic_handlers_changed.remote(added, removed), "tell a gateway of handlers")
+
+    # -- requests that match nothing ------------------------------------------------------
+
+    def covers(self, selector: Selector) -> bool:
+        """Whether a request for ``selector`` that matches nothing has anybody to wait for."""
+        return self.handlers.covers(selector) or any(offer(selector, "") for offer in self.remote)
+
+    async def check(self, selector: Selector, session_id: str, servers: tuple[str, ...] = ()) -> str:
+        """A request of ``session_id`` for ``selector`` matched nothing: notify the handlers
+        and answer PROCEED or CANCEL once they decided."""
+        local = self.handlers.handler_for(selector)
+        offers = [o for o in (f(selector, session_id) for f in self.remote) if o is not None]
+        handlers = ([local.token] if local is not None else []) + [f"remote/{k}" for k in range(len(offers))]
+        loop = asyncio.get_running_loop()
+        wait = self.waits.start(handlers, loop.time(), self.timeout)
+        if wait is None:
+            return PROCEED
+        future: asyncio.Future[str] = loop.create_future()
+        self._futures[wait.id] = future
+        timer = loop.call_later(self.timeout, self._expire)
+        notification = Notification(
+            f"{self.gateway_id}:{wait.id}", str(selector), session_id,
+            dict(self._properties(session_id) or {}), (*servers, self.server_name),
+        )
+        if local is not None:
+            self._notify(local, notification)
+        for k, offer in enumerate(offers):
+            self._track(self._offer(wait.id, f"remote/{k}", offer, notification), "offer to a remote handler")
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            self._futures.pop(wait.id, None)
+
+    async def _offer(self, wait_id: str, handler: str, offer: RemoteOffer, notification: Notification) -> None:
+        try:
+            response = await offer(notification)
+        except Exception as e:  # a lost link, a primary gone: as if it said proceed
+            log.warning("missing-topic notification %s for %s: no answer from a remote handler (%s); proceeding",
+                        notification.id, notification.selector, e)
+            response = PROCEED
+        self.answered(wait_id, handler, response)
+
+    def _notify(self, registration: Registration, notification: Notification) -> None:
+        body = notification.to_wire()
+        owner = gateway_of(registration.token)
+        if owner == self.gateway_id:
+            if not self.notify(body, registration.token, self.gateway_id):
+                self.answered(notification.id.rsplit(":", 1)[1], registration.token, PROCEED)
+            return
+        peer = self.peers.get(owner)
+        if peer is None:
+            self.answered(notification.id.rsplit(":", 1)[1], registration.token, PROCEED)
+            return
+        reply = peer.missing_topic_notify.remote(body, registration.token, self.gateway_id)
+        self._track(self._delivered(reply, notification.id, registration.token), "notify a handler's gateway")
+
+    async def _delivered(self, reply: Any, notification_id: str, token: str) -> None:
+        try:
+            delivered = await reply
+        except Exception as e:
+            log.warning("missing-topic notification %s: the handler's gateway did not take it (%s)", notification_id, e)
+            delivered = False
+        if not delivered:  # the registration went before the notification got there
+            self.handlers.remove(token)
+            self.answered(notification_id.rsplit(":", 1)[1], token, PROCEED)
+
+    def notify(self, body: dict[str, Any], token: str, origin: str) -> bool:
+        """Hand a notification to the session of one of this gateway's registrations;
+        False when it is gone (the origin then proceeds)."""
+        registration = self.handlers.get(token)
+        if registration is None or gateway_of(token) != self.gateway_id:
+            return False
+        self._out[body["id"]] = (origin, token)
+        message = wire.Notify(KIND, {**body, "registration": token, "path": registration.path})
+        self._send(registration.session_id, wire.encode(message))
+        return True
+
+    def answer(self, session_id: str, notification_id: Any, response: Any) -> None:
+        """A handler session's answer to a notification it was given."""
+        if response not in (PROCEED, CANCEL):
+            raise MissingTopicError("INVALID_REQUEST", f"answer 'proceed' or 'cancel', not {response!r}")
+        entry = self._out.get(notification_id) if isinstance(notification_id, str) else None
+        registration = self.handlers.get(entry[1]) if entry is not None else None
+        if registration is None or registration.session_id != session_id:
+            raise MissingTopicError(
+                "INVALID_REQUEST", f"no missing-topic notification {notification_id!r} awaits this session's answer")
+        self._route_answer(notification_id, response)
+
+    def _route_answer(self, notification_id: str, response: str) -> None:
+        origin, token = self._out.pop(notification_id)
+        wait_id = notification_id.rsplit(":", 1)[1]
+        if origin == self.gateway_id:
+            self.answered(wait_id, token, response)
+            return
+        peer = self.peers.get(origin)
+        if peer is not None:  # else the origin is gone, and its request with it
+            self._track(peer.missing_topic_answered.remote(wait_id, token, response), "answer a notification")
+
+    def answered(self, wait_id: str, handler: str, response: str) -> None:
+        """A handler's answer reached the request's gateway."""
+        outcome = self.waits.answer(wait_id, handler, response)
+        if outcome is not None:
+            future = self._futures.get(wait_id)
+            if future is not None and not future.done():
+                future.set_result(outcome)
+
+    def _expire(self) -> None:
+        for wait_id in self.waits.expire(asyncio.get_running_loop().time() + 1e-3):
+            log.warning("missing-topic notification %s:%s: no answer in %.3g s; proceeding",
+                        self.gateway_id, wait_id, self.timeout)
+            future = self._futures.get(wait_id)
+            if future is not None and not future.done():
+                future.set_result(PROCEED)
+
+    def _track(self, awaitable: Any, what: str) -> None:
+        task = asyncio.ensure_future(awaitable)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Future[Any]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.warning("could not %s: %s", what, t.exception())
+
+        task.add_done_callback(done)
+
+    def stats(self) -> dict[str, int]:
+        return {"missing_topic_handlers": len(self.handlers), "missing_topic_waits": len(self.waits)}
+
+
+def _row(registration: Registration) -> list[Any]:
+    return [registration.token, registration.path, registration.session_id, registration.order]
