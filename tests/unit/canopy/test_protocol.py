@@ -21,6 +21,7 @@ MESSAGES: list[wire.Message] = [
     wire.Value(3, b"\x01"),
     wire.Unsubscribed(3, "REMOVED"),
     wire.Close("QUEUE_LIMIT", "too slow"),
+    wire.Notify("missing_topic", {"id": "gw0:m1", "selector": ">a/d", "servers": ["s1"]}),
 ]
 
 
@@ -152,3 +153,8 @@ def test_a_hello_asks_to_resume_and_discarding_keeps_the_correlation_ids_going()
     client.discard()  # their connection is gone: they never leave
     assert client.data_to_send() == []
     assert client.request("fetch", ">a") == 3
+
+
+def test_a_notify_needs_a_string_kind() -> None:
+    [bad] = wire.decode(msgpack.packb([[wire.NOTIFY, 5, {}]]))
+    assert isinstance(bad, wire.Malformed) and "kind" in bad.reason
