@@ -185,6 +185,8 @@ class ControllerActor:
         self._routes_pushed: list[tuple[int, str]] = []
         self.session_trees: Any = None
         self.views: Any = None
+        #: fan-out connection name -> its FanoutLinkActor
+        self.fanouts: dict[str, Any] = {}
         self.gateway_info: list[dict[str, Any]] = []
         self.started_at: float | None = None
         self.generated_admin_password: str | None = None
@@ -278,6 +280,10 @@ class ControllerActor:
             self.security = SecurityStore.from_dict(stored)
         self.session_trees = ray.get_actor(names.SESSION_TREES) if names.SESSION_TREES in listed else None
         self.views = ray.get_actor(names.VIEWS) if names.VIEWS in listed else None
+        from fanout.config import from_tables
+
+        self.fanouts = {c.name: ray.get_actor(f"fanout-{c.name}") for c in from_tables(self.config.get("fanout") or {})
+                        if f"fanout-{c.name}" in listed}
         found = {int(m.group(1)): n for n in listed if (m := re.fullmatch(names.GATEWAY_NAME, n))}
         for k in range(max(found, default=-1) + 1):
             handle = ray.get_actor(found[k]) if k in found else None
@@ -358,6 +364,7 @@ class ControllerActor:
                 + [self.session_trees.set_gateways.remote(self.gateways)],
                 timeout=START_TIMEOUT,
             )
+            self._start_fanouts(routes, aside)
         except Exception as e:
             self._kill_all()
             cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) and e.cause else e
@@ -365,6 +372,35 @@ class ControllerActor:
         self._liveness.baseline({name: handle for name, (_, handle) in self._serving().items()}, START_TIMEOUT)
         self.started_at = time.time()
         return self.describe()
+
+    def _start_fanouts(self, routes: list[Any], strategy: Any) -> None:
+        """One FanoutLinkActor per configured fan-out connection (``[fanout.NAME]``), each
+        link with a claim precedence of its own (the earlier configured wins a path)."""
+        from actors import fanout
+        from fanout.config import from_tables
+
+        ordinal = 0
+        for connection in from_tables(self.config.get("fanout") or {}):
+            handle = fanout.remote_class().options(
+                name=f"fanout-{connection.name}", scheduling_strategy=strategy, lifetime="detached"
+            ).remote(connection.to_dict(), ordinal, routes, self.config)
+            ordinal += len(connection.links)
+            self.fanouts[connection.name] = handle
+        if self.fanouts:
+            ray.get([h.ensure.remote() for h in self.fanouts.values()], timeout=START_TIMEOUT)
+        from fanout.mirror import overlapping
+        from topics.selectors import parse_selector
+
+        links = {f"{c.name} {s}": [parse_selector(s).path_prefix] for c in from_tables(self.config.get("fanout") or {})
+                 for s in c.links}
+        for a, b, prefix in overlapping(links):
+            log.warning("fan-out links %s and %s may both mirror topics under %s: the earlier configured wins "
+                        "each such path", a, b, prefix)
+
+    def fanout_status(self) -> list[dict[str, Any]]:
+        """Each fan-out connection: its state, primaries and, per link, the topics it mirrors."""
+        answers = _gather({name: h.stats.remote() for name, h in self.fanouts.items()}, 5.0)
+        return [answers.get(name, {"name": name, "state": "not answering", "links": []}) for name in self.fanouts]
 
     def update_security(self, commands: list[Any], change: str | None = None) -> int:
         """Apply security commands, commit the new store to the configuration log (it is
@@ -447,6 +483,8 @@ class ControllerActor:
         self._agents_follow_nodes(alive)
         self._gateways_follow_nodes(alive, report)
         moved = self._services_follow_nodes(alive, report)
+        for handle in self.fanouts.values():  # starts one Ray restarted; a no-op otherwise
+            handle.ensure.remote()
         for name, event, reason in events:
             if name in moved:
                 continue  # went with its node, made again (said above)
@@ -751,11 +789,17 @@ class ControllerActor:
                 ray.get(self.views.stop.remote(), timeout=STOP_TIMEOUT)
             except Exception:
                 pass
+        if self.fanouts:
+            try:
+                ray.get([h.stop.remote() for h in self.fanouts.values()], timeout=STOP_TIMEOUT)
+            except Exception:
+                pass
         self.replicas.stop(STOP_TIMEOUT)
         self._kill_all()
 
     def _kill_all(self) -> None:
-        extra = [h for h in (self.session_trees, self.views, self.config_log, *self.agents.values()) if h is not None]
+        extra = [h for h in (self.session_trees, self.views, self.config_log, *self.agents.values(),
+                             *self.fanouts.values()) if h is not None]
         for handle in [*self.gateways, *extra]:
             try:
                 ray.kill(handle, no_restart=True)
@@ -763,7 +807,7 @@ class ControllerActor:
                 pass
         self.replicas.kill_all()
         self.gateways, self.gateway_info, self.gateway_nodes, self.session_trees, self.views = [], [], [], None, None
-        self.config_log, self.agents = None, {}
+        self.config_log, self.agents, self.fanouts = None, {}, {}
 
 
 def _gather(refs: dict[Any, Any], timeout: float) -> dict[Any, Any]:

@@ -484,6 +484,21 @@ def _missing_topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fanout(args: argparse.Namespace) -> int:
+    with _session(args) as session:
+        listed = session.fanout.list()
+    for connection in listed:
+        if args.json:
+            print(_json_line(connection))
+            continue
+        print(f"{connection['name']}\t{connection['state']}\t{', '.join(connection.get('primaries', []))}"
+              + (f"\t{connection['error']}" if connection.get("error") else ""))
+        for link in connection.get("links", []):
+            contested = f", {len(link['contested'])} contested" if link.get("contested") else ""
+            print(f"  {link['selector']}\t{link['topics']} topics, {link['updates']} updates{contested}")
+    return 0
+
+
 def _cluster(args: argparse.Namespace) -> int:
     if args.action != "status":
         return _cluster_node(args)
@@ -794,6 +809,12 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
     m_list.add_argument("--json", action="store_true")
     for p in (handle, m_list):
         p.set_defaults(run=_missing_topics)
+
+    fan = commands.add_parser("fanout", help="fan-out connections of this server to its primaries").add_subparsers(
+        dest="action", required=True)
+    f_list = fan.add_parser("list", parents=[client], help="each connection's state and what its links mirror")
+    f_list.add_argument("--json", action="store_true")
+    f_list.set_defaults(run=_fanout)
 
     hub = commands.add_parser("hub", help="OpenAjax-style names").add_subparsers(dest="action", required=True)
     publish = hub.add_parser("publish", parents=[client], help="publish a value to a dotted name")

@@ -858,6 +858,20 @@ def _ignore_answer(future: asyncio.Future[Any]) -> None:
         log.info("a missing-topic answer was not taken: %s", future.exception())
 
 
+class Fanout:
+    """This server's fan-out connections to its primaries (``session.fanout``)."""
+
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def list(self) -> list[dict[str, Any]]:
+        """Each connection: ``name``, ``primaries``, ``state``, ``error``, ``sessions``, and
+        ``links``, each with its ``selector``, ``topics`` mirrored, ``updates`` and ``contested``
+        paths (VIEW_SERVER)."""
+        listed: list[dict[str, Any]] = await self._s._call("fanout_list")
+        return listed
+
+
 class Hub:
     """OpenAjax-style publish/subscribe with dotted names (``session.hub``).
 
@@ -972,6 +986,7 @@ class Session(Handler):
         self.views = TopicViews(self)
         self.server = Server(self)
         self.missing_topics = MissingTopics(self)
+        self.fanout = Fanout(self)
         self.closed = False
         self._closing = False
         self.close_reason: errors.CanopyError | None = None

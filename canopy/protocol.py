@@ -143,6 +143,12 @@ the handler's answer (``missing_topic_timeout_ms``, default 10 s; no answer
 counts as proceed); ``cancel`` ends the request with ERROR ``CANCELLED``
 and nothing is subscribed (see :mod:`sessions.missing_topics`).
 
+``fanout_list`` (VIEW_SERVER) answers, for each fan-out connection of this
+(secondary) server: ``name``, ``primaries``, ``state`` (``connecting``,
+``connected``, ``reconnecting``, ``retrying``), ``error``, ``sessions``
+(how many it opened), and per link its ``selector``, ``topics`` mirrored,
+``updates`` and ``contested`` paths.
+
 ``cluster_status`` (VIEW_SERVER) answers what ``canopy cluster status
 --json`` prints: the nodes, each partition's primary and backup node, epoch,
 topics, journal positions and replication lag, the gateways and their
@@ -211,6 +217,7 @@ OPERATIONS = frozenset(
         "view_create", "view_list", "view_remove",
         "trace", "cluster_status", "cluster_node",
         "missing_topic_add", "missing_topic_rm", "missing_topic_ans", "missing_topic_list",
+        "fanout_list",
     }
 )
 

@@ -228,6 +228,7 @@ class SyncSession:
         self.views = _Blocking(runner, session.views, timeout)
         self.server = _Blocking(runner, session.server, timeout)
         self.missing_topics = SyncMissingTopics(runner, session, timeout)
+        self.fanout = _Blocking(runner, session.fanout, timeout)
 
     @property
     def session_id(self) -> str:

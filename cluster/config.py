@@ -114,6 +114,16 @@ def _country_table(table: dict[str, Any]) -> str | None:
     return None
 
 
+def _fanout_tables(tables: dict[str, Any]) -> str | None:
+    from fanout.config import FanoutConfigError, from_tables  # pure: no Ray
+
+    try:
+        from_tables(tables)
+    except FanoutConfigError as e:
+        return f"is invalid: {e}"
+    return None
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """One canopy instance's settings; construction validates them."""
@@ -238,6 +248,11 @@ class ServerConfig:
     countries: dict[str, str] | None = setting(
         None, '$Country by client address: a table of "CIDR" = "CODE" (first match wins)', shown="none",
         check=_country_table, file_only="a table",
+    )
+    fanout: dict[str, Any] | None = setting(
+        None, "fan-out connections to primaries whose branches this server mirrors: [fanout.NAME] tables with "
+        "primaries, links, principal, password, retry_delay, reconnect_timeout (see fanout/config.py)",
+        shown="none", check=_fanout_tables, file_only="tables",
     )
 
     def __post_init__(self) -> None:

@@ -348,6 +348,8 @@ class TopicStore:
         precedence = self.references.get(path)
         if precedence is not None:
             view = self.claims[path][precedence].view
+            if precedence < 0:  # a fan-out replica (fanout/mirror.py): its claim names its link
+                raise ReferenceTopicError(f"{path!r} is a replica of a primary's topic ({view}): it is read-only")
             raise ReferenceTopicError(
                 f"{path!r} is a reference topic of topic view {view!r}: it is read-only"
             )

@@ -1,4 +1,4 @@
-"""Cluster requests: cluster_status, cluster_node (kill, pause or add a node)."""
+"""Cluster requests: cluster_status, cluster_node (kill, pause or add a node), fanout_list."""
 
 from __future__ import annotations
 
@@ -37,4 +37,17 @@ def cluster_node(ctx: Context, sid: str, action: Any, node: Any, seconds: Any, f
     return act()
 
 
-HANDLERS: dict[str, Callable[..., Any]] = {"cluster_status": cluster_status, "cluster_node": cluster_node}
+def fanout_list(ctx: Context, sid: str) -> Any:
+    """VIEW_SERVER: each fan-out connection's state and what its links mirror."""
+    ctx.registry.check(sid, GlobalPermission.VIEW_SERVER)
+
+    async def listed() -> list[dict[str, Any]]:
+        answer: list[dict[str, Any]] = await ctx.controller.fanout_status.remote()
+        return answer
+
+    return listed()
+
+
+HANDLERS: dict[str, Callable[..., Any]] = {
+    "cluster_status": cluster_status, "cluster_node": cluster_node, "fanout_list": fanout_list,
+}

@@ -1,0 +1,194 @@
+"""FanoutLinkActor: one fan-out connection of this (secondary) server to its primary.
+
+The actor opens an ordinary client session to the primary (:func:`canopy.connect`,
+with the connection's URLs, principal, retry delay and reconnect timeout),
+subscribes to each link's selector, and turns what the subscriptions say
+into replica claims on the local partitions (:class:`fanout.mirror.Mirror`),
+sent over its own :class:`~actors.link.PartitionLink`, as the view evaluator
+sends reference topics.
+
+* While the session reconnects, the replicas stay with their last values;
+  once it is back the client library has brought each subscription up to
+  date: topics removed on the primary meanwhile are announced gone, new ones
+  appear, values are current (the resynchronisation).
+* When the session ends for good (the reconnect timeout passed, or the
+  primary refused it), every replica of the connection goes, and the actor
+  connects again every retry delay; a new session brings them back.
+* When a partition of this server restarts, claims are not journaled: the
+  actor claims its replicas there again from what it holds.
+
+The controller makes one actor per connection (``fanout-<name>``), restarted
+by Ray; :meth:`FanoutLinkActor.ensure` (called at every controller check)
+starts a restarted one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+import ray
+
+from actors import routes
+from actors.link import PartitionLink
+from actors.supervision import announce_start
+from fanout.config import FanoutConnection
+from fanout.mirror import Mirror, claim_name, precedence
+from topics.protocol import Operation, TopicEvent
+
+log = logging.getLogger("canopy.fanout")
+
+
+class FanoutLink:
+    """The work of one connection (a plain object; see :class:`FanoutLinkActor`)."""
+
+    def __init__(self, connection: FanoutConnection, ordinal: int, partitions: list[Any], config: dict[str, Any]) -> None:
+        self.connection = connection
+        self.mirrors = [
+            Mirror(precedence(ordinal + k), claim_name(connection.name, selector))
+            for k, selector in enumerate(connection.links)
+        ]
+        self.link = PartitionLink(
+            f"fanout-{connection.name}", partitions, self._on_events, resolve=routes.from_controller(),
+            max_in_flight=config["max_in_flight"], max_batch=config["max_batch"],
+            on_resynced=self._partition_back,
+        )
+        self.session: Any = None
+        self.state = "starting"
+        self.error = ""
+        self.connected_at: float | None = None
+        self.sessions = 0
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    async def start(self) -> None:
+        if self._task is None:
+            await self.link.attach()
+            self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        if self.session is not None:
+            with contextlib.suppress(Exception):
+                await self.session.close()
+        self._clear()
+        self.link.flush()
+        self.link.close()
+
+    def _on_events(self, partition: int, events: list[TopicEvent]) -> None:
+        pass  # the link registers no selectors: it only claims
+
+    def _partition_back(self, partition: int) -> None:
+        owned = self.link.owned_by(partition)
+        for mirror in self.mirrors:
+            for path, spec in list(mirror.topics.items()):
+                if owned(path):
+                    mirror.topics.pop(path)
+                    self._submit(path, mirror.announced(path, spec, None))
+
+    def _submit(self, path: str | None, operation: Operation | None) -> None:
+        if operation is None:
+            return
+        if path is None:
+            for i in range(self.link.count):
+                self.link.submit(i, operation)
+        else:
+            self.link.route(path, operation)
+
+    def _clear(self) -> None:
+        for mirror in self.mirrors:
+            self._submit(None, mirror.clear())
+
+    async def _run(self) -> None:
+        import canopy
+
+        c = self.connection
+        while not self._stopping:
+            self.state = "connecting"
+            try:
+                self.session = await canopy.connect(
+                    list(c.primaries), c.principal, c.password, {"FanoutConnection": c.name},
+                    reconnect_timeout=c.reconnect_timeout, retry_delay=c.retry_delay,
+                )
+            except Exception as e:  # the primary is not there (yet), or refused us
+                self.state, self.error = "retrying", f"{type(e).__name__}: {e}"
+                log.warning("fan-out %s: cannot connect to %s (%s); again in %.3g s", c.name, ", ".join(c.primaries),
+                            self.error, c.retry_delay)
+                await asyncio.sleep(c.retry_delay)
+                continue
+            self.sessions += 1
+            self.state, self.error, self.connected_at = "connected", "", time.time()
+            log.info("fan-out %s: connected to %s (session %s)", c.name, ", ".join(c.primaries),
+                     self.session.session_id)
+            try:
+                await asyncio.gather(*(self._follow(mirror, selector) for mirror, selector in zip(self.mirrors, c.links)))
+            except Exception as e:
+                self.error = f"{type(e).__name__}: {e}"
+                log.warning("fan-out %s: the session to the primary ended (%s); its replicas go", c.name, self.error)
+            with contextlib.suppress(Exception):
+                await self.session.close()
+            self.session = None
+            self._clear()
+            self.link.flush()
+            if not self._stopping:
+                self.state = "retrying"
+                await asyncio.sleep(c.retry_delay)
+
+    async def _follow(self, mirror: Mirror, selector: str) -> None:
+        subscription = await self.session.topics.subscribe(selector)
+        async for event in subscription:
+            kind = event.kind
+            if kind == "subscribed":
+                self._submit(event.path, mirror.announced(event.path, event.specification, event.value))
+            elif kind == "value":
+                ts = event.event
+                self._submit(event.path, mirror.value(
+                    event.path, event.value, (ts.value, ts.timestamp, ts.author) if ts is not None else None))
+            elif kind == "unsubscribed":
+                self._submit(event.path, mirror.removed(event.path))
+            elif kind == "disconnected":
+                self.state = "reconnecting"
+            elif kind == "reconnected":
+                self.state = "connected"
+            self.link.flush()
+        if self.session is not None and self.session.closed and self.session.close_reason is not None:
+            raise self.session.close_reason
+
+    def stats(self) -> dict[str, Any]:
+        c = self.connection
+        return {
+            "name": c.name, "primaries": list(c.primaries), "state": self.state, "error": self.error,
+            "sessions": self.sessions,
+            "session": self.session.session_id if self.session is not None else None,
+            "links": [
+                {"selector": selector, "topics": len(m.topics), "updates": m.updates, "contested": sorted(m.contested)}
+                for selector, m in zip(c.links, self.mirrors)
+            ],
+        }
+
+
+class FanoutLinkActor:
+    def __init__(self, connection: dict[str, Any], ordinal: int, partitions: list[Any], config: dict[str, Any]) -> None:
+        announce_start()
+        self.core = FanoutLink(FanoutConnection.from_dict(connection), ordinal, partitions, config)
+
+    async def ensure(self) -> None:
+        """Start (once; again in a process Ray restarted)."""
+        await self.core.start()
+
+    async def stop(self) -> None:
+        await self.core.stop()
+
+    async def stats(self) -> dict[str, Any]:
+        return self.core.stats()
+
+
+def remote_class() -> Any:
+    return ray.remote(num_cpus=0, max_restarts=-1)(FanoutLinkActor)

@@ -1,0 +1,116 @@
+"""Fan-out between two `canopy serve` processes: a secondary mirrors a branch of its primary."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import canopy
+from canopy import errors
+from tests.conftest import free_port, wait_for
+from tests.e2e.conftest import ADMIN, ADMIN_PASSWORD, Server, cli
+
+
+@pytest.fixture
+def primary(tmp_path: Path) -> Iterator[Server]:
+    srv = Server(tmp_path / "primary", "--partitions", "2")
+    try:
+        yield srv.wait_ready()
+    finally:
+        srv.stop()
+
+
+def secondary_of(tmp_path: Path, primary: Server, links: list[str], name: str = "secondary") -> Server:
+    config = tmp_path / f"{name}.toml"
+    config.write_text(
+        "[fanout.main]\n"
+        f"primaries = [{json.dumps(primary.url)}]\n"
+        f"links = {json.dumps(links)}\n"
+        f'principal = "admin"\npassword = "{ADMIN_PASSWORD}"\n'
+        "retry_delay = 0.2\nreconnect_timeout = 30\n"
+    )
+    return Server(tmp_path / name, "--partitions", "2", "--config", str(config))
+
+
+def mirrored(url: str, selector: str) -> dict[str, object]:
+    async def fetch() -> dict[str, object]:
+        async with canopy.connect(url) as s:
+            return {t.path: t.value for t in await s.topics.fetch(selector)}
+
+    return asyncio.run(fetch())
+
+
+async def publish(url: str, *changes: tuple[str, str, object]) -> None:
+    async with canopy.connect(url, *ADMIN) as s:
+        for verb, path, value in changes:
+            if verb == "add":
+                await s.topics.add_and_set(path, value)
+            elif verb == "add-volatile":
+                await s.topics.add(path, "STRING", {"PERSISTENT": "false"})
+                await s.topics.set(path, value)
+            else:
+                await s.topics.remove(path)
+
+
+def test_a_secondary_mirrors_adds_updates_and_removals_and_resyncs_after_a_primary_restart(
+    tmp_path: Path, primary: Server
+) -> None:
+    asyncio.run(publish(primary.url, ("add", "A", "a"), ("add", "A/B", "b"), ("add", "A/C", "c"),
+                        ("add", "other/x", "not mirrored")))
+    secondary = secondary_of(tmp_path, primary, ["?A//"])
+    try:
+        secondary.wait_ready()
+        wait_for(lambda: mirrored(secondary.url, "?A//") == {"A": "a", "A/B": "b", "A/C": "c"}, 30,
+                 "the branch to be mirrored", describe=lambda: mirrored(secondary.url, "?A//"))
+        assert mirrored(secondary.url, "?other//") == {}
+
+        async def follow_changes() -> None:
+            async with canopy.connect(secondary.url) as s:
+                sub = await s.topics.subscribe("?A//")
+                seen = {(await sub.next(timeout=10)).path for _ in range(3)}
+                assert seen == {"A", "A/B", "A/C"}
+                await publish(primary.url, ("add", "A/B", "b2"), ("remove", "A/C", None), ("add", "A/D", "d"))
+                events = [await sub.next(timeout=10) for _ in range(3)]
+                assert [(e.kind, e.path, e.value) for e in events] == [
+                    ("value", "A/B", "b2"), ("unsubscribed", "A/C", None), ("subscribed", "A/D", "d")]
+                # replicas are read-only here
+            async with canopy.connect(secondary.url, *ADMIN) as admin:
+                with pytest.raises(errors.ReferenceTopicError, match="fan-out main"):
+                    await admin.topics.set("A/B", "local write")
+                listed = await admin.fanout.list()
+                assert [(c["name"], c["state"]) for c in listed] == [("main", "connected")], listed
+                assert listed[0]["links"][0]["topics"] == 3, listed
+
+        asyncio.run(follow_changes())
+        shown = cli("fanout", "list", url=secondary.url)
+        assert shown.returncode == 0 and "main\tconnected" in shown.stdout and "?A//\t3 topics" in shown.stdout, shown
+
+        # a primary restart: its volatile topic is gone afterwards, and so must its replica be
+        asyncio.run(publish(primary.url, ("add-volatile", "A/V", "v")))
+        wait_for(lambda: "A/V" in mirrored(secondary.url, "?A//"), 30, "the volatile topic to be mirrored")
+        assert primary.stop() == 0
+        restarted = Server(primary.data_dir, "--partitions", "2", port=primary.port)
+        try:
+            restarted.wait_ready()
+            asyncio.run(publish(restarted.url, ("add", "A/E", "e")))
+            want = {"A": "a", "A/B": "b2", "A/D": "d", "A/E": "e"}
+            wait_for(lambda: mirrored(secondary.url, "?A//") == want, 60, "the mirror to resync",
+                     describe=lambda: mirrored(secondary.url, "?A//"))
+        finally:
+            assert restarted.stop() == 0, restarted.output
+    finally:
+        code = secondary.stop()
+    assert code == 0, secondary.output
+
+
+def test_a_bad_fanout_table_is_refused_at_start(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[fanout.main]\nprimaries = ["http://nowhere"]\nlinks = ["?A//"]\n')
+    srv = Server(tmp_path / "data", "--config", str(config), port=free_port())
+    code = srv.proc.wait(60)
+    srv.stop()
+    assert code == 1 and "not a ws:// or wss:// URL" in srv.output, srv.output

@@ -1,0 +1,82 @@
+"""The pure parts of fan-out: connection definitions and the mirror's claims."""
+
+from __future__ import annotations
+
+import pytest
+
+from fanout.config import FanoutConfigError, FanoutConnection, from_tables
+from fanout.mirror import FANOUT_BASE, Mirror, claim_name, overlapping, precedence
+from topics.protocol import RefDrop, RefDropView, RefEvent, RefPut
+from topics.specification import TopicSpecification
+from topics.store import TopicStore
+from topics.errors import ReferenceTopicError
+from topics.types import TopicType, encode
+
+
+def test_a_definition_from_a_toml_table_and_back() -> None:
+    [c] = from_tables({"main": {"primaries": "ws://p:8080", "links": ["?A//"], "principal": "f",
+                                "password": "pw-123456", "retry_delay": 2, "reconnect_timeout": 0}})
+    assert c == FanoutConnection("main", ("ws://p:8080",), ("?A//",), "f", "pw-123456", 2.0, 0.0)
+    assert FanoutConnection.from_dict(c.to_dict()) == c
+    assert "password" not in c.shown()
+
+
+@pytest.mark.parametrize("table, message", [
+    ({"links": ["?A//"]}, "primaries must be a non-empty list"),
+    ({"primaries": ["http://p"], "links": ["?A//"]}, "not a ws:// or wss:// URL"),
+    ({"primaries": ["ws://p"], "links": []}, "links must be a non-empty list"),
+    ({"primaries": ["ws://p"], "links": ["?A/("]}, "is not a selector"),
+    ({"primaries": ["ws://p"], "links": ["*.*"]}, "no path prefix"),
+    ({"primaries": ["ws://p"], "links": ["A"], "principal": "x"}, "together"),
+    ({"primaries": ["ws://p"], "links": ["A"], "retry_delay": 0}, "retry_delay must be a number"),
+    ({"primaries": ["ws://p"], "links": ["A"], "retry_delay": True}, "retry_delay must be a number"),
+    ({"primaries": ["ws://p"], "links": ["A"], "colour": "red"}, "unknown key(s) colour"),
+])
+def test_bad_definitions_say_what_and_where(table: dict[str, object], message: str) -> None:
+    with pytest.raises(FanoutConfigError, match="fan-out connection 'main'") as info:
+        FanoutConnection.from_dict(table, "main")
+    assert message in str(info.value)
+
+
+def test_bad_names_and_tables() -> None:
+    with pytest.raises(FanoutConfigError, match="a name is"):
+        FanoutConnection.from_dict({"primaries": ["ws://p"], "links": ["A"]}, "bad name")
+    with pytest.raises(FanoutConfigError, match=r"\[fanout.x\]"):
+        from_tables({"x": 5})
+    with pytest.raises(FanoutConfigError, match="table of connections"):
+        from_tables([1])
+
+
+def test_fanout_claims_win_over_every_view_and_are_read_only() -> None:
+    store = TopicStore()
+    mirror = Mirror(precedence(0), claim_name("main", "?A//"))
+    spec = TopicSpecification.of("STRING")
+    store.ref_put(*RefPut("A/B", 0, "a view", "STRING", None, encode(TopicType.STRING, "from the view")))
+    store.ref_put(*mirror.announced("A/B", spec, "replica"))
+    assert store.tree.get("A/B").value == encode(TopicType.STRING, "replica")
+    with pytest.raises(ReferenceTopicError, match="replica of a primary's topic"):
+        store._writable("A/B")
+    store.ref_put(*mirror.value("A/B", "newer"))
+    assert store.tree.get("A/B").value == encode(TopicType.STRING, "newer")
+    drop = mirror.removed("A/B")
+    assert drop == RefDrop("A/B", FANOUT_BASE)
+    store.ref_drop(*drop)
+    assert store.tree.get("A/B").value == encode(TopicType.STRING, "from the view")  # the view has it again
+    assert mirror.removed("A/B") is None and mirror.value("A/B", "x") is None
+
+
+def test_time_series_events_and_clearing() -> None:
+    mirror = Mirror(precedence(3), "m")
+    spec = TopicSpecification.of("TIME_SERIES", {"TIME_SERIES_EVENT_VALUE_TYPE": "INT64"})
+    put = mirror.announced("ts", spec, None)
+    assert put.value is None and put.precedence == FANOUT_BASE + 3
+    event = mirror.value("ts", 5, (5, 1000, "alice"))
+    assert event is not None and event.event == RefEvent(encode(TopicType.INT64, 5), 1000, "alice")
+    assert mirror.clear() == RefDropView(FANOUT_BASE + 3) and mirror.topics == {}
+    with pytest.raises(ValueError):
+        precedence(-1)
+
+
+def test_overlapping_links_are_found_by_path_prefix() -> None:
+    assert overlapping({"a": ["A"], "b": ["A/B"], "c": ["C"]}) == [("a", "b", "A")]
+    assert overlapping({"a": ["A/B"], "b": ["A/C"]}) == []
