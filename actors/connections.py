@@ -66,7 +66,8 @@ CLOSE_POLICY = 1008
 WIDE = frozenset({
     "fetch", "remove", "subscribe", "range_query", "view_create", "view_remove", "view_list",
     "session_get", "session_set", "security_update", "tree_put", "tree_remove", "cluster_status",
-    "cluster_node", "missing_topic_list", "fanout_list",
+    "cluster_node", "missing_topic_list", "fanout_list", "fanout_add", "fanout_remove",
+    "server_add", "server_remove", "server_list", "server_check",
 })
 #: messages a client may send before its HELLO is answered
 EARLY_LIMIT = 64

@@ -187,6 +187,8 @@ class ControllerActor:
         self.views: Any = None
         #: fan-out connection name -> its FanoutLinkActor
         self.fanouts: dict[str, Any] = {}
+        #: fan-out connection name -> (definition, its first link's ordinal, from the configuration file?)
+        self.fanout_defs: dict[str, Any] = {}
         self.gateway_info: list[dict[str, Any]] = []
         self.started_at: float | None = None
         self.generated_admin_password: str | None = None
@@ -280,10 +282,8 @@ class ControllerActor:
             self.security = SecurityStore.from_dict(stored)
         self.session_trees = ray.get_actor(names.SESSION_TREES) if names.SESSION_TREES in listed else None
         self.views = ray.get_actor(names.VIEWS) if names.VIEWS in listed else None
-        from fanout.config import from_tables
-
-        self.fanouts = {c.name: ray.get_actor(f"fanout-{c.name}") for c in from_tables(self.config.get("fanout") or {})
-                        if f"fanout-{c.name}" in listed}
+        self._fanout_defs(documents.get("fanout"))
+        self.fanouts = {name: ray.get_actor(f"fanout-{name}") for name in self.fanout_defs if f"fanout-{name}" in listed}
         found = {int(m.group(1)): n for n in listed if (m := re.fullmatch(names.GATEWAY_NAME, n))}
         for k in range(max(found, default=-1) + 1):
             handle = ray.get_actor(found[k]) if k in found else None
@@ -364,7 +364,7 @@ class ControllerActor:
                 + [self.session_trees.set_gateways.remote(self.gateways)],
                 timeout=START_TIMEOUT,
             )
-            self._start_fanouts(routes, aside)
+            self._start_fanouts(routes, aside, documents.get("fanout"))
         except Exception as e:
             self._kill_all()
             cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) and e.cause else e
@@ -373,29 +373,111 @@ class ControllerActor:
         self.started_at = time.time()
         return self.describe()
 
-    def _start_fanouts(self, routes: list[Any], strategy: Any) -> None:
-        """One FanoutLinkActor per configured fan-out connection (``[fanout.NAME]``), each
-        link with a claim precedence of its own (the earlier configured wins a path)."""
-        from actors import fanout
-        from fanout.config import from_tables
-
-        ordinal = 0
-        for connection in from_tables(self.config.get("fanout") or {}):
-            handle = fanout.remote_class().options(
-                name=f"fanout-{connection.name}", scheduling_strategy=strategy, lifetime="detached"
-            ).remote(connection.to_dict(), ordinal, routes, self.config)
-            ordinal += len(connection.links)
-            self.fanouts[connection.name] = handle
+    def _start_fanouts(self, routes: list[Any], strategy: Any, stored: Any) -> None:
+        """One FanoutLinkActor per fan-out connection: those of the configuration file
+        (``[fanout.NAME]``) and those added at run time (the ``fanout`` document of the
+        configuration log), each link with a claim precedence of its own (the earlier
+        configured wins a path both mirror)."""
+        self._fanout_defs(stored)
+        for name in self.fanout_defs:
+            self.fanouts[name] = self._fanout_actor(name, routes, strategy)
         if self.fanouts:
             ray.get([h.ensure.remote() for h in self.fanouts.values()], timeout=START_TIMEOUT)
+            self._push_fanouts()
         from fanout.mirror import overlapping
         from topics.selectors import parse_selector
 
-        links = {f"{c.name} {s}": [parse_selector(s).path_prefix] for c in from_tables(self.config.get("fanout") or {})
+        links = {f"{c.name} {s}": [parse_selector(s).path_prefix] for c, _o, _f in self.fanout_defs.values()
                  for s in c.links}
         for a, b, prefix in overlapping(links):
             log.warning("fan-out links %s and %s may both mirror topics under %s: the earlier configured wins "
                         "each such path", a, b, prefix)
+
+    def _fanout_defs(self, stored: Any) -> None:
+        """``self.fanout_defs``: name -> (connection, first link ordinal, from the file?)."""
+        from fanout.config import FanoutConnection, from_tables
+
+        self.fanout_defs = {}
+        ordinal = 0
+        for c in from_tables(self.config.get("fanout") or {}):
+            self.fanout_defs[c.name] = (c, ordinal, True)
+            ordinal += len(c.links)
+        for entry in stored or []:
+            c = FanoutConnection.from_dict(entry["connection"])
+            if c.name not in self.fanout_defs:  # a file definition of the same name wins
+                self.fanout_defs[c.name] = (c, int(entry["ordinal"]), False)
+
+    def _fanout_actor(self, name: str, routes: list[Any], strategy: Any) -> Any:
+        from actors import fanout
+
+        connection, ordinal, _ = self.fanout_defs[name]
+        return fanout.remote_class().options(
+            name=f"fanout-{name}", scheduling_strategy=strategy, lifetime="detached"
+        ).remote(connection.to_dict(), ordinal, routes, self.config)
+
+    def _push_fanouts(self) -> None:
+        routes = self.fanout_routes()
+        ray.get([g.set_fanouts.remote(routes) for g in self._live_gateways()], timeout=START_TIMEOUT)
+
+    def fanout_add(self, definition: dict[str, Any]) -> dict[str, Any]:
+        """Add a fan-out connection at run time: committed to the configuration log, then
+        started. A name in use is refused (remove it first)."""
+        from fanout.config import FanoutConfigError, FanoutConnection
+
+        connection = FanoutConnection.from_dict(definition)
+        if connection.name in self.fanout_defs:
+            raise FanoutConfigError(f"fan-out connection {connection.name!r} exists already; remove it first")
+        used = [o + len(c.links) for c, o, _f in self.fanout_defs.values()]
+        ordinal = max(used, default=0)
+        self.fanout_defs[connection.name] = (connection, ordinal, False)
+        try:
+            self._commit_fanouts()
+        except Exception:
+            del self.fanout_defs[connection.name]
+            raise
+        strategy = NodeAffinitySchedulingStrategy(self._aside(self._nodes()).id, soft=False)
+        handle = self.fanouts[connection.name] = self._fanout_actor(connection.name, self.replicas.routes(), strategy)
+        ray.get(handle.ensure.remote(), timeout=START_TIMEOUT)
+        self._liveness.baseline({f"fanout-{connection.name}": handle}, START_TIMEOUT)
+        self._push_fanouts()
+        return connection.shown()
+
+    def fanout_remove(self, name: str) -> bool:
+        """Remove a connection added at run time: its replicas go. False when there is none."""
+        from fanout.config import FanoutConfigError
+
+        found = self.fanout_defs.get(name)
+        if found is None:
+            return False
+        if found[2]:
+            raise FanoutConfigError(f"fan-out connection {name!r} is defined in the configuration file; "
+                                    "remove it there and restart")
+        del self.fanout_defs[name]
+        try:
+            self._commit_fanouts()
+        except Exception:
+            self.fanout_defs[name] = found
+            raise
+        handle = self.fanouts.pop(name, None)
+        self._liveness.forget(f"fanout-{name}")
+        self._push_fanouts()
+        if handle is not None:
+            try:
+                ray.get(handle.stop.remote(), timeout=STOP_TIMEOUT)
+            except Exception as e:
+                log.warning("fan-out %s did not stop cleanly: %s", name, e)
+            ray.kill(handle, no_restart=True)
+        return True
+
+    def _commit_fanouts(self) -> None:
+        document = [{"connection": c.to_dict(), "ordinal": o} for c, o, from_file in self.fanout_defs.values()
+                    if not from_file]
+        ray.get(self.config_log.append.remote("fanout", document), timeout=START_TIMEOUT)
+
+    def fanout_routes(self) -> list[tuple[str, Any, list[str]]]:
+        """What a gateway needs to offer requests to the fan-out links: name, actor, link selectors."""
+        return [(name, handle, list(self.fanout_defs[name][0].links)) for name, handle in self.fanouts.items()
+                if name in self.fanout_defs]
 
     def fanout_status(self) -> list[dict[str, Any]]:
         """Each fan-out connection: its state, primaries and, per link, the topics it mirrors."""
@@ -573,7 +655,46 @@ class ControllerActor:
             moved.add(name)
             report.append({"name": "cluster", "actor": "", "event": "cluster",
                            "reason": f"{name} ({kind}) went with its node; made again on {target.name}"})
+        for connection in list(self.fanouts):
+            name = f"fanout-{connection}"
+            node = self._liveness.node(name)
+            if node is None or node in ids:
+                continue
+            target = self._aside(self._nodes())
+            try:
+                self._move_fanout(connection, target)
+            except Exception as e:
+                report.append({"name": name, "actor": "FanoutLinkActor", "event": "failed",
+                               "reason": f"its node was lost and it could not be made again: {type(e).__name__}: {e}"})
+                continue
+            moved.add(name)
+            report.append({"name": "cluster", "actor": "", "event": "cluster",
+                           "reason": f"{name} (FanoutLinkActor) went with its node; made again on {target.name}"})
         return moved
+
+    def _move_fanout(self, connection: str, node: Any) -> None:
+        """A fan-out link went with its node: the same connection on a living one (its
+        replicas are claimed again as its new session announces them)."""
+        name = f"fanout-{connection}"
+        try:
+            ray.kill(self.fanouts[connection], no_restart=True)
+        except Exception:
+            pass
+        strategy = NodeAffinitySchedulingStrategy(node.id, soft=False)
+        deadline = time.monotonic() + RECOVER_TIMEOUT
+        while True:  # the dead one's name is released shortly after
+            try:
+                handle = self._fanout_actor(connection, self.replicas.routes(), strategy)
+                break
+            except ValueError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        ray.get(handle.ensure.remote(), timeout=RECOVER_TIMEOUT)
+        self.fanouts[connection] = handle
+        self._liveness.forget(name)
+        self._liveness.baseline({name: handle}, RECOVER_TIMEOUT)
+        self._push_fanouts()
 
     def _make_service(self, name: str, node: Any) -> None:
         old = self.views if name == names.VIEWS else self.session_trees
@@ -663,7 +784,8 @@ class ControllerActor:
         if now == self._routes_pushed:
             return
         self._routes_pushed = now
-        for holder in [*self._live_gateways(), *([self.views] if self.views is not None else [])]:
+        for holder in [*self._live_gateways(), *([self.views] if self.views is not None else []),
+                       *self.fanouts.values()]:
             holder.set_routes.remote(routes)
 
     def _recover(self, name: str, handle: Any) -> None:
@@ -687,6 +809,9 @@ class ControllerActor:
             ray.get(handle.set_gateways.remote(self._live_gateways()), timeout=RECOVER_TIMEOUT)
         elif handle is self.config_log:
             ray.get(handle.start.remote(self.agents), timeout=RECOVER_TIMEOUT)
+        elif handle in self.fanouts.values():
+            ray.get(handle.set_routes.remote(self.replicas.routes()), timeout=RECOVER_TIMEOUT)
+            ray.get(handle.ensure.remote(), timeout=RECOVER_TIMEOUT)
 
     def _serving(self) -> dict[str, tuple[str, Any]]:
         actors = {name: (partition.PartitionActor.__name__, h) for name, h in self.replicas.serving().items()}
@@ -700,6 +825,8 @@ class ControllerActor:
             actors[names.SESSION_TREES] = (session_trees.SessionTreeActor.__name__, self.session_trees)
         if self.config_log is not None:
             actors[names.CONFIG_LOG] = (configuration.ConfigLogActor.__name__, self.config_log)
+        for name, handle in self.fanouts.items():
+            actors[f"fanout-{name}"] = ("FanoutLinkActor", handle)
         return actors
 
     def stats(self) -> dict[str, Any]:
@@ -762,7 +889,7 @@ class ControllerActor:
             "balanced": self.replicas.balanced(),
             "services": {  # where the instance's single actors run now
                 name: by_id.get(self._liveness.node(name) or "")
-                for name in (names.CONFIG_LOG, names.VIEWS, names.SESSION_TREES)
+                for name in (names.CONFIG_LOG, names.VIEWS, names.SESSION_TREES, *(f"fanout-{n}" for n in self.fanouts))
             },
             "configuration": {"security_version": self.security.version, **self._log_position()},
             "healthy": all(p["healthy"] for p in partitions),

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from typing import Any
@@ -34,10 +35,11 @@ import ray
 
 from actors import routes
 from actors.link import PartitionLink
-from actors.supervision import announce_start
+from actors.supervision import announce_start, new_incarnation
 from fanout.config import FanoutConnection
 from fanout.mirror import Mirror, claim_name, precedence
-from topics.protocol import Operation, TopicEvent
+from sessions.missing_topics import CANCEL, PROCEED
+from topics.protocol import Ok, Operation, RefPut, Result, TopicEvent
 
 log = logging.getLogger("canopy.fanout")
 
@@ -57,6 +59,8 @@ class FanoutLink:
             on_resynced=self._partition_back,
         )
         self.session: Any = None
+        #: missing-topic notifications passed on to the primary
+        self.forwarded = 0
         self.state = "starting"
         self.error = ""
         self.connected_at: float | None = None
@@ -88,19 +92,26 @@ class FanoutLink:
     def _partition_back(self, partition: int) -> None:
         owned = self.link.owned_by(partition)
         for mirror in self.mirrors:
-            for path, spec in list(mirror.topics.items()):
-                if owned(path):
-                    mirror.topics.pop(path)
-                    self._submit(path, mirror.announced(path, spec, None))
+            for path in [p for p in mirror.topics if owned(p)]:
+                self._submit(path, mirror.reclaim(path))
 
-    def _submit(self, path: str | None, operation: Operation | None) -> None:
+    def _submit(self, path: str | None, operation: Operation | None, mirror: Mirror | None = None) -> None:
         if operation is None:
             return
         if path is None:
             for i in range(self.link.count):
                 self.link.submit(i, operation)
+        elif mirror is not None and isinstance(operation, RefPut) and path not in mirror.contested:
+            self.link.route(path, operation, functools.partial(self._claimed, mirror, path))
         else:
             self.link.route(path, operation)
+
+    def _claimed(self, mirror: Mirror, path: str, result: Result) -> None:
+        """A partition's answer to a claim: another link mirrors the path too (reported once)."""
+        if isinstance(result, Ok) and result.value is True and path in mirror.topics and path not in mirror.contested:
+            mirror.contested.add(path)
+            log.warning("fan-out %s: %s is mirrored by another link too (%s); the link configured first holds it",
+                        self.connection.name, path, mirror.name)
 
     def _clear(self) -> None:
         for mirror in self.mirrors:
@@ -146,7 +157,7 @@ class FanoutLink:
         async for event in subscription:
             kind = event.kind
             if kind == "subscribed":
-                self._submit(event.path, mirror.announced(event.path, event.specification, event.value))
+                self._submit(event.path, mirror.announced(event.path, event.specification, event.value), mirror)
             elif kind == "value":
                 ts = event.event
                 self._submit(event.path, mirror.value(
@@ -161,11 +172,33 @@ class FanoutLink:
         if self.session is not None and self.session.closed and self.session.close_reason is not None:
             raise self.session.close_reason
 
+    async def missing(self, selector: str, session_id: str, properties: dict[str, str], servers: list[str]) -> str:
+        """A request on this server that seed 003's conditions 2 and 3 let through (the gateway
+        decided: :func:`fanout.mirror.propagates`) is offered here: with a live session to the
+        primary (condition 1) it is forwarded, and the primary answers what its handlers
+        answered (it checks conditions 4 and 5). A session lost while it is out counts as
+        proceed, with a warning."""
+        session = self.session
+        if session is None or not session.connected or self.state != "connected":
+            return PROCEED  # no session to the primary: nothing is propagated
+        try:
+            answer = await session._call("missing_topic_fwd", selector, session_id, properties, servers)
+        except Exception as e:
+            log.warning("fan-out %s: the missing-topic notification for %s got no answer from the primary (%s); "
+                        "proceeding", self.connection.name, selector, e)
+            return PROCEED
+        self.forwarded += 1
+        return CANCEL if answer == CANCEL else PROCEED
+
+    def replicas(self, candidates: list[str]) -> list[str]:
+        """Which of ``candidates`` this connection holds as replicas."""
+        return [p for p in candidates if any(p in m.topics for m in self.mirrors)]
+
     def stats(self) -> dict[str, Any]:
         c = self.connection
         return {
             "name": c.name, "primaries": list(c.primaries), "state": self.state, "error": self.error,
-            "sessions": self.sessions,
+            "sessions": self.sessions, "forwarded": self.forwarded,
             "session": self.session.session_id if self.session is not None else None,
             "links": [
                 {"selector": selector, "topics": len(m.topics), "updates": m.updates, "contested": sorted(m.contested)}
@@ -176,6 +209,7 @@ class FanoutLink:
 
 class FanoutLinkActor:
     def __init__(self, connection: dict[str, Any], ordinal: int, partitions: list[Any], config: dict[str, Any]) -> None:
+        self._incarnation = new_incarnation()
         announce_start()
         self.core = FanoutLink(FanoutConnection.from_dict(connection), ordinal, partitions, config)
 
@@ -186,8 +220,21 @@ class FanoutLinkActor:
     async def stop(self) -> None:
         await self.core.stop()
 
+    async def set_routes(self, routes: list[Any]) -> None:
+        """The controller's new partition map (see :meth:`actors.link.PartitionLink.set_routes`)."""
+        self.core.link.set_routes(routes)
+
+    async def incarnation(self) -> str:
+        return self._incarnation
+
     async def stats(self) -> dict[str, Any]:
         return self.core.stats()
+
+    async def missing(self, selector: str, session_id: str, properties: dict[str, str], servers: list[str]) -> str:
+        return await self.core.missing(selector, session_id, properties, servers)
+
+    async def replicas(self, candidates: list[str]) -> list[str]:
+        return self.core.replicas(candidates)
 
 
 def remote_class() -> Any:

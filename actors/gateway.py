@@ -41,6 +41,8 @@ from actors.configuration import NotCommitted
 from canopy.transport import serve_stream
 from sessions.filters import FilterSyntaxError, parse_filter
 from sessions.limits import Limits
+from fanout.config import FanoutConfigError
+from fanout.servers import RemoteServerError
 from sessions.missing_topics import MissingTopicError
 from sessions.registry import SessionRegistry
 from sessions.requests import RequestError
@@ -65,6 +67,8 @@ REQUEST_ERRORS = (
     AuthenticationFailed,
     NotCommitted,
     MissingTopicError,
+    FanoutConfigError,
+    RemoteServerError,
 )
 
 
@@ -315,6 +319,18 @@ class GatewayActor:
         """Every gateway of the instance (this one included), for session-wide operations."""
         self.core.ctx.peers = peers
         await self.core.missing.set_peers(peers, self.core.gateway_id)
+        if self.core.ctx.controller is not None:  # after a restart: learn the fan-out links again
+            asyncio.ensure_future(self._refresh_fanouts())
+
+    async def _refresh_fanouts(self) -> None:
+        try:
+            self.core.missing.set_fanouts(await self.core.ctx.controller.fanout_routes.remote())
+        except Exception as e:
+            log.warning("could not learn this server's fan-out links: %s", e)
+
+    async def set_fanouts(self, fanouts: list[Any]) -> None:
+        """This server's fan-out connections (name, actor, link selectors), for missing-topic propagation."""
+        self.core.missing.set_fanouts(fanouts)
 
     async def gateway_id(self) -> str:
         return self.core.gateway_id

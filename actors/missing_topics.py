@@ -19,9 +19,14 @@ it between gateways and sessions.
   (``missing_topic_answered``). Whatever goes wrong on the way (the handler's
   session or gateway gone, no answer in ``missing_topic_timeout_ms``) counts
   as proceed: a request is never stuck, and never cancelled but by a handler.
-* **Other handlers** (a fan-out link's primary) join a wait as *remote
-  offers*: an awaitable giving ``proceed`` or ``cancel``; the request goes
-  on once every handler said proceed and ends at the first cancel.
+* **Fan-out** (seed 003): a request whose selector's path prefix intersects
+  a fan-out link's is also offered to that link's actor
+  (:meth:`actors.fanout.FanoutLinkActor.missing`), which forwards it to its
+  primary when the seed's conditions hold there; the primary treats it as
+  its own request (its handlers, its own fan-out links: tiers), with the
+  chain of servers growing by one at each hop. The request goes on once
+  every handler said proceed and ends at the first cancel; a link that
+  cannot answer counts as proceed.
 """
 
 from __future__ import annotations
@@ -43,15 +48,18 @@ from sessions.missing_topics import (
     Registration,
     Waits,
 )
-from topics.selectors import Selector
+from fanout.mirror import crosses, propagates
+from topics.selectors import Selector, parse_selector
 
 log = logging.getLogger("canopy.gateway")
 
 #: the NOTIFY kind of a missing-topic notification
 KIND = "missing_topic"
 
-#: a handler elsewhere (a primary, through a fan-out link): given the notification, its answer
-RemoteOffer = Callable[[Notification], Awaitable[str]]
+#: servers a request may pass through (fan-out tiers) before it is no longer propagated
+MAX_HOPS = 16
+#: matched topics a request's replicas are looked for among (the rest are not looked at)
+MAX_MATCHED = 10_000
 
 
 def gateway_of(token: str) -> str:
@@ -89,8 +97,8 @@ class MissingTopics:
         #: notification id -> (origin gateway id, registration token) for those out to this gateway's sessions
         self._out: dict[str, tuple[str, str]] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
-        #: remote offers that join every wait (the fan-out links add theirs)
-        self.remote: list[Callable[[Selector, str], RemoteOffer | None]] = []
+        #: the fan-out connections: name, FanoutLinkActor, its links' selectors
+        self.fanouts: list[tuple[str, Any, list[Selector]]] = []
 
     # -- registrations ------------------------------------------------------------------
 
@@ -153,42 +161,76 @@ class MissingTopics:
     # -- requests that match nothing ------------------------------------------------------
 
     def covers(self, selector: Selector) -> bool:
-        """Whether a request for ``selector`` that matches nothing has anybody to wait for."""
-        return self.handlers.covers(selector) or any(offer(selector, "") for offer in self.remote)
+        """Whether a request for ``selector`` may have anybody to wait for: a handler here,
+        or a fan-out link it may be propagated through (seed 003)."""
+        return self.handlers.covers(selector) or any(
+            crosses(selector, link) for _name, _handle, links in self.fanouts for link in links)
 
-    async def check(self, selector: Selector, session_id: str, servers: tuple[str, ...] = ()) -> str:
-        """A request of ``session_id`` for ``selector`` matched nothing: notify the handlers
-        and answer PROCEED or CANCEL once they decided."""
-        local = self.handlers.handler_for(selector)
-        offers = [o for o in (f(selector, session_id) for f in self.remote) if o is not None]
-        handlers = ([local.token] if local is not None else []) + [f"remote/{k}" for k in range(len(offers))]
+    async def check(
+        self, selector: Selector, session_id: str, servers: tuple[str, ...] = (),
+        properties: dict[str, str] | None = None, matched: list[str] | None = None,
+    ) -> tuple[str, bool]:
+        """Offer a request of ``session_id`` for ``selector`` to the handlers: the one registered
+        here when it ``matched`` no topic here, and, through the fan-out links, the primaries
+        where seed 003's conditions hold (on this side: :func:`fanout.mirror.propagates` over the
+        replicas among ``matched``; the link's actor checks its session, the primary the rest).
+        Answer PROCEED or CANCEL once they decided, and whether any was asked.
+
+        ``servers`` is the chain the request came through (a request forwarded by a secondary);
+        ``properties`` the requesting session's when it is not a session of this gateway."""
+        if self.server_name in servers or len(servers) >= MAX_HOPS:
+            return PROCEED, False  # it went round in a circle of fan-out links, or too far
+        local = self.handlers.handler_for(selector) if not matched else None
+        links = await self._propagating(selector, matched or [])
+        handlers = ([local.token] if local is not None else []) + [f"fanout/{name}" for name, _ in links]
         loop = asyncio.get_running_loop()
         wait = self.waits.start(handlers, loop.time(), self.timeout)
         if wait is None:
-            return PROCEED
+            return PROCEED, False
         future: asyncio.Future[str] = loop.create_future()
         self._futures[wait.id] = future
         timer = loop.call_later(self.timeout, self._expire)
+        if properties is None:
+            properties = dict(self._properties(session_id) or {})
         notification = Notification(
-            f"{self.gateway_id}:{wait.id}", str(selector), session_id,
-            dict(self._properties(session_id) or {}), (*servers, self.server_name),
+            f"{self.gateway_id}:{wait.id}", str(selector), session_id, properties, (*servers, self.server_name),
         )
         if local is not None:
             self._notify(local, notification)
-        for k, offer in enumerate(offers):
-            self._track(self._offer(wait.id, f"remote/{k}", offer, notification), "offer to a remote handler")
+        for name, handle in links:
+            offer = handle.missing.remote(notification.selector, session_id, properties, list(notification.servers))
+            self._track(self._offer(wait.id, f"fanout/{name}", offer, notification), "offer to a primary")
         try:
-            return await future
+            return await future, True
         finally:
             timer.cancel()
             self._futures.pop(wait.id, None)
 
-    async def _offer(self, wait_id: str, handler: str, offer: RemoteOffer, notification: Notification) -> None:
+    async def _propagating(self, selector: Selector, matched: list[str]) -> list[tuple[str, Any]]:
+        """The fan-out connections a request is to be offered to (conditions 2 and 3)."""
+        crossing = [(n, h, links) for n, h, links in self.fanouts if any(crosses(selector, k) for k in links)]
+        if not crossing:
+            return []
+        replicas: set[str] = set()
+        if matched:  # which of the topics it matched here are replicas (of any connection)
+            asked = [h.replicas.remote(matched[:MAX_MATCHED]) for _n, h, _l in self.fanouts]
+            for held in await asyncio.gather(*asked, return_exceptions=True):
+                if isinstance(held, list):
+                    replicas.update(held)
+        return [(n, h) for n, h, links in crossing if propagates(selector, links, replicas)]
+
+    def set_fanouts(self, fanouts: list[tuple[str, Any, list[str]]]) -> None:
+        """The fan-out connections of this server: name, actor, link selectors."""
+        self.fanouts = [(name, handle, [parse_selector(s) for s in links]) for name, handle, links in fanouts]
+
+    async def _offer(self, wait_id: str, handler: str, offer: Awaitable[str], notification: Notification) -> None:
         try:
-            response = await offer(notification)
-        except Exception as e:  # a lost link, a primary gone: as if it said proceed
-            log.warning("missing-topic notification %s for %s: no answer from a remote handler (%s); proceeding",
-                        notification.id, notification.selector, e)
+            response = await offer
+        except Exception as e:  # the link's actor gone: as if it said proceed
+            log.warning("missing-topic notification %s for %s: no answer from %s (%s); proceeding",
+                        notification.id, notification.selector, handler, e)
+            response = PROCEED
+        if response not in (PROCEED, CANCEL):
             response = PROCEED
         self.answered(wait_id, handler, response)
 

@@ -23,7 +23,9 @@ import msgpack
 import ray
 
 from actors.delay_store import DelayStore
-from actors import configuration, routes
+from actors import configuration, remote_servers, routes
+from actors.remote_servers import RemoteConnection
+from fanout.servers import MAX_SERVERS, RemoteServer, RemoteServerError
 from actors.link import PartitionLink
 from actors.supervision import announce_start, new_incarnation
 from sessions.security import PathPermission, SecurityStore
@@ -119,6 +121,9 @@ class ViewEvaluatorActor:
         self.link = self.feed.link
         self._carry = self.feed.carry
         self._next_precedence = 1
+        #: remote server definitions, and the connections of those some view needs
+        self.servers: dict[str, RemoteServer] = {}
+        self.remote: dict[str, RemoteConnection] = {}
         self._timer: asyncio.Task[None] | None = None
         self._incarnation = new_incarnation()
         announce_start()
@@ -134,7 +139,15 @@ class ViewEvaluatorActor:
         if self._timer is not None:
             return len(self.engine.views)
         await self.link.attach()
-        stored = (await self.config_log.get_documents.remote()).get("views") or []
+        documents = await self.config_log.get_documents.remote()
+        for data in documents.get("servers") or []:
+            try:
+                server = RemoteServer.from_dict(data)
+            except RemoteServerError as e:
+                log.error("could not restore a remote server definition: %s", e)
+                continue
+            self.servers[server.name] = server
+        stored = documents.get("views") or []
         for data in stored:
             definition = ViewDefinition.from_wire(data)
             self._next_precedence = max(self._next_precedence, definition.precedence + 1)
@@ -144,6 +157,7 @@ class ViewEvaluatorActor:
                 log.error("could not restore topic view %r: %s", definition.name, e)
         self.feed.wakeup = asyncio.Event()
         self._timer = asyncio.ensure_future(self._tick())
+        await self._sync_remote()
         return len(stored)
 
     # -- the view API ---------------------------------------------------------------
@@ -170,6 +184,7 @@ class ViewEvaluatorActor:
         if old is not None:
             self.delay.drop_view(name)
         self._carry(self.engine.put_view(definition, _now()))
+        await self._sync_remote()
         return self._describe(definition)
 
     async def remove(self, name: str) -> bool:
@@ -179,21 +194,104 @@ class ViewEvaluatorActor:
             await self._save({d.name: d for d in self.engine.definitions() if d.name != name})
             self.delay.drop_view(name)
             self._carry(self.engine.remove_view(name, _now()))
+            await self._sync_remote()
             return True
 
     async def list(self) -> list[dict[str, Any]]:
         return [self._describe(d) for d in self.engine.definitions()]
 
     def _describe(self, definition: ViewDefinition) -> dict[str, Any]:
-        inactive = self.engine.is_inactive(definition.name)
         return {
             "name": definition.name,
             "specification": definition.text,
             "roles": sorted(definition.roles),
             "principal": definition.principal,
             "precedence": definition.precedence,
-            "state": "inactive: remote servers are not available yet" if inactive else "active",
+            "state": self._state(definition.name),
         }
+
+    def _state(self, name: str) -> str:
+        """``active``, or why not: a remote view waits for its server's definition and session."""
+        server = self.engine.server_of(name)
+        if server is None:
+            return "active"
+        if server not in self.servers:
+            return f"inactive: no remote server {server!r} is defined"
+        connection = self.remote.get(server)
+        if connection is None or connection.state not in ("connected", "reconnecting"):
+            why = f" ({connection.error})" if connection is not None and connection.error else ""
+            return f"inactive: connecting to remote server {server!r}{why}"
+        return "active" if connection.state == "connected" else f"active: reconnecting to remote server {server!r}"
+
+    # -- remote servers (remote topic views) ------------------------------------------------
+
+    async def _sync_remote(self) -> None:
+        """One connection per defined remote server some view needs, subscribed to those
+        views' selectors; the others closed (their views' reference topics go)."""
+        wanted = self.engine.remote_selectors()
+        for name, connection in list(self.remote.items()):
+            if name not in wanted or self.servers.get(name) != connection.server:
+                del self.remote[name]
+                await connection.stop()
+                self._carry(self.engine.remote_lost(name, _now()))
+        for name, selectors in wanted.items():
+            server = self.servers.get(name)
+            if server is None:
+                continue
+            connection = self.remote.get(name)
+            if connection is None:
+                connection = self.remote[name] = RemoteConnection(server, self._remote_events, self._remote_lost)
+                connection.start()
+            await connection.want(set(selectors))
+
+    def _remote_events(self, server: str, events: list[Any]) -> None:
+        self._carry(self.engine.on_events(events, _now(), server))
+
+    def _remote_lost(self, server: str) -> None:
+        self._carry(self.engine.remote_lost(server, _now()))
+
+    async def server_add(self, definition: dict[str, Any]) -> dict[str, Any]:
+        server = RemoteServer.from_dict(definition)
+        async with self._changing:
+            if server.name in self.servers:
+                raise RemoteServerError(f"remote server {server.name!r} exists already; remove it first")
+            if len(self.servers) >= MAX_SERVERS:
+                raise RemoteServerError(f"at most {MAX_SERVERS} remote servers")
+            await self._save_servers({**self.servers, server.name: server})
+            self.servers[server.name] = server
+            await self._sync_remote()
+        return server.shown()
+
+    async def server_remove(self, name: str) -> bool:
+        async with self._changing:
+            if name not in self.servers:
+                return False
+            await self._save_servers({n: s for n, s in self.servers.items() if n != name})
+            del self.servers[name]
+            await self._sync_remote()
+        return True
+
+    async def server_list(self) -> list[dict[str, Any]]:
+        users: dict[str, list[str]] = {}
+        for definition in self.engine.definitions():
+            named = self.engine.server_of(definition.name)
+            if named is not None:
+                users.setdefault(named, []).append(definition.name)
+        out = []
+        for name, server in sorted(self.servers.items()):
+            connection = self.remote.get(name)
+            state = connection.describe() if connection is not None else {"state": "not in use", "error": ""}
+            out.append({**server.shown(), "views": users.get(name, []), **state})
+        return out
+
+    async def server_check(self, name: str) -> dict[str, Any]:
+        server = self.servers.get(name)
+        if server is None:
+            raise RemoteServerError(f"no remote server {name!r} is defined")
+        return await remote_servers.check(server)
+
+    async def _save_servers(self, servers: dict[str, RemoteServer]) -> None:
+        await configuration.commit(self.config_log, "servers", [s.to_dict() for _n, s in sorted(servers.items())])
 
     async def _save(self, definitions: dict[str, ViewDefinition]) -> None:
         """Commit the views to the configuration log (a majority of the nodes)."""
@@ -213,6 +311,7 @@ class ViewEvaluatorActor:
             "topics": len(self.engine.topics),
             "references": sum(len(v.emitted) for v in self.engine.views.values()),
             "delayed": len(self.delay),
+            "remote_servers": {n: c.describe() for n, c in self.remote.items()},
             **self.link.stats(),
         }
 
@@ -237,6 +336,8 @@ class ViewEvaluatorActor:
                 pass
 
     async def stop(self) -> None:
+        for connection in self.remote.values():
+            await connection.stop()
         if self._timer is not None:
             self._timer.cancel()
         self.link.close()

@@ -485,6 +485,21 @@ def _missing_topics(args: argparse.Namespace) -> int:
 
 
 def _fanout(args: argparse.Namespace) -> int:
+    if args.action == "add":
+        if (args.link_principal is None) != (args.link_password is None):
+            raise CanopyError("give --principal and --password together (or neither: anonymous)", "INVALID_FANOUT")
+        with _session(args) as session:
+            added = session.fanout.add(
+                args.name, args.primary, args.link, principal=args.link_principal, password=args.link_password,
+                retry_delay=args.retry_delay, reconnect_timeout=args.link_reconnect_timeout,
+            )
+        print(f"{added['name']}: mirroring {', '.join(added['links'])} from {', '.join(added['primaries'])}")
+        return 0
+    if args.action == "remove":
+        with _session(args) as session:
+            removed = session.fanout.remove(args.name)
+        print(f"{args.name}: removed" if removed else f"{args.name}: no such connection")
+        return 0
     with _session(args) as session:
         listed = session.fanout.list()
     for connection in listed:
@@ -496,6 +511,36 @@ def _fanout(args: argparse.Namespace) -> int:
         for link in connection.get("links", []):
             contested = f", {len(link['contested'])} contested" if link.get("contested") else ""
             print(f"  {link['selector']}\t{link['topics']} topics, {link['updates']} updates{contested}")
+    return 0
+
+
+def _server(args: argparse.Namespace) -> int:
+    if args.action == "add" and (args.remote_principal is None) != (args.remote_password is None):
+        raise CanopyError("give --principal and --password together (or neither: anonymous)", "INVALID_REMOTE_SERVER")
+    with _session(args) as session:
+        servers = session.remote_servers
+        if args.action == "add":
+            added = servers.add(
+                args.name, args.remote_url, principal=args.remote_principal, password=args.remote_password,
+                retry_delay=args.retry_delay, reconnect_timeout=args.remote_reconnect_timeout,
+                missing_topic_filter=args.missing_topic_filter,
+            )
+            print(f"{added['name']}: {', '.join(added['urls'])}")
+        elif args.action == "remove":
+            print(f"{args.name}: removed" if servers.remove(args.name) else f"{args.name}: no such remote server")
+        elif args.action == "check":
+            checked = servers.check(args.name)
+            if not checked["ok"]:
+                raise CanopyError(f"{args.name}: {checked['error']}", "CONNECT_FAILED")
+            print(f"{args.name}: connected in {checked['ms']:g} ms")
+        else:
+            for server in servers.list():
+                if args.json:
+                    print(_json_line(server))
+                else:
+                    views = ", ".join(server["views"]) or "no views"
+                    error = f" ({server['error']})" if server.get("error") else ""
+                    print(f"{server['name']}\t{server['state']}{error}\t{', '.join(server['urls'])}\t{views}")
     return 0
 
 
@@ -630,6 +675,14 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
         help="CA certificates (PEM) to verify a wss:// server with (default: $CANOPY_CA_FILE, else the "
         "system's trust store)",
     )
+
+    # the same, for verbs whose own --principal/--password say something else: the command
+    # connects as $CANOPY_PRINCIPAL/$CANOPY_PASSWORD
+    client_as_env = argparse.ArgumentParser(add_help=False)
+    for action in client._actions:
+        if action.dest not in ("principal", "password", "help"):
+            client_as_env._add_action(action)
+    client_as_env.set_defaults(principal=os.environ.get("CANOPY_PRINCIPAL"), password=os.environ.get("CANOPY_PASSWORD"))
 
     commands.add_parser("demo", help="walk through the pure topic model").set_defaults(run=_demo)
 
@@ -814,7 +867,60 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
         dest="action", required=True)
     f_list = fan.add_parser("list", parents=[client], help="each connection's state and what its links mirror")
     f_list.add_argument("--json", action="store_true")
-    f_list.set_defaults(run=_fanout)
+    f_add = fan.add_parser(
+        "add", parents=[client_as_env], help="make this server a secondary of a primary for some selectors",
+        description="The connection's own credentials are --principal/--password; this command itself "
+        "connects as $CANOPY_PRINCIPAL/$CANOPY_PASSWORD.",
+    )
+    f_add.add_argument("name", metavar="NAME")
+    f_add.add_argument("--primary", action="append", required=True, metavar="URL",
+                       help="the primary (repeat for its other gateways, tried in turn)")
+    f_add.add_argument("--link", action="append", required=True, metavar="SELECTOR", help="a selector to mirror")
+    f_add.add_argument("--principal", dest="link_principal", metavar="P", help="whom to connect to the primary as")
+    f_add.add_argument("--password", dest="link_password", metavar="W")
+    f_add.add_argument("--retry-delay", type=_seconds, default=1.0, metavar="S",
+                       help="seconds between connection attempts (default 1)")
+    f_add.add_argument("--reconnect-timeout", dest="link_reconnect_timeout", type=_seconds, default=60.0,
+                       metavar="S", help="how long a dropped session tries to resume (default 60)")
+    f_remove = fan.add_parser("remove", parents=[client], help="remove a connection added at run time")
+    f_remove.add_argument("name", metavar="NAME")
+    for p in (f_list, f_add, f_remove):
+        p.set_defaults(run=_fanout)
+
+    # and for `server add`, whose --url is the remote server's: this command talks to $CANOPY_URL
+    client_env_only = argparse.ArgumentParser(add_help=False)
+    for action in client._actions:
+        if action.dest not in ("principal", "password", "url", "help"):
+            client_env_only._add_action(action)
+    client_env_only.set_defaults(
+        principal=os.environ.get("CANOPY_PRINCIPAL"), password=os.environ.get("CANOPY_PASSWORD"),
+        url=os.environ.get("CANOPY_URL", "ws://127.0.0.1:8080"),
+    )
+    server = commands.add_parser(
+        "server", help="remote servers: the sources of remote topic views (map ... from NAME ...)"
+    ).add_subparsers(dest="action", required=True)
+    r_add = server.add_parser(
+        "add", parents=[client_env_only], help="define a remote server",
+        description="--url, --principal and --password are the remote server's; this command itself talks to "
+        "$CANOPY_URL as $CANOPY_PRINCIPAL/$CANOPY_PASSWORD.",
+    )
+    r_add.add_argument("name", metavar="NAME")
+    r_add.add_argument("--url", dest="remote_url", action="append", required=True, metavar="URL",
+                       help="the remote server (repeat for its other gateways, tried in turn)")
+    r_add.add_argument("--principal", dest="remote_principal", metavar="P")
+    r_add.add_argument("--password", dest="remote_password", metavar="W")
+    r_add.add_argument("--retry-delay", type=_seconds, default=1.0, metavar="S")
+    r_add.add_argument("--reconnect-timeout", dest="remote_reconnect_timeout", type=_seconds, default=60.0,
+                       metavar="S")
+    r_add.add_argument("--missing-topic-filter", metavar="SELECTOR", default=None)
+    r_list = server.add_parser("list", parents=[client], help="every remote server, its state and its views")
+    r_list.add_argument("--json", action="store_true")
+    r_check = server.add_parser("check", parents=[client], help="connect to a remote server once, and say how it went")
+    r_check.add_argument("name", metavar="NAME")
+    r_remove = server.add_parser("remove", parents=[client], help="remove a remote server (its views go inactive)")
+    r_remove.add_argument("name", metavar="NAME")
+    for p in (r_add, r_list, r_check, r_remove):
+        p.set_defaults(run=_server)
 
     hub = commands.add_parser("hub", help="OpenAjax-style names").add_subparsers(dest="action", required=True)
     publish = hub.add_parser("publish", parents=[client], help="publish a value to a dotted name")

@@ -18,6 +18,8 @@ handle::
     │   ├── InvalidFilterError           INVALID_FILTER (session filter)
     │   ├── InvalidBranchMappingError    INVALID_BRANCH_MAPPING
     │   ├── InvalidSecurityCommandError  INVALID_SECURITY_COMMAND
+    │   ├── InvalidFanoutError           INVALID_FANOUT (a fan-out connection definition)
+    │   ├── InvalidRemoteServerError     INVALID_REMOTE_SERVER (a remote server definition)
     │   └── FrameTooLargeError           FRAME_TOO_LARGE
     ├── TimeSeriesError              TIME_SERIES_ERROR
     │   ├── TimestampOrderError          TIMESTAMP_ORDER
@@ -129,6 +131,18 @@ class InvalidBranchMappingError(InvalidInputError):
 
 class InvalidSecurityCommandError(InvalidInputError):
     code = "INVALID_SECURITY_COMMAND"
+
+
+class InvalidFanoutError(InvalidInputError):
+    """A fan-out connection definition that cannot be used, or a name in use."""
+
+    code = "INVALID_FANOUT"
+
+
+class InvalidRemoteServerError(InvalidInputError):
+    """A remote server definition that cannot be used, a name in use, or none such."""
+
+    code = "INVALID_REMOTE_SERVER"
 
 
 class InvalidViewError(InvalidInputError):
@@ -248,6 +262,8 @@ _BY_CODE: dict[str, type[CanopyError]] = {
         InvalidBranchMappingError,
         InvalidSecurityCommandError,
         InvalidViewError,
+        InvalidFanoutError,
+        InvalidRemoteServerError,
         ViewSyntaxError,
         ReferenceTopicError,
         PermissionDeniedError,

@@ -135,6 +135,7 @@ missing_topic_rm    registration                                 nil
 missing_topic_ans   notification id, "proceed"|"cancel"          nil
 missing_topic_list                                               [[registration,
                                                                  path, session id]...]
+missing_topic_fwd   selector, session id, properties, servers    "proceed"|"cancel"
 ==================  ===========================================  ==================
 
 A subscription or fetch that matches no topic the session can see, where a
@@ -142,12 +143,33 @@ handler is registered for a prefix of its selector's path prefix, waits for
 the handler's answer (``missing_topic_timeout_ms``, default 10 s; no answer
 counts as proceed); ``cancel`` ends the request with ERROR ``CANCELLED``
 and nothing is subscribed (see :mod:`sessions.missing_topics`).
+``missing_topic_fwd`` is a secondary's fan-out link passing on such a request
+of one of its sessions (its id and properties, and the servers it came
+through); SELECT_TOPIC on the selector's path prefix.
 
-``fanout_list`` (VIEW_SERVER) answers, for each fan-out connection of this
+``fanout_add`` (CONTROL_SERVER) takes a connection definition (a map:
+``name``, ``primaries``, ``links``, ``principal``, ``password``,
+``retry_delay``, ``reconnect_timeout``; see :mod:`fanout.config`), commits it
+to the replicated configuration and starts it; it answers the definition
+without its password. ``fanout_remove`` (CONTROL_SERVER) takes a name and
+answers whether there was such a connection (those of the configuration file
+are refused: ``INVALID_FANOUT``). ``fanout_list`` (VIEW_SERVER) answers, for each fan-out connection of this
 (secondary) server: ``name``, ``primaries``, ``state`` (``connecting``,
 ``connected``, ``reconnecting``, ``retrying``), ``error``, ``sessions``
 (how many it opened), and per link its ``selector``, ``topics`` mirrored,
 ``updates`` and ``contested`` paths.
+
+Remote servers (the sources of remote topic views, ``from NAME``):
+``server_add`` (CONTROL_SERVER) takes a definition (a map: ``name``,
+``urls``, ``principal``, ``password``, ``retry_delay``,
+``reconnect_timeout``, ``missing_topic_filter``; see :mod:`fanout.servers`)
+and answers it without its password; ``server_remove`` (CONTROL_SERVER) a
+name, answering whether it existed; ``server_list`` (VIEW_SERVER) answers
+every definition with ``views`` (those naming it), ``state`` (``not in
+use``, ``connecting``, ``connected``, ``reconnecting``, ``retrying``) and
+``error``; ``server_check`` (VIEW_SERVER) opens a session with a
+definition and answers ``{name, ok, error, ms}``. A bad definition, a name
+in use or an unknown name is ``INVALID_REMOTE_SERVER``.
 
 ``cluster_status`` (VIEW_SERVER) answers what ``canopy cluster status
 --json`` prints: the nodes, each partition's primary and backup node, epoch,
@@ -217,7 +239,8 @@ OPERATIONS = frozenset(
         "view_create", "view_list", "view_remove",
         "trace", "cluster_status", "cluster_node",
         "missing_topic_add", "missing_topic_rm", "missing_topic_ans", "missing_topic_list",
-        "fanout_list",
+        "fanout_list", "fanout_add", "fanout_remove", "missing_topic_fwd",
+        "server_add", "server_remove", "server_list", "server_check",
     }
 )
 

@@ -229,6 +229,7 @@ class SyncSession:
         self.server = _Blocking(runner, session.server, timeout)
         self.missing_topics = SyncMissingTopics(runner, session, timeout)
         self.fanout = _Blocking(runner, session.fanout, timeout)
+        self.remote_servers = _Blocking(runner, session.remote_servers, timeout)
 
     @property
     def session_id(self) -> str:

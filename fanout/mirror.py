@@ -17,10 +17,14 @@ brings them back), and dropping a link drops all its topics at once
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from topics import paths
+
 from topics.protocol import RefDrop, RefDropView, RefEvent, RefPut
+from topics.selectors import Selector
 from topics.specification import TopicSpecification
 from topics.types import TopicType, encode
 
@@ -49,6 +53,8 @@ class Mirror:
     precedence: int
     name: str
     topics: dict[str, TopicSpecification] = field(default_factory=dict)
+    #: path -> the value last claimed (to claim it again on a restarted partition)
+    values: dict[str, bytes | None] = field(default_factory=dict)
     #: paths another link of the instance mirrors too (the earlier link holds them)
     contested: set[str] = field(default_factory=set)
     #: updates mirrored since the link started
@@ -58,8 +64,16 @@ class Mirror:
         """The primary has (or now shows) the topic: claim it with its current value."""
         self.topics[path] = spec
         self.updates += 1
+        data = self.values[path] = _encoded(spec, value)
+        return RefPut(path, self.precedence, self.name, spec.type.value, spec.properties or None, data)
+
+    def reclaim(self, path: str) -> RefPut | None:
+        """The claim again, as last made (a partition that restarted has no claims)."""
+        spec = self.topics.get(path)
+        if spec is None:
+            return None
         return RefPut(path, self.precedence, self.name, spec.type.value, spec.properties or None,
-                      _encoded(spec, value))
+                      self.values.get(path))
 
     def value(self, path: str, value: Any, event: tuple[Any, int, str] | None = None) -> RefPut | None:
         """A new value (or, for a time series, an event ``(value, timestamp ms, author)``)."""
@@ -68,21 +82,23 @@ class Mirror:
             return None
         self.updates += 1
         if event is not None and spec.event_type is not None:
-            data = encode(spec.event_type, event[0])
+            appended = encode(spec.event_type, event[0])
             return RefPut(path, self.precedence, self.name, spec.type.value, spec.properties or None, None,
-                          RefEvent(data, event[1], event[2]))
-        return RefPut(path, self.precedence, self.name, spec.type.value, spec.properties or None,
-                      _encoded(spec, value))
+                          RefEvent(appended, event[1], event[2]))
+        data = self.values[path] = _encoded(spec, value)
+        return RefPut(path, self.precedence, self.name, spec.type.value, spec.properties or None, data)
 
     def removed(self, path: str) -> RefDrop | None:
         if self.topics.pop(path, None) is None:
             return None
+        self.values.pop(path, None)
         self.contested.discard(path)
         return RefDrop(path, self.precedence)
 
     def clear(self) -> RefDropView:
         """The link stops (or lost its session for good): every replica goes."""
         self.topics.clear()
+        self.values.clear()
         self.contested.clear()
         return RefDropView(self.precedence)
 
@@ -93,11 +109,31 @@ def _encoded(spec: TopicSpecification, value: Any) -> bytes | None:
     return encode(spec.type, value)
 
 
+def crosses(selector: Selector, link: Selector) -> bool:
+    """Whether a request selector intersects a link, by path prefix only (seed 003: one
+    prefix lies at or under the other; regular expressions are not looked at). A selector
+    with no prefix (``*.*``) crosses nothing, as no missing-topic handler hears of it."""
+    mine, theirs = selector.path_prefix, link.path_prefix
+    if not mine:
+        return False
+    return paths.is_prefix(theirs, mine) or paths.is_prefix(mine, theirs)
+
+
+def propagates(selector: Selector, links: list[Selector], replicas: Iterable[str]) -> bool:
+    """Seed 003's conditions 2 and 3 for one fan-out connection: the request selector
+    intersects one of its links, and no topic replicated on this server (by any
+    connection: ``replicas``, the paths the request matched here that are replicas)
+    matches both the selector and such a link. Conditions 1 (a live session), 4 and 5
+    (on the primary) are checked where they can be."""
+    crossing = [link for link in links if crosses(selector, link)]
+    if not crossing:
+        return False
+    return not any(selector.matches(p) and link.matches(p) for p in replicas for link in crossing)
+
+
 def overlapping(links: dict[str, list[str]]) -> list[tuple[str, str, str]]:
     """Pairs of links whose selectors' path prefixes nest (one may mirror the other's topics):
     ``(link, other link, the shorter prefix)``, each pair once. ``links``: link name -> path prefixes."""
-    from topics import paths
-
     found = []
     names = sorted(links)
     for i, a in enumerate(names):

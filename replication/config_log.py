@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 FILE = "configuration.sqlite"
 #: document names (the fan-out issue adds ``servers``)
-NAMES = ("security", "session_trees", "views")
+NAMES = ("security", "session_trees", "views", "fanout", "servers")
 
 
 class ConfigLogError(Exception):

@@ -569,7 +569,9 @@ class TopicStore:
         properties: dict[str, str] | None,
         value: bytes | None,
         event: RefEvent | None = None,
-    ) -> None:
+    ) -> bool:
+        """Claim ``path``; True when a fan-out claim (a negative precedence) finds another
+        fan-out claim on the path: two links mirror one topic, and the lower precedence wins."""
         spec = TopicSpecification.of(type_name, properties)
         if value is not None:
             value = values.validate(spec.type, value) if spec.type is not TopicType.TIME_SERIES else None
@@ -578,6 +580,7 @@ class TopicStore:
         self._rebind(path)
         if event is not None and self.references.get(path) == precedence:
             self._ref_append(path, event)
+        return precedence < 0 and any(p < 0 and p != precedence for p in claims)
 
     def ref_reserve(self, path: str, precedence: int, view: str) -> None:
         claims = self.claims.setdefault(path, {})

@@ -35,6 +35,11 @@ Rules kept here (seed 000):
 * A view ignores the reference topics it made itself as sources (no
   self-feeding loop). A TIME_SERIES source's edits are not propagated:
   each appended event appends to the reference topic.
+* Remote views (``from NAME``): their sources are the topics of the remote
+  server NAME, kept apart from the local tree (:attr:`ViewEngine.remote`,
+  fed by :meth:`ViewEngine.on_events` with ``server``), matched only by
+  that server's views; their inserts read the local tree. Losing the server
+  (:meth:`ViewEngine.remote_lost`) removes its views' reference topics.
 """
 
 from __future__ import annotations
@@ -125,9 +130,9 @@ class _View:
     reads: dict[str, set[str]] = field(default_factory=dict)
 
     @property
-    def remote_inactive(self) -> bool:
-        """Remote views wait for the remote servers of the fan-out issue."""
-        return self.spec.remote is not None
+    def server(self) -> str | None:
+        """The remote server whose tree holds this view's sources (``from NAME``), or None."""
+        return self.spec.remote
 
 
 def _wire(spec: TopicSpecification) -> tuple[str, dict[str, str]]:
@@ -148,6 +153,10 @@ class ViewEngine:
         self._now = 0
         #: sources of a restarted partition not seen again yet
         self._doubtful: set[str] = set()
+        #: remote server -> its topics that remote views' selectors match (see on_events)
+        self.remote: dict[str, dict[str, Source]] = {}
+        #: remote server -> the remote views' selectors, by view
+        self._remote_index: dict[str, SubscriptionIndex[str]] = {}
 
     # -- views -----------------------------------------------------------------------
 
@@ -158,16 +167,15 @@ class ViewEngine:
         old = self.views.get(definition.name)
         throttle = Throttle[str, Output](spec.throttle.updates, spec.throttle.period_ms) if spec.throttle else None
         view = _View(definition, spec, throttle)
-        if not view.remote_inactive:
+        if view.server is None:
             self._want(str(spec.selector))
         if old is not None:
             self._retire(old, drop=False)
         self.views[definition.name] = view
-        if not view.remote_inactive:
-            self._index.add(spec.selector, definition.name)
-            for path, source in list(self.topics.items()):
-                if spec.selector.matches(path):
-                    self._derive(view, path, source)
+        self._index_of(view.server).add(spec.selector, definition.name)
+        for path, source in list(self._topics_of(view.server).items()):
+            if spec.selector.matches(path):
+                self._derive(view, path, source)
         if old is not None:
             # the replacement keeps the precedence: its claims overwrite the old ones in
             # place, and only the paths it no longer claims are dropped
@@ -184,8 +192,8 @@ class ViewEngine:
 
     def _retire(self, view: _View, drop: bool = True) -> None:
         name = view.definition.name
-        if not view.remote_inactive:
-            self._index.remove(view.spec.selector, name)
+        self._index_of(view.server).remove(view.spec.selector, name)
+        if view.server is None:
             self._unwant(str(view.spec.selector))
         for source_path, reads in view.reads.items():
             for path in reads:
@@ -196,17 +204,41 @@ class ViewEngine:
     def definitions(self) -> list[ViewDefinition]:
         return sorted((v.definition for v in self.views.values()), key=lambda d: d.precedence)
 
-    def is_inactive(self, name: str) -> bool:
-        return self.views[name].remote_inactive
+    def server_of(self, name: str) -> str | None:
+        """The remote server a view takes its sources from (None: the local tree)."""
+        return self.views[name].server
+
+    def remote_selectors(self) -> dict[str, list[str]]:
+        """Remote server -> the selectors its views need (what to subscribe to there)."""
+        wanted: dict[str, set[str]] = {}
+        for view in self.views.values():
+            if view.server is not None:
+                wanted.setdefault(view.server, set()).add(str(view.spec.selector))
+        return {server: sorted(selectors) for server, selectors in wanted.items()}
+
+    def _topics_of(self, server: str | None) -> dict[str, Source]:
+        return self.topics if server is None else self.remote.setdefault(server, {})
+
+    def _index_of(self, server: str | None) -> SubscriptionIndex[str]:
+        if server is None:
+            return self._index
+        index = self._remote_index.get(server)
+        if index is None:
+            index = self._remote_index[server] = SubscriptionIndex()
+        return index
+
+    def _source(self, view: _View, path: str) -> Source | None:
+        return self._topics_of(view.server).get(path)
 
     def set_permitted(self, permitted: Permitted, now: int) -> Changes:
         """New security rules: re-evaluate every source of every view."""
         self.permitted = permitted
         self._now = now
         for view in self.views.values():
-            for path in [p for p in self.topics if not view.remote_inactive and view.spec.selector.matches(p)]:
-                self._derive(view, path, self.topics[path])
-            for path in [p for p in view.derived if p not in self.topics]:
+            topics = self._topics_of(view.server)
+            for path in [p for p in topics if view.spec.selector.matches(p)]:
+                self._derive(view, path, topics[path])
+            for path in [p for p in view.derived if p not in topics]:
                 self._derive(view, path, None)
         return self._take()
 
@@ -236,47 +268,64 @@ class ViewEngine:
                     self._changes.operations.append((path, self._put(view, output, None)))
         return self._take()
 
-    def on_events(self, events: list[TopicEvent], now: int) -> Changes:
-        """Apply a batch of partition events (:mod:`topics.protocol`)."""
+    def on_events(self, events: list[TopicEvent], now: int, server: str | None = None) -> Changes:
+        """Apply a batch of partition events (:mod:`topics.protocol`), or, with ``server``, of
+        that remote server's topics (the remote views' sources: the actor subscribes to
+        :meth:`remote_selectors` there and turns what it hears into the same events)."""
         self._now = now
+        topics = self._topics_of(server)
         for event in events:
             if isinstance(event, Changed):
-                known = self.topics.get(event.path)
+                known = topics.get(event.path)
                 if known is not None:
                     source = Source(event.path, known.specification, event.value)
-                    self._topic(event.path, source, RefEvent(event.value, now, ""))
+                    self._topic(event.path, source, RefEvent(event.value, now, ""), server)
             elif isinstance(event, (Snapshot, Added)):
-                self._doubtful.discard(event.path)
+                if server is None:
+                    self._doubtful.discard(event.path)
                 spec = TopicSpecification.of(event.type, dict(event.properties))
-                self._topic(event.path, Source(event.path, spec, event.value))
+                self._topic(event.path, Source(event.path, spec, event.value), None, server)
             elif isinstance(event, Removed):
-                self._topic(event.path, None)
+                self._topic(event.path, None, None, server)
             elif isinstance(event, Appended):
-                known = self.topics.get(event.path)
+                known = topics.get(event.path)
                 appended = event.event
                 if known is not None and appended.original_sequence is None:
                     self._topic(
                         event.path,
                         Source(event.path, known.specification, appended.value),
                         RefEvent(appended.value, appended.timestamp, appended.author),
+                        server,
                     )
         return self._take()
 
-    def _topic(self, path: str, source: Source | None, event: RefEvent | None = None) -> None:
+    def remote_lost(self, server: str, now: int) -> Changes:
+        """The connection to a remote server is gone (or its definition is): its topics go,
+        and with them the reference topics its views made; they come back with the topics."""
+        self._now = now
+        for path in list(self.remote.get(server, {})):
+            self._topic(path, None, None, server)
+        self.remote.pop(server, None)
+        return self._take()
+
+    def _topic(self, path: str, source: Source | None, event: RefEvent | None = None, server: str | None = None) -> None:
+        topics = self._topics_of(server)
         if source is None:
-            if self.topics.pop(path, None) is None:
+            if topics.pop(path, None) is None:
                 return
         else:
-            self.topics[path] = source
-        for name in self._index.match(path):
+            topics[path] = source
+        for name in self._index_of(server).match(path):
             view = self.views[name]
-            if path in view.emitted and source is not None:
+            if path in view.emitted and source is not None and server is None:
                 continue  # the view's own reference topic
             self._derive(view, path, source, event)
+        if server is not None:
+            return  # inserts read the local tree only
         for name, source_path in list(self._readers.get(path, ())):
             reader = self.views.get(name)
-            if reader is not None and source_path != path:
-                self._derive(reader, source_path, self.topics.get(source_path))
+            if reader is not None and (source_path != path or reader.server is not None):
+                self._derive(reader, source_path, self._source(reader, source_path))
 
     # -- derivation --------------------------------------------------------------------
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.requests import cluster, missing_topics, security, session_trees, sessions, time_series, topics, views
+from actors.requests import (
+    cluster, missing_topics, security, servers, session_trees, sessions, time_series, topics, views,
+)
 from actors.requests.context import Context, Routed
 
 Handler = Callable[..., Any]
@@ -32,6 +34,7 @@ HANDLERS: dict[str, Handler] = {
     **views.HANDLERS,
     **cluster.HANDLERS,
     **missing_topics.HANDLERS,
+    **servers.HANDLERS,
 }
 
 __all__ = ["HANDLERS", "Context", "Handler", "Routed"]

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.requests.context import Context
+from fanout.config import FanoutConnection
 from sessions.requests import RequestError, expect
 from sessions.security import GlobalPermission
 
@@ -48,6 +49,32 @@ def fanout_list(ctx: Context, sid: str) -> Any:
     return listed()
 
 
+def fanout_add(ctx: Context, sid: str, definition: Any) -> Any:
+    """CONTROL_SERVER: add a fan-out connection (see :mod:`fanout.config` for the definition)."""
+    ctx.registry.check(sid, GlobalPermission.CONTROL_SERVER)
+    expect(definition, dict, "definition")
+    connection = FanoutConnection.from_dict(definition)  # a bad one is refused here, before the controller
+
+    async def added() -> dict[str, Any]:
+        answer: dict[str, Any] = await ctx.controller.fanout_add.remote(connection.to_dict())
+        return answer
+
+    return added()
+
+
+def fanout_remove(ctx: Context, sid: str, name: Any) -> Any:
+    """CONTROL_SERVER: remove a fan-out connection added at run time; its replicas go."""
+    ctx.registry.check(sid, GlobalPermission.CONTROL_SERVER)
+    expect(name, str, "name")
+
+    async def removed() -> bool:
+        answer: bool = await ctx.controller.fanout_remove.remote(name)
+        return answer
+
+    return removed()
+
+
 HANDLERS: dict[str, Callable[..., Any]] = {
     "cluster_status": cluster_status, "cluster_node": cluster_node, "fanout_list": fanout_list,
+    "fanout_add": fanout_add, "fanout_remove": fanout_remove,
 }

@@ -10,10 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from actors.missing_topics import MAX_HOPS
 from actors.requests.context import Context
+from actors.requests.topics import fetched_rows
 from sessions import requests as check
-from sessions.missing_topics import MissingTopicError
+from sessions.missing_topics import PROCEED, MissingTopicError
 from sessions.security import GlobalPermission
+
+#: properties a forwarded request may carry
+MAX_PROPERTIES = 1000
 
 
 def add(ctx: Context, sid: str, path: Any) -> str:
@@ -41,11 +46,42 @@ def list_(ctx: Context, sid: str) -> list[list[Any]]:
     return [[r.token, r.path, r.session_id] for r in ctx.missing.handlers.registrations()]
 
 
+def forward(ctx: Context, sid: str, selector: Any, session_id: Any, properties: Any, servers: Any) -> Any:
+    """A secondary's fan-out link forwards a request of one of its sessions (seed 003): when
+    no topic here matches the selector (as the link's session sees the tree), it is this
+    server's request too: its handlers are notified, and its own fan-out links may take it
+    on to their primaries. Answers ``proceed`` or ``cancel``. The link's principal needs
+    SELECT_TOPIC on the selector's path prefix."""
+    sel = check.selector(ctx.registry, selector)
+    check.expect(session_id, str, "session id")
+    if not isinstance(properties, dict) or len(properties) > MAX_PROPERTIES or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
+    ):
+        raise check.RequestError(
+            "INVALID_REQUEST", f"properties must map strings to strings (at most {MAX_PROPERTIES})")
+    if not isinstance(servers, list) or not 0 < len(servers) <= MAX_HOPS or not all(
+        isinstance(s, str) and s for s in servers
+    ):
+        raise check.RequestError("INVALID_REQUEST", f"servers must be 1..{MAX_HOPS} server names")
+    plan = check.fetch_plan(ctx.registry, sid, str(sel), False, False, None, None)  # SELECT_TOPIC checked
+
+    async def forwarded() -> str:
+        found = await fetched_rows(ctx, sid, plan)
+        if found:
+            return PROCEED  # the primary has a matching topic: nobody here is told
+        outcome: str
+        outcome, _asked = await ctx.missing.check(sel, session_id, tuple(servers), dict(properties), matched=[])
+        return outcome
+
+    return forwarded()
+
+
 HANDLERS: dict[str, Callable[..., Any]] = {
     "missing_topic_add": add,
     "missing_topic_rm": remove,
     "missing_topic_ans": answer,
     "missing_topic_list": list_,
+    "missing_topic_fwd": forward,
 }
 
 __all__ = ["HANDLERS", "MissingTopicError"]

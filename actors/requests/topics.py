@@ -52,21 +52,20 @@ async def _remove_permitted(ctx: Context, sid: str, selector: Selector) -> int:
 
 def fetch(ctx: Context, sid: str, *args: Any) -> Any:
     plan = check.fetch_plan(ctx.registry, sid, *args)
-    rows = _fetched(ctx, sid, plan)
+    rows = fetched_rows(ctx, sid, plan)
     if not ctx.missing.covers(plan.selector):
         return rows
 
     async def fetched() -> list[Any]:
         found = await rows
-        if found:
+        if not await _missing(ctx, sid, plan.selector, [row[0] for row in found]):
             return found
-        await _missing(ctx, sid, plan.selector)
-        return await _fetched(ctx, sid, plan)  # after the handlers: they may have made the topic
+        return await fetched_rows(ctx, sid, plan)  # after the handlers: they may have made the topic
 
     return fetched()
 
 
-def _fetched(ctx: Context, sid: str, plan: check.FetchPlan) -> Coroutine[Any, Any, list[Any]]:
+def fetched_rows(ctx: Context, sid: str, plan: check.FetchPlan) -> Coroutine[Any, Any, list[Any]]:
     futures = [f for selector, op in plan.operations for f in ctx.link.everywhere(selector, op)]
 
     async def merged() -> list[Any]:
@@ -81,11 +80,16 @@ def _fetched(ctx: Context, sid: str, plan: check.FetchPlan) -> Coroutine[Any, An
     return merged()
 
 
-async def _missing(ctx: Context, sid: str, selector: Selector) -> None:
-    """A request for ``selector`` found nothing: wait for the missing-topic handlers' answer;
-    a cancel ends the request (``CANCELLED``)."""
-    if await ctx.missing.check(selector, sid) == CANCEL:
+async def _missing(ctx: Context, sid: str, selector: Selector, matched: list[str]) -> bool:
+    """Offer a request for ``selector`` to the missing-topic handlers (here when it
+    ``matched`` nothing, and through the fan-out links); whether any was asked. A cancel
+    ends the request (``CANCELLED``)."""
+    outcome: str
+    asked: bool
+    outcome, asked = await ctx.missing.check(selector, sid, matched=matched)
+    if outcome == CANCEL:
         raise check.RequestError("CANCELLED", f"a missing-topic handler cancelled the request for {selector}")
+    return asked
 
 
 def subscribe(ctx: Context, sid: str, selector: Any) -> Any:
@@ -99,8 +103,7 @@ async def _subscribe_when_answered(ctx: Context, sid: str, sel: Selector) -> Non
     """A subscription a missing-topic handler may hear of: made once the handlers answered
     proceed when it matches nothing now, not made on cancel."""
     plan = check.fetch_plan(ctx.registry, sid, str(sel), False, False, None, None)  # SELECT_TOPIC checked
-    if not await _fetched(ctx, sid, plan):
-        await _missing(ctx, sid, sel)
+    await _missing(ctx, sid, sel, [row[0] for row in await fetched_rows(ctx, sid, plan)])
     if sid in ctx.registry.sessions:
         await _subscribe(ctx, sid, sel)
 

@@ -97,6 +97,16 @@ def test_every_partition_has_a_primary_and_a_backup_on_different_nodes(cluster: 
     asyncio.run(missing_topics_across_gateways(gateway_url(now, "node-1"), gateway_url(now, "node-2")))
 
 
+async def fanned(session: canopy.Session, value: int) -> None:
+    """Wait until the fan-out replica F/a has ``value``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + FAILOVER
+    seen: Any = None
+    while (seen := [t.value for t in await session.topics.fetch(">F/a")]) != [value]:
+        assert loop.time() < deadline, f"the replica F/a never had {value}; last seen {seen}"
+        await asyncio.sleep(0.2)
+
+
 async def missing_topics_across_gateways(handler_url: str, user_url: str) -> None:
     """A handler on one gateway hears of a request made on another, its answer goes back,
     and its registration goes from every gateway with its session."""
@@ -164,20 +174,28 @@ def two_workloads(srv: Server, topics: int) -> tuple[list[str], Workload, Worklo
     return home, work, roaming
 
 
-async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Server) -> None:
+async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Server, tmp_path: Path) -> None:
     """Publishers and subscribers on node-0's gateway, and others on node-1's (they go
     on through node-2's when node-1 goes). node-1 (primaries, backups, a gateway) is
     crashed while they write; then started again on its data directory and given
-    partitions back, while they still write."""
+    partitions back, while they still write. The cluster is also a fan-out secondary
+    of another server: its link runs once, on node-1, and moves."""
     loop = asyncio.get_running_loop()
+    primary = Server(tmp_path / "primary", "--partitions", "1")
     home, work, roaming = two_workloads(cluster, topics=6)
     await work.start()
     await roaming.start()
     try:
+        await loop.run_in_executor(None, primary.wait_ready)
+        async with canopy.connect(primary.url, *ADMIN) as up:
+            await up.topics.add_and_set("F/a", 1)
         async with canopy.connect(home, *ADMIN) as admin:  # the view evaluator and session trees run on node-1
             await admin.topics.add_and_set("src/x", 1)
             await admin.views.create("mirror", "map ?src// to mirror/<path(1)>")
             await admin.session_trees.put_table("tree", [("all", "src")])
+            await admin.fanout.add("up", primary.url, "?F//", principal=ADMIN[0], password=ADMIN[1], retry_delay=0.2)
+            await fanned(admin, 1)
+        assert status(cluster)["services"]["fanout-up"] == "node-1"
         await asyncio.sleep(3)
         await loop.run_in_executor(None, crash_node, cluster, "node-1")
         after = await loop.run_in_executor(
@@ -198,8 +216,13 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
             await admin.session_trees.put_table("tree2", [("all", "src")])
             assert {v.name for v in await admin.views.list()} == {"mirror", "mirror2"}
             assert set(await admin.session_trees.list_tables()) == {"tree", "tree2"}
+        async with canopy.connect(primary.url, *ADMIN) as up:
+            await up.topics.set("F/a", 2)
+        async with canopy.connect(home, *ADMIN) as admin:
+            await fanned(admin, 2)  # the fan-out link came back on another node
         moved = status(cluster)["services"]
         assert moved["views"] in ("node-0", "node-2") and moved["session-trees"] in ("node-0", "node-2"), moved
+        assert moved["fanout-up"] in ("node-0", "node-2"), moved
         await asyncio.sleep(2)
         added = node_cli(cluster, "add-node", "node-1")
         assert added.returncode == 0 and "starting again" in added.stdout, (added.stdout, added.stderr)
@@ -218,6 +241,7 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
     finally:
         await work.close()
         await roaming.close()
+        await loop.run_in_executor(None, primary.stop)
     report, moved = check(work.history), check(roaming.history)
     print(f"[cluster] node-1 crashed and rejoined: {report}; its gateway's clients: {moved}; "
           f"then {back['partitions']}")

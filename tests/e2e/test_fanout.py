@@ -84,6 +84,8 @@ def test_a_secondary_mirrors_adds_updates_and_removals_and_resyncs_after_a_prima
                 listed = await admin.fanout.list()
                 assert [(c["name"], c["state"]) for c in listed] == [("main", "connected")], listed
                 assert listed[0]["links"][0]["topics"] == 3, listed
+                with pytest.raises(errors.InvalidFanoutError, match="configuration file"):
+                    await admin.fanout.remove("main")
 
         asyncio.run(follow_changes())
         shown = cli("fanout", "list", url=secondary.url)
@@ -114,3 +116,47 @@ def test_a_bad_fanout_table_is_refused_at_start(tmp_path: Path) -> None:
     code = srv.proc.wait(60)
     srv.stop()
     assert code == 1 and "not a ws:// or wss:// URL" in srv.output, srv.output
+
+
+def test_connections_are_added_and_removed_at_run_time_and_kept_over_a_restart(
+    tmp_path: Path, primary: Server
+) -> None:
+    asyncio.run(publish(primary.url, ("add", "R/one", "1"), ("add", "R/two", "2")))
+    secondary = Server(tmp_path / "secondary", "--partitions", "2")
+    try:
+        secondary.wait_ready()
+        added = cli("fanout", "add", "live", "--primary", primary.url, "--link", "?R//", "--principal", "admin",
+                    "--password", ADMIN_PASSWORD, "--retry-delay", "0.2", url=secondary.url)
+        assert added.returncode == 0 and "live: mirroring ?R//" in added.stdout, added
+        wait_for(lambda: mirrored(secondary.url, "?R//") == {"R/one": "1", "R/two": "2"}, 30, "the live link",
+                 describe=lambda: mirrored(secondary.url, "?R//"))
+
+        async def refusals() -> None:
+            async with canopy.connect(secondary.url, *ADMIN) as admin, canopy.connect(secondary.url) as anonymous:
+                with pytest.raises(errors.InvalidFanoutError, match="exists already"):
+                    await admin.fanout.add("live", primary.url, "?R//")
+                with pytest.raises(errors.InvalidFanoutError, match="not a ws://"):
+                    await admin.fanout.add("bad", "http://x", "?R//")
+                with pytest.raises(errors.InvalidFanoutError, match="no path prefix"):
+                    await admin.fanout.add("bad", primary.url, "*.*")
+                with pytest.raises(errors.PermissionDeniedError, match="CONTROL_SERVER"):
+                    await anonymous.fanout.add("mine", primary.url, "?R//")
+                with pytest.raises(errors.PermissionDeniedError, match="VIEW_SERVER"):
+                    await anonymous.fanout.list()
+                [shown] = await admin.fanout.list()
+                assert shown["name"] == "live" and "password" not in json.dumps(shown)
+
+        asyncio.run(refusals())
+        assert secondary.stop() == 0, secondary.output
+        secondary = Server(tmp_path / "secondary", "--partitions", "2", port=secondary.port)
+        secondary.wait_ready()
+        wait_for(lambda: mirrored(secondary.url, "?R//") == {"R/one": "1", "R/two": "2"}, 30,
+                 "the live link to come back with the secondary")
+        removed = cli("fanout", "remove", "live", url=secondary.url)
+        assert removed.returncode == 0 and "live: removed" in removed.stdout, removed
+        wait_for(lambda: mirrored(secondary.url, "?R//") == {}, 30, "the replicas to go with their connection")
+        again = cli("fanout", "remove", "live", url=secondary.url)
+        assert again.returncode == 0 and "no such connection" in again.stdout, again
+    finally:
+        code = secondary.stop()
+    assert code == 0, secondary.output

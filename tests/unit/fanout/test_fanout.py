@@ -80,3 +80,42 @@ def test_time_series_events_and_clearing() -> None:
 def test_overlapping_links_are_found_by_path_prefix() -> None:
     assert overlapping({"a": ["A"], "b": ["A/B"], "c": ["C"]}) == [("a", "b", "A")]
     assert overlapping({"a": ["A/B"], "b": ["A/C"]}) == []
+
+
+def test_seed_003_conditions_2_and_3() -> None:
+    from fanout.mirror import crosses, propagates
+    from topics.selectors import parse_selector as sel
+
+    links = [sel("?A//")]
+    assert crosses(sel("A/D"), links[0]) and crosses(sel("?A/D//"), links[0])
+    assert crosses(sel("*.*"), links[0]) is False  # no prefix... nothing but the root
+    assert crosses(sel("?Q/L//"), sel(">Q")) and crosses(sel("?Q//"), sel("?Q/L//"))
+    assert not crosses(sel("B/x"), links[0])
+    # condition 2: the selector must intersect a link
+    assert propagates(sel("A/D"), links, []) and not propagates(sel("B/x"), links, [])
+    # condition 3: a replica matching both the selector and a crossing link stops it
+    assert not propagates(sel("?A//"), links, ["A/B"])
+    assert propagates(sel("?A/C//"), links, ["A/B"])  # the replica does not match the selector
+    assert not propagates(sel("A/X2"), [sel("?A//")], ["A/X2"])  # whoever holds the replica
+    assert propagates(sel("?A//"), [sel("?A/L//")], ["A/Z"])  # a replica outside the link does not count
+
+
+def test_a_restarted_partition_gets_the_last_claim_again() -> None:
+    mirror = Mirror(precedence(0), "m")
+    spec = TopicSpecification.of("STRING")
+    mirror.announced("p", spec, "first")
+    mirror.value("p", "second")
+    again = mirror.reclaim("p")
+    assert again is not None and again.value == encode(TopicType.STRING, "second")
+    mirror.removed("p")
+    assert mirror.reclaim("p") is None and mirror.values == {}
+
+
+def test_the_store_tells_a_link_that_another_link_claims_its_path() -> None:
+    store = TopicStore()
+    first, second = Mirror(precedence(0), "first"), Mirror(precedence(1), "second")
+    spec = TopicSpecification.of("STRING")
+    assert store.ref_put(*first.announced("x", spec, "one")) is False
+    assert store.ref_put(*second.announced("x", spec, "two")) is True
+    assert store.tree.get("x").value == encode(TopicType.STRING, "one")  # the first configured holds it
+    assert store.ref_put(*RefPut("x", 5, "a view", "STRING", None, None)) is False  # views are not told

@@ -136,3 +136,32 @@ def test_the_store_settles_conflicts() -> None:
     assert store.tree.get("r") is None
     store.apply("views", [RefDropView(0)])
     assert store.tree.get("r") is not None
+
+
+def test_remote_views_take_their_sources_from_their_server_only() -> None:
+    engine = ViewEngine(allow_all)
+    changes = engine.put_view(view("remote", "map ?a// from Server1 to r/<path(1)>", 1), 0)
+    assert changes.register == []  # nothing is registered with the local partitions
+    engine.put_view(view("local", "map ?a// to l/<path(1)>", 2), 0)
+    assert engine.remote_selectors() == {"Server1": ["?a//"]}
+    assert puts(engine.on_events([add("a/1", "remote value")], 0, "Server1")) == {"r/1": "remote value"}
+    assert puts(engine.on_events([add("a/1", "local value")], 0)) == {"l/1": "local value"}
+    assert puts(engine.on_events([Changed("a/1", cbor2.dumps("newer"))], 0, "Server1")) == {"r/1": "newer"}
+    assert engine.on_events([add("a/2", "x")], 0, "Server2").operations == []  # nobody's server
+    # losing the server removes its views' reference topics; they come back with its topics
+    lost = engine.remote_lost("Server1", 0)
+    assert [op for _, op in lost.operations] == [RefDrop("r/1", 1)]
+    assert puts(engine.on_events([add("a/1", "back")], 0, "Server1")) == {"r/1": "back"}
+    assert engine.topics["a/1"].value == cbor2.dumps("local value")
+
+
+def test_a_remote_view_inserts_from_the_local_tree() -> None:
+    engine = ViewEngine(allow_all)
+    changes = engine.put_view(view("v", "map ?a// from S to b/<path(1)> insert o/<scalar(/k)> at /x"), 0)
+    changes = engine.on_events([add("a/1", {"k": "z"})], 0, "S")
+    assert changes.register == [">o/z"]  # the insert is read from the local partitions
+    assert puts(changes) == {"b/1": {"k": "z"}}
+    assert puts(engine.on_events([add("o/z", 5, "INT64")], 0)) == {"b/1": {"k": "z", "x": 5}}
+    assert puts(engine.on_events([add("o/z", 6, "INT64")], 0, "S")) == {}  # the remote o/z is not the insert
+    engine.remove_view("v", 0)
+    assert engine.remote_selectors() == {}

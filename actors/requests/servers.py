@@ -1,0 +1,64 @@
+"""Remote server requests: server_add, server_list, server_check, server_remove.
+
+Definitions live with the view evaluator (remote topic views use them) and in the
+replicated configuration. Adding and removing needs CONTROL_SERVER, listing and
+checking VIEW_SERVER.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from actors.requests.context import Context
+from fanout.servers import RemoteServer
+from sessions.requests import expect
+from sessions.security import GlobalPermission
+
+
+def add(ctx: Context, sid: str, definition: Any) -> Any:
+    ctx.registry.check(sid, GlobalPermission.CONTROL_SERVER)
+    server = RemoteServer.from_dict(definition)  # a bad one is refused here
+
+    async def added() -> dict[str, Any]:
+        answer: dict[str, Any] = await ctx.views.server_add.remote(server.to_dict())
+        return answer
+
+    return added()
+
+
+def remove(ctx: Context, sid: str, name: Any) -> Any:
+    ctx.registry.check(sid, GlobalPermission.CONTROL_SERVER)
+    expect(name, str, "name")
+
+    async def removed() -> bool:
+        answer: bool = await ctx.views.server_remove.remote(name)
+        return answer
+
+    return removed()
+
+
+def list_(ctx: Context, sid: str) -> Any:
+    ctx.registry.check(sid, GlobalPermission.VIEW_SERVER)
+
+    async def listed() -> list[dict[str, Any]]:
+        answer: list[dict[str, Any]] = await ctx.views.server_list.remote()
+        return answer
+
+    return listed()
+
+
+def check_(ctx: Context, sid: str, name: Any) -> Any:
+    ctx.registry.check(sid, GlobalPermission.VIEW_SERVER)
+    expect(name, str, "name")
+
+    async def checked() -> dict[str, Any]:
+        answer: dict[str, Any] = await ctx.views.server_check.remote(name)
+        return answer
+
+    return checked()
+
+
+HANDLERS: dict[str, Callable[..., Any]] = {
+    "server_add": add, "server_remove": remove, "server_list": list_, "server_check": check_,
+}
