@@ -42,6 +42,10 @@ from sessions.missing_topics import CANCEL, PROCEED
 from topics.protocol import Ok, Operation, RefPut, Result, TopicEvent
 
 log = logging.getLogger("canopy.fanout")
+#: seconds between two timed claims (the apply part of the lag)
+PROBE_EVERY = 0.1
+#: seconds between two round trips to the primary (the rest of the lag)
+RTT_EVERY = 2.0
 
 
 class FanoutLink:
@@ -65,6 +69,12 @@ class FanoutLink:
         self.error = ""
         self.connected_at: float | None = None
         self.sessions = 0
+        #: lag figures (see stats): the primary's round trip, and update received -> applied here
+        self.rtt_ms: float | None = None
+        self.apply_ms: float | None = None
+        self.apply_max_ms = 0.0
+        self.last_update: float | None = None
+        self._probe_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -72,10 +82,12 @@ class FanoutLink:
         if self._task is None:
             await self.link.attach()
             self._task = asyncio.ensure_future(self._run())
+            self._probe = asyncio.ensure_future(self._round_trips())
 
     async def stop(self) -> None:
         self._stopping = True
         if self._task is not None:
+            self._probe.cancel()
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
@@ -105,6 +117,26 @@ class FanoutLink:
             self.link.route(path, operation, functools.partial(self._claimed, mirror, path))
         else:
             self.link.route(path, operation)
+
+    def _applied(self, received: float, result: Result) -> None:
+        took = (time.monotonic() - received) * 1000
+        self.apply_ms = took
+        self.apply_max_ms = max(self.apply_max_ms, took)
+
+    async def _round_trips(self) -> None:
+        """Every few seconds, time a request the primary answers at once (unsubscribing a
+        selector this session never subscribed to: it changes nothing)."""
+        while True:
+            await asyncio.sleep(RTT_EVERY)
+            session = self.session
+            if session is None or not session.connected:
+                continue
+            started = time.monotonic()
+            try:
+                await session._call("unsubscribe", ">canopy/fanout-probe")
+            except Exception:
+                continue
+            self.rtt_ms = (time.monotonic() - started) * 1000
 
     def _claimed(self, mirror: Mirror, path: str, result: Result) -> None:
         """A partition's answer to a claim: another link mirrors the path too (reported once)."""
@@ -160,8 +192,15 @@ class FanoutLink:
                 self._submit(event.path, mirror.announced(event.path, event.specification, event.value), mirror)
             elif kind == "value":
                 ts = event.event
-                self._submit(event.path, mirror.value(
-                    event.path, event.value, (ts.value, ts.timestamp, ts.author) if ts is not None else None))
+                operation = mirror.value(
+                    event.path, event.value, (ts.value, ts.timestamp, ts.author) if ts is not None else None)
+                now = time.monotonic()
+                self.last_update = time.time()
+                if operation is not None and now - self._probe_at >= PROBE_EVERY:
+                    self._probe_at = now
+                    self.link.route(event.path, operation, functools.partial(self._applied, now))
+                else:
+                    self._submit(event.path, operation)
             elif kind == "unsubscribed":
                 self._submit(event.path, mirror.removed(event.path))
             elif kind == "disconnected":
@@ -190,6 +229,10 @@ class FanoutLink:
         self.forwarded += 1
         return CANCEL if answer == CANCEL else PROCEED
 
+    def _take_max(self) -> float:
+        most, self.apply_max_ms = self.apply_max_ms, 0.0
+        return most
+
     def replicas(self, candidates: list[str]) -> list[str]:
         """Which of ``candidates`` this connection holds as replicas."""
         return [p for p in candidates if any(p in m.topics for m in self.mirrors)]
@@ -199,12 +242,22 @@ class FanoutLink:
         return {
             "name": c.name, "primaries": list(c.primaries), "state": self.state, "error": self.error,
             "sessions": self.sessions, "forwarded": self.forwarded,
+            # lag: half the primary's round trip plus the time from an update's arrival to its
+            # application here (sampled every PROBE_EVERY s); max since the last listing
+            "lag_ms": _rounded((self.rtt_ms or 0) / 2 + (self.apply_ms or 0)) if self.rtt_ms is not None else None,
+            "rtt_ms": _rounded(self.rtt_ms), "apply_ms": _rounded(self.apply_ms),
+            "apply_max_ms": _rounded(self._take_max()),
+            "last_update_s": _rounded(time.time() - self.last_update) if self.last_update is not None else None,
             "session": self.session.session_id if self.session is not None else None,
             "links": [
                 {"selector": selector, "topics": len(m.topics), "updates": m.updates, "contested": sorted(m.contested)}
                 for selector, m in zip(c.links, self.mirrors)
             ],
         }
+
+
+def _rounded(value: float | None) -> float | None:
+    return round(value, 2) if value is not None else None
 
 
 class FanoutLinkActor:

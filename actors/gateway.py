@@ -112,6 +112,7 @@ class Gateway:
             gateway_id, self._send, self._properties, config.get("missing_topic_timeout_ms", 10_000) / 1000,
             server_name=config.get("server_name") or f"{config.get('host', host)}:{config.get('port', port)}",
         )
+        self.missing.views = lambda: self.ctx.views
         self.connections = Connections(
             gateway_id, self.registry, config, self._dispatch, self.ctx.unregister,
             after_write=self._written, after_receive=self.link.flush, closed=self.missing.session_closed,
@@ -325,8 +326,14 @@ class GatewayActor:
     async def _refresh_fanouts(self) -> None:
         try:
             self.core.missing.set_fanouts(await self.core.ctx.controller.fanout_routes.remote())
+            if self.core.ctx.views is not None:
+                self.core.missing.set_remote_filters(await self.core.ctx.views.remote_filters.remote())
         except Exception as e:
-            log.warning("could not learn this server's fan-out links: %s", e)
+            log.warning("could not learn this server's fan-out links and remote servers: %s", e)
+
+    async def set_remote_filters(self, filters: list[Any]) -> None:
+        """The remote servers' missing-topic notification filters (see actors/missing_topics.py)."""
+        self.core.missing.set_remote_filters(filters)
 
     async def set_fanouts(self, fanouts: list[Any]) -> None:
         """This server's fan-out connections (name, actor, link selectors), for missing-topic propagation."""

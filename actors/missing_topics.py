@@ -99,6 +99,10 @@ class MissingTopics:
         self._tasks: set[asyncio.Future[Any]] = set()
         #: the fan-out connections: name, FanoutLinkActor, its links' selectors
         self.fanouts: list[tuple[str, Any, list[Selector]]] = []
+        #: remote servers with a missing-topic notification filter: name, filter
+        self.remote_filters: list[tuple[str, Selector]] = []
+        #: the view evaluator (it holds the remote servers' sessions)
+        self.views: Callable[[], Any] = lambda: None
 
     # -- registrations ------------------------------------------------------------------
 
@@ -164,7 +168,8 @@ class MissingTopics:
         """Whether a request for ``selector`` may have anybody to wait for: a handler here,
         or a fan-out link it may be propagated through (seed 003)."""
         return self.handlers.covers(selector) or any(
-            crosses(selector, link) for _name, _handle, links in self.fanouts for link in links)
+            crosses(selector, link) for _name, _handle, links in self.fanouts for link in links
+        ) or any(crosses(selector, f) for _name, f in self.remote_filters)
 
     async def check(
         self, selector: Selector, session_id: str, servers: tuple[str, ...] = (),
@@ -182,7 +187,9 @@ class MissingTopics:
             return PROCEED, False  # it went round in a circle of fan-out links, or too far
         local = self.handlers.handler_for(selector) if not matched else None
         links = await self._propagating(selector, matched or [])
-        handlers = ([local.token] if local is not None else []) + [f"fanout/{name}" for name, _ in links]
+        remotes = [name for name, f in self.remote_filters if crosses(selector, f)] if not matched else []
+        handlers = ([local.token] if local is not None else []) + [f"fanout/{name}" for name, _ in links] + [
+            f"server/{name}" for name in remotes]
         loop = asyncio.get_running_loop()
         wait = self.waits.start(handlers, loop.time(), self.timeout)
         if wait is None:
@@ -200,6 +207,14 @@ class MissingTopics:
         for name, handle in links:
             offer = handle.missing.remote(notification.selector, session_id, properties, list(notification.servers))
             self._track(self._offer(wait.id, f"fanout/{name}", offer, notification), "offer to a primary")
+        views = self.views() if remotes else None
+        for name in remotes:
+            if views is None:
+                self.answered(wait.id, f"server/{name}", PROCEED)
+                continue
+            offer = views.missing.remote(name, notification.selector, session_id, properties,
+                                         list(notification.servers))
+            self._track(self._offer(wait.id, f"server/{name}", offer, notification), "offer to a remote server")
         try:
             return await future, True
         finally:
@@ -218,6 +233,12 @@ class MissingTopics:
                 if isinstance(held, list):
                     replicas.update(held)
         return [(n, h) for n, h, links in crossing if propagates(selector, links, replicas)]
+
+    def set_remote_filters(self, filters: list[tuple[str, str]]) -> None:
+        """The remote servers whose definitions have a missing-topic notification filter: a
+        request that matches nothing here and intersects a filter (by path prefix) is passed
+        on to that server (through the view evaluator's session to it)."""
+        self.remote_filters = [(name, parse_selector(f)) for name, f in filters]
 
     def set_fanouts(self, fanouts: list[tuple[str, Any, list[str]]]) -> None:
         """The fan-out connections of this server: name, actor, link selectors."""

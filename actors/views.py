@@ -290,6 +290,26 @@ class ViewEvaluatorActor:
             raise RemoteServerError(f"no remote server {name!r} is defined")
         return await remote_servers.check(server)
 
+    async def remote_filters(self) -> list[tuple[str, str]]:
+        """The remote servers with a missing-topic notification filter: (name, filter)."""
+        return [(n, s.missing_topic_filter) for n, s in sorted(self.servers.items()) if s.missing_topic_filter]
+
+    async def missing(self, name: str, selector: str, session_id: str, properties: dict[str, str],
+                      servers: list[str]) -> str:
+        """Pass a missing-topic notification on to a remote server whose filter it intersects,
+        over the session remote views keep to it; ``proceed`` without one (or when it is lost)."""
+        connection = self.remote.get(name)
+        session = connection.session if connection is not None else None
+        if session is None or connection is None or connection.state != "connected":
+            return "proceed"
+        try:
+            answer = await session._call("missing_topic_fwd", selector, session_id, properties, servers)
+        except Exception as e:
+            log.warning("remote server %s: the missing-topic notification for %s got no answer (%s); proceeding",
+                        name, selector, e)
+            return "proceed"
+        return "cancel" if answer == "cancel" else "proceed"
+
     async def _save_servers(self, servers: dict[str, RemoteServer]) -> None:
         await configuration.commit(self.config_log, "servers", [s.to_dict() for _n, s in sorted(servers.items())])
 

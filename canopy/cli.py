@@ -506,7 +506,9 @@ def _fanout(args: argparse.Namespace) -> int:
         if args.json:
             print(_json_line(connection))
             continue
+        lag = connection.get("lag_ms")
         print(f"{connection['name']}\t{connection['state']}\t{', '.join(connection.get('primaries', []))}"
+              + (f"\tlag {lag:g} ms" if lag is not None else "")
               + (f"\t{connection['error']}" if connection.get("error") else ""))
         for link in connection.get("links", []):
             contested = f", {len(link['contested'])} contested" if link.get("contested") else ""

@@ -866,8 +866,11 @@ class Fanout:
 
     async def list(self) -> list[dict[str, Any]]:
         """Each connection: ``name``, ``primaries``, ``state``, ``error``, ``sessions``,
-        ``forwarded`` (missing-topic notifications passed on), and ``links``, each with its
-        ``selector``, ``topics`` mirrored, ``updates`` and ``contested`` paths (VIEW_SERVER)."""
+        ``forwarded`` (missing-topic notifications passed on), the lag (``lag_ms``: half the
+        primary's round trip ``rtt_ms`` plus ``apply_ms``, an update's arrival to its
+        application here; ``apply_max_ms`` since the last listing; ``last_update_s``), and
+        ``links``, each with its ``selector``, ``topics`` mirrored, ``updates`` and
+        ``contested`` paths (VIEW_SERVER)."""
         listed: list[dict[str, Any]] = await self._s._call("fanout_list")
         return listed
 

@@ -156,8 +156,10 @@ answers whether there was such a connection (those of the configuration file
 are refused: ``INVALID_FANOUT``). ``fanout_list`` (VIEW_SERVER) answers, for each fan-out connection of this
 (secondary) server: ``name``, ``primaries``, ``state`` (``connecting``,
 ``connected``, ``reconnecting``, ``retrying``), ``error``, ``sessions``
-(how many it opened), and per link its ``selector``, ``topics`` mirrored,
-``updates`` and ``contested`` paths.
+(how many it opened), ``forwarded`` (missing-topic notifications passed
+on), ``lag_ms``, ``rtt_ms``, ``apply_ms``, ``apply_max_ms``,
+``last_update_s`` (see :meth:`canopy.client.Fanout.list`), and per link its
+``selector``, ``topics`` mirrored, ``updates`` and ``contested`` paths.
 
 Remote servers (the sources of remote topic views, ``from NAME``):
 ``server_add`` (CONTROL_SERVER) takes a definition (a map: ``name``,

@@ -11,9 +11,9 @@ shared by every view naming it, and closes it when no view needs it any more.
 * ``retry_delay`` (s, default 1): between connection attempts;
 * ``reconnect_timeout`` (s, default 60): how long a dropped session tries to resume
   before its topics count as lost;
-* ``missing_topic_filter`` (a selector, optional): kept with the definition (the
-  reference system's filter for missing-topic notifications sent to the remote
-  server); shown and validated, not yet acted on.
+* ``missing_topic_filter`` (a selector, optional): a subscription or fetch on this
+  server that matches no topic and intersects it (by path prefix) is passed on to
+  the remote server over the session its views keep (see :mod:`actors.missing_topics`).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ def add(ctx: Context, sid: str, definition: Any) -> Any:
 
     async def added() -> dict[str, Any]:
         answer: dict[str, Any] = await ctx.views.server_add.remote(server.to_dict())
+        await _tell_gateways(ctx)
         return answer
 
     return added()
@@ -33,9 +34,18 @@ def remove(ctx: Context, sid: str, name: Any) -> Any:
 
     async def removed() -> bool:
         answer: bool = await ctx.views.server_remove.remote(name)
+        await _tell_gateways(ctx)
         return answer
 
     return removed()
+
+
+async def _tell_gateways(ctx: Context) -> None:
+    """Every gateway learns the remote servers' missing-topic notification filters."""
+    filters = await ctx.views.remote_filters.remote()
+    ctx.missing.set_remote_filters(filters)
+    for peer in ctx.peers:
+        peer.set_remote_filters.remote(filters)
 
 
 def list_(ctx: Context, sid: str) -> Any:

@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,8 +89,21 @@ def test_a_secondary_mirrors_adds_updates_and_removals_and_resyncs_after_a_prima
                     await admin.fanout.remove("main")
 
         asyncio.run(follow_changes())
+
+        def lag() -> Any:
+            async def listed() -> list[dict[str, Any]]:
+                async with canopy.connect(secondary.url, *ADMIN) as admin:
+                    return await admin.fanout.list()
+
+            [connection] = asyncio.run(listed())
+            return connection if connection["lag_ms"] is not None and connection["apply_ms"] is not None else False
+
+        figures = wait_for(lag, 30, "the connection's lag figures")
+        assert 0 < figures["rtt_ms"] < 5000 and 0 <= figures["apply_ms"] < 5000, figures
+        assert figures["last_update_s"] is not None and figures["last_update_s"] >= 0, figures
         shown = cli("fanout", "list", url=secondary.url)
         assert shown.returncode == 0 and "main\tconnected" in shown.stdout and "?A//\t3 topics" in shown.stdout, shown
+        assert "\tlag " in shown.stdout, shown
 
         # a primary restart: its volatile topic is gone afterwards, and so must its replica be
         asyncio.run(publish(primary.url, ("add-volatile", "A/V", "v")))

@@ -60,7 +60,8 @@ def test_remote_views_follow_their_server_through_its_whole_lifecycle(tmp_path: 
         assert states(local.url)["remote"] == "inactive: no remote server 'Server1' is defined"
         assert fetched(local.url, "?b//") == {"b/info": "local"}  # the local view holds it meanwhile
         added = cli("server", "add", "Server1", "--url", remote.url, "--principal", "admin", "--password",
-                    ADMIN_PASSWORD, "--retry-delay", "0.2", "--reconnect-timeout", "1", url=local.url)
+                    ADMIN_PASSWORD, "--retry-delay", "0.2", "--reconnect-timeout", "1",
+                    "--missing-topic-filter", "?b//", url=local.url)
         assert added.returncode == 0 and f"Server1: {remote.url}" in added.stdout, added
         want_b = {"b/1": {"v": 1}, "b/2": {"v": 2}, "b/info": "remote"}  # the older remote view takes b/info over
         wait_for(lambda: fetched(local.url, "?b//") == want_b, 30, "the remote view's reference topics",
@@ -81,6 +82,27 @@ def test_remote_views_follow_their_server_through_its_whole_lifecycle(tmp_path: 
                 return len(found) - 1  # less this one
 
         assert asyncio.run(one_session()) == 1
+
+        # a subscription here that matches nothing and intersects the definition's missing-topic
+        # filter is passed on to the remote server, whose handler makes the source topic
+        async def missing_on_the_remote() -> None:
+            async with canopy.connect(remote.url, *ADMIN) as control, canopy.connect(local.url) as user:
+                heard: list[Any] = []
+
+                async def make_source(notification: Any) -> bool:
+                    heard.append(notification)
+                    await control.topics.add_and_set("a/9", {"v": 9}, "JSON")
+                    return True
+
+                await control.missing_topics.add_handler("b", make_source)
+                sub = await user.topics.subscribe("b/9")
+                event = await sub.next(timeout=20)
+                assert (event.kind, event.path, event.value) == ("subscribed", "b/9", {"v": 9})
+                [n] = heard
+                assert (n.selector, n.servers, n.session_id) == (">b/9", ("L", "R"), user.session_id)
+
+        asyncio.run(missing_on_the_remote())
+        asyncio.run(on(remote.url, ("remove", "a/9", None)))
 
         # changes on the remote server
         asyncio.run(on(remote.url, ("set", "a/1", {"v": 10}), ("remove", "a/2", None), ("set", "a/3", {"v": 3})))
