@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,15 @@ def test_remote_views_follow_their_server_through_its_whole_lifecycle(tmp_path: 
         asyncio.run(refusals())
         failed = cli("server", "check", "Nowhere", url=local.url)
         assert failed.returncode == 1 and "Nowhere" in failed.stderr, failed
+
+        # definitions are kept in the replicated configuration, over a restart
+        assert local.stop() == 0, local.output
+        local = Server(local.data_dir, "--partitions", "2", "--server-name", "L", port=local.port)
+        local.wait_ready()
+        listed = cli("server", "list", "--json", url=local.url)
+        assert listed.returncode == 0 and [json.loads(line)["name"] for line in listed.stdout.splitlines()] == [
+            "Nowhere"], listed
+        assert states(local.url)["also"] == "inactive: no remote server 'Server1' is defined"
     finally:
         remote.stop()
         code = local.stop()
