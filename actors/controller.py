@@ -19,6 +19,7 @@ import socket
 import time
 import uuid
 import warnings
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -676,20 +677,9 @@ class ControllerActor:
         """A fan-out link went with its node: the same connection on a living one (its
         replicas are claimed again as its new session announces them)."""
         name = f"fanout-{connection}"
-        try:
-            ray.kill(self.fanouts[connection], no_restart=True)
-        except Exception:
-            pass
         strategy = NodeAffinitySchedulingStrategy(node.id, soft=False)
-        deadline = time.monotonic() + RECOVER_TIMEOUT
-        while True:  # the dead one's name is released shortly after
-            try:
-                handle = self._fanout_actor(connection, self.replicas.routes(), strategy)
-                break
-            except ValueError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        handle = _replace(self.fanouts[connection],
+                          lambda: self._fanout_actor(connection, self.replicas.routes(), strategy))
         ray.get(handle.ensure.remote(), timeout=RECOVER_TIMEOUT)
         self.fanouts[connection] = handle
         self._liveness.forget(name)
@@ -698,26 +688,17 @@ class ControllerActor:
 
     def _make_service(self, name: str, node: Any) -> None:
         old = self.views if name == names.VIEWS else self.session_trees
-        try:
-            ray.kill(old, no_restart=True)
-        except Exception:
-            pass
         strategy = NodeAffinitySchedulingStrategy(node.id, soft=False)
-        deadline = time.monotonic() + RECOVER_TIMEOUT
-        while True:  # the dead one's name is released shortly after
-            try:
-                if name == names.VIEWS:
-                    handle = views.remote_class().options(name=name, lifetime="detached", scheduling_strategy=strategy
-                                                          ).remote(self.replicas.routes(), self.config,
-                                                                   self.security.to_dict(), self.config_log)
-                else:
-                    handle = session_trees.remote_class().options(
-                        name=name, lifetime="detached", scheduling_strategy=strategy).remote(self.config_log)
-                break
-            except ValueError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+
+        def make() -> Any:
+            if name == names.VIEWS:
+                return views.remote_class().options(name=name, lifetime="detached", scheduling_strategy=strategy
+                                                    ).remote(self.replicas.routes(), self.config,
+                                                             self.security.to_dict(), self.config_log)
+            return session_trees.remote_class().options(
+                name=name, lifetime="detached", scheduling_strategy=strategy).remote(self.config_log)
+
+        handle = _replace(old, make)
         live = self._live_gateways()
         if name == names.VIEWS:
             ray.get(handle.start.remote(), timeout=RECOVER_TIMEOUT)
@@ -935,6 +916,23 @@ class ControllerActor:
         self.replicas.kill_all()
         self.gateways, self.gateway_info, self.gateway_nodes, self.session_trees, self.views = [], [], [], None, None
         self.config_log, self.agents, self.fanouts = None, {}, {}
+
+
+def _replace(old: Any, make: Callable[[], Any]) -> Any:
+    """Kill a named detached actor that went with its node and make its successor under the
+    same name (the dead one's name is released shortly after: retried for a while)."""
+    try:
+        ray.kill(old, no_restart=True)
+    except Exception:
+        pass
+    deadline = time.monotonic() + RECOVER_TIMEOUT
+    while True:
+        try:
+            return make()
+        except ValueError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _gather(refs: dict[Any, Any], timeout: float) -> dict[Any, Any]:

@@ -55,10 +55,7 @@ class FanoutConnection:
         unknown = sorted(set(table) - _KEYS - {"name"})
         if unknown:
             raise FanoutConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_KEYS))}")
-        primaries = _strings(table.get("primaries"), f"{where}: primaries")
-        for url in primaries:
-            if not url.startswith(("ws://", "wss://")):
-                raise FanoutConfigError(f"{where}: primary {url!r} is not a ws:// or wss:// URL")
+        primaries = urls(table.get("primaries"), f"{where}: primaries")
         links = _strings(table.get("links"), f"{where}: links")
         if len(links) > MAX_LINKS:
             raise FanoutConfigError(f"{where}: at most {MAX_LINKS} links, got {len(links)}")
@@ -69,12 +66,7 @@ class FanoutConnection:
                 raise FanoutConfigError(f"{where}: link {selector!r} is not a selector: {e}") from None
             if not parsed.path_prefix:
                 raise FanoutConfigError(f"{where}: link {selector!r} has no path prefix; a link mirrors a branch")
-        principal, password = table.get("principal"), table.get("password")
-        for key, value in (("principal", principal), ("password", password)):
-            if value is not None and not isinstance(value, str):
-                raise FanoutConfigError(f"{where}: {key} must be a string")
-        if (principal is None) != (password is None):
-            raise FanoutConfigError(f"{where}: give principal and password together (or neither: anonymous)")
+        principal, password = credentials(table, where)
         retry = _seconds(table.get("retry_delay", 1.0), f"{where}: retry_delay", 0.01, 3600)
         reconnect = _seconds(table.get("reconnect_timeout", 60.0), f"{where}: reconnect_timeout", 0, 86_400)
         return cls(name, tuple(primaries), tuple(links), principal, password, retry, reconnect)
@@ -89,6 +81,26 @@ class FanoutConnection:
         data = self.to_dict()
         data.pop("password")
         return data
+
+
+def urls(value: Any, what: str) -> list[str]:
+    """A non-empty list of ws:// or wss:// URLs (one string counts as a list of one)."""
+    found = _strings(value, what)
+    for url in found:
+        if not url.startswith(("ws://", "wss://")):
+            raise FanoutConfigError(f"{what}: {url!r} is not a ws:// or wss:// URL")
+    return found
+
+
+def credentials(table: dict[str, Any], where: str) -> tuple[str | None, str | None]:
+    """The ``principal`` and ``password`` of a definition: both strings, or both absent."""
+    principal, password = table.get("principal"), table.get("password")
+    for key, value in (("principal", principal), ("password", password)):
+        if value is not None and not isinstance(value, str):
+            raise FanoutConfigError(f"{where}: {key} must be a string")
+    if (principal is None) != (password is None):
+        raise FanoutConfigError(f"{where}: give principal and password together (or neither: anonymous)")
+    return principal, password
 
 
 def _strings(value: Any, what: str) -> list[str]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fanout.config import NAME, _seconds, _strings
+from fanout.config import NAME, _seconds, credentials, urls
 from topics.errors import TopicModelError
 from topics.selectors import parse_selector
 
@@ -59,20 +59,12 @@ class RemoteServer:
         if unknown:
             raise RemoteServerError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_KEYS))}")
         try:
-            urls = _strings(table.get("urls"), f"{where}: urls")
+            found = urls(table.get("urls"), f"{where}: urls")
+            principal, password = credentials(table, where)
             retry = _seconds(table.get("retry_delay", 1.0), f"{where}: retry_delay", 0.01, 3600)
             reconnect = _seconds(table.get("reconnect_timeout", 60.0), f"{where}: reconnect_timeout", 0, 86_400)
         except ValueError as e:
             raise RemoteServerError(str(e)) from None
-        for url in urls:
-            if not url.startswith(("ws://", "wss://")):
-                raise RemoteServerError(f"{where}: url {url!r} is not a ws:// or wss:// URL")
-        principal, password = table.get("principal"), table.get("password")
-        for key, value in (("principal", principal), ("password", password)):
-            if value is not None and not isinstance(value, str):
-                raise RemoteServerError(f"{where}: {key} must be a string")
-        if (principal is None) != (password is None):
-            raise RemoteServerError(f"{where}: give principal and password together (or neither: anonymous)")
         selector = table.get("missing_topic_filter")
         if selector is not None:
             if not isinstance(selector, str):
@@ -81,7 +73,7 @@ class RemoteServer:
                 parse_selector(selector)
             except TopicModelError as e:
                 raise RemoteServerError(f"{where}: missing_topic_filter {selector!r} is not a selector: {e}") from None
-        return cls(name, tuple(urls), principal, password, retry, reconnect, selector)
+        return cls(name, tuple(found), principal, password, retry, reconnect, selector)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
