@@ -399,7 +399,7 @@ class ControllerActor:
         from fanout.config import FanoutConnection, from_tables
 
         self.fanout_defs = {}
-        ordinal = 0
+        ordinal = 0  # the file's links count from 0, those added at run time from RUNTIME_ORDINALS
         for c in from_tables(self.config.get("fanout") or {}):
             self.fanout_defs[c.name] = (c, ordinal, True)
             ordinal += len(c.links)
@@ -424,12 +424,15 @@ class ControllerActor:
         """Add a fan-out connection at run time: committed to the configuration log, then
         started. A name in use is refused (remove it first)."""
         from fanout.config import FanoutConfigError, FanoutConnection
+        from fanout.mirror import MAX_LINKS, RUNTIME_ORDINALS
 
         connection = FanoutConnection.from_dict(definition)
         if connection.name in self.fanout_defs:
             raise FanoutConfigError(f"fan-out connection {connection.name!r} exists already; remove it first")
-        used = [o + len(c.links) for c, o, _f in self.fanout_defs.values()]
-        ordinal = max(used, default=0)
+        used = [o + len(c.links) for c, o, from_file in self.fanout_defs.values() if not from_file]
+        ordinal = max(used, default=RUNTIME_ORDINALS)  # apart from the file's, which may change at restarts
+        if ordinal + len(connection.links) > MAX_LINKS:
+            raise FanoutConfigError(f"no claim precedences left for {len(connection.links)} more links")
         self.fanout_defs[connection.name] = (connection, ordinal, False)
         try:
             self._commit_fanouts()
@@ -781,7 +784,8 @@ class ControllerActor:
             ray.get(handle.set_session_trees.remote(trees), timeout=RECOVER_TIMEOUT)
             ray.get(handle.set_routes.remote(self.replicas.routes()), timeout=RECOVER_TIMEOUT)
             self.gateway_info[k] = ray.get(handle.start.remote(), timeout=RECOVER_TIMEOUT)
-            ray.get(handle.set_peers.remote(self._live_gateways()), timeout=RECOVER_TIMEOUT)
+            live = self._live_gateways()  # every gateway: the restarted one is another process now
+            ray.get([g.set_peers.remote(live) for g in live], timeout=RECOVER_TIMEOUT)
         elif handle is self.views:
             ray.get(handle.set_security.remote(security), timeout=RECOVER_TIMEOUT)
             ray.get(handle.set_routes.remote(self.replicas.routes()), timeout=RECOVER_TIMEOUT)

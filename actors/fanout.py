@@ -46,6 +46,8 @@ log = logging.getLogger("canopy.fanout")
 PROBE_EVERY = 0.1
 #: seconds between two round trips to the primary (the rest of the lag)
 RTT_EVERY = 2.0
+#: seconds to wait for the partitions to drop a connection's claims
+DROP_TIMEOUT = 10.0
 
 
 class FanoutLink:
@@ -81,6 +83,9 @@ class FanoutLink:
     async def start(self) -> None:
         if self._task is None:
             await self.link.attach()
+            # claims this connection's earlier process made (before a restart or a move) go
+            # first: the new session claims again what the primary still has
+            await self._drop_all()
             self._task = asyncio.ensure_future(self._run())
             self._probe = asyncio.ensure_future(self._round_trips())
 
@@ -94,9 +99,22 @@ class FanoutLink:
         if self.session is not None:
             with contextlib.suppress(Exception):
                 await self.session.close()
-        self._clear()
-        self.link.flush()
+        await self._drop_all()
         self.link.close()
+
+    async def _drop_all(self) -> None:
+        """Drop every claim of this connection on every partition, and wait for the answers."""
+        loop = asyncio.get_running_loop()
+        answers: list[asyncio.Future[Any]] = []
+        for mirror in self.mirrors:
+            drop = mirror.clear()
+            for i in range(self.link.count):
+                answer: asyncio.Future[Any] = loop.create_future()
+                self.link.submit(i, drop, lambda result, a=answer: a.done() or a.set_result(result))
+                answers.append(answer)
+        self.link.flush()
+        if answers:
+            await asyncio.wait(answers, timeout=DROP_TIMEOUT)
 
     def _on_events(self, partition: int, events: list[TopicEvent]) -> None:
         pass  # the link registers no selectors: it only claims
@@ -170,11 +188,16 @@ class FanoutLink:
             self.state, self.error, self.connected_at = "connected", "", time.time()
             log.info("fan-out %s: connected to %s (session %s)", c.name, ", ".join(c.primaries),
                      self.session.session_id)
-            try:
-                await asyncio.gather(*(self._follow(mirror, selector) for mirror, selector in zip(self.mirrors, c.links)))
-            except Exception as e:
-                self.error = f"{type(e).__name__}: {e}"
-                log.warning("fan-out %s: the session to the primary ended (%s); its replicas go", c.name, self.error)
+            ended = asyncio.Event()
+            follows = [asyncio.ensure_future(self._follow(mirror, selector, ended))
+                       for mirror, selector in zip(self.mirrors, c.links)]
+            await ended.wait()
+            for task in follows:  # none may claim anything once the replicas are dropped
+                task.cancel()
+            await asyncio.gather(*follows, return_exceptions=True)
+            reason = self.session.close_reason
+            self.error = str(reason) if reason is not None else "the session ended"
+            log.warning("fan-out %s: the session to the primary ended (%s); its replicas go", c.name, self.error)
             with contextlib.suppress(Exception):
                 await self.session.close()
             self.session = None
@@ -184,8 +207,27 @@ class FanoutLink:
                 self.state = "retrying"
                 await asyncio.sleep(c.retry_delay)
 
-    async def _follow(self, mirror: Mirror, selector: str) -> None:
-        subscription = await self.session.topics.subscribe(selector)
+    async def _follow(self, mirror: Mirror, selector: str, ended: asyncio.Event) -> None:
+        """Mirror one link while the session lasts; a link the primary refuses (a permission
+        it lacks) is tried again every retry delay, without disturbing the others."""
+        session = self.session
+        while not session.closed:
+            try:
+                await self._mirror(session, mirror, selector)
+                why = "its subscription ended"
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                why = str(e)
+            if session.closed:
+                break
+            log.warning("fan-out %s: link %s: %s; again in %.3g s", self.connection.name, selector, why,
+                        self.connection.retry_delay)
+            await asyncio.sleep(self.connection.retry_delay)
+        ended.set()
+
+    async def _mirror(self, session: Any, mirror: Mirror, selector: str) -> None:
+        subscription = await session.topics.subscribe(selector)
         async for event in subscription:
             kind = event.kind
             if kind == "subscribed":
@@ -208,10 +250,9 @@ class FanoutLink:
             elif kind == "reconnected":
                 self.state = "connected"
             self.link.flush()
-        if self.session is not None and self.session.closed and self.session.close_reason is not None:
-            raise self.session.close_reason
 
-    async def missing(self, selector: str, session_id: str, properties: dict[str, str], servers: list[str]) -> str:
+    async def missing(self, selector: str, session_id: str, properties: dict[str, str], servers: list[str],
+                      hops: list[str]) -> str:
         """A request on this server that seed 003's conditions 2 and 3 let through (the gateway
         decided: :func:`fanout.mirror.propagates`) is offered here: with a live session to the
         primary (condition 1) it is forwarded, and the primary answers what its handlers
@@ -221,7 +262,7 @@ class FanoutLink:
         if session is None or not session.connected or self.state != "connected":
             return PROCEED  # no session to the primary: nothing is propagated
         try:
-            answer = await session._call("missing_topic_fwd", selector, session_id, properties, servers)
+            answer = await session._call("missing_topic_fwd", selector, session_id, properties, servers, hops)
         except Exception as e:
             log.warning("fan-out %s: the missing-topic notification for %s got no answer from the primary (%s); "
                         "proceeding", self.connection.name, selector, e)
@@ -283,8 +324,9 @@ class FanoutLinkActor:
     async def stats(self) -> dict[str, Any]:
         return self.core.stats()
 
-    async def missing(self, selector: str, session_id: str, properties: dict[str, str], servers: list[str]) -> str:
-        return await self.core.missing(selector, session_id, properties, servers)
+    async def missing(self, selector: str, session_id: str, properties: dict[str, str], servers: list[str],
+                      hops: list[str]) -> str:
+        return await self.core.missing(selector, session_id, properties, servers, hops)
 
     async def replicas(self, candidates: list[str]) -> list[str]:
         return self.core.replicas(candidates)

@@ -111,6 +111,7 @@ class Gateway:
         self.ctx.missing = self.missing = MissingTopics(
             gateway_id, self._send, self._properties, config.get("missing_topic_timeout_ms", 10_000) / 1000,
             server_name=config.get("server_name") or f"{config.get('host', host)}:{config.get('port', port)}",
+            instance=config.get("instance_id") or "",
         )
         self.missing.views = lambda: self.ctx.views
         self.connections = Connections(
@@ -133,6 +134,8 @@ class Gateway:
         self.server = await asyncio.get_running_loop().create_server(factory, self.host, self.port, ssl=context)
         port = self.server.sockets[0].getsockname()[1]
         self.url = f"{'wss' if context is not None else 'ws'}://{self.host}:{port}"
+        if not self.config.get("server_name") and not self.config.get("port"):
+            self.missing.server_name = f"{self.host}:{port}"  # a port chosen at run time: the one bound
         gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
         return {"gateway": self.gateway_id, "url": self.url, "host": self.host, "port": port}
 
@@ -319,7 +322,7 @@ class GatewayActor:
     async def set_peers(self, peers: list[Any]) -> None:
         """Every gateway of the instance (this one included), for session-wide operations."""
         self.core.ctx.peers = peers
-        await self.core.missing.set_peers(peers, self.core.gateway_id)
+        await self.core.missing.set_peers(peers, self.core.missing.gateway_id)
         if self.core.ctx.controller is not None:  # after a restart: learn the fan-out links again
             asyncio.ensure_future(self._refresh_fanouts())
 
@@ -340,7 +343,8 @@ class GatewayActor:
         self.core.missing.set_fanouts(fanouts)
 
     async def gateway_id(self) -> str:
-        return self.core.gateway_id
+        """This gateway process's id among its peers (another after a restart)."""
+        return str(self.core.missing.gateway_id)
 
     # -- missing-topic handlers on other gateways (see actors/missing_topics.py) ---------------
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -60,6 +61,8 @@ KIND = "missing_topic"
 MAX_HOPS = 16
 #: matched topics a request's replicas are looked for among (the rest are not looked at)
 MAX_MATCHED = 10_000
+#: seconds a fan-out link has to say which matched topics are its replicas
+REPLICAS_TIMEOUT = 2.0
 
 
 def gateway_of(token: str) -> str:
@@ -82,9 +85,14 @@ class MissingTopics:
         properties: Callable[[str], dict[str, str] | None],
         timeout: float,
         server_name: str = "",
+        instance: str = "",
     ) -> None:
-        self.gateway_id = gateway_id
+        #: this gateway process's own id: a restarted gateway (same gateway id) is another one,
+        #: so its new registrations and waits are never taken for the old ones
+        self.gateway_id = f"{gateway_id}~{secrets.token_hex(4)}"
         self.server_name = server_name or gateway_id
+        #: this server instance, for loop detection across fan-out tiers (names may repeat)
+        self.instance = instance or secrets.token_hex(8)
         self.timeout = timeout
         self._send = send
         self._properties = properties
@@ -94,8 +102,9 @@ class MissingTopics:
         self._serial = itertools.count(1)
         #: the other gateways, by id
         self.peers: dict[str, Any] = {}
-        #: notification id -> (origin gateway id, registration token) for those out to this gateway's sessions
-        self._out: dict[str, tuple[str, str]] = {}
+        #: notification id -> (origin gateway id, registration token, when to forget it) for those
+        #: out to this gateway's sessions (forgotten after twice the timeout: the origin has gone on)
+        self._out: dict[str, tuple[str, str, float]] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
         #: the fan-out connections: name, FanoutLinkActor, its links' selectors
         self.fanouts: list[tuple[str, Any, list[Selector]]] = []
@@ -125,7 +134,7 @@ class MissingTopics:
     def _gone(self, registrations: list[Registration]) -> None:
         for registration in registrations:
             self.handlers.remove(registration.token)
-            for notification_id, (_origin, token) in list(self._out.items()):
+            for notification_id, (_origin, token, _until) in list(self._out.items()):
                 if token == registration.token:  # asked and will never answer: proceed
                     self._route_answer(notification_id, PROCEED)
         if registrations:
@@ -171,9 +180,13 @@ class MissingTopics:
             crosses(selector, link) for _name, _handle, links in self.fanouts for link in links
         ) or any(crosses(selector, f) for _name, f in self.remote_filters)
 
+    def crosses_links(self, selector: Selector) -> bool:
+        """Whether ``selector`` intersects a fan-out link (then which topics it matched matters)."""
+        return any(crosses(selector, link) for _name, _handle, links in self.fanouts for link in links)
+
     async def check(
         self, selector: Selector, session_id: str, servers: tuple[str, ...] = (),
-        properties: dict[str, str] | None = None, matched: list[str] | None = None,
+        properties: dict[str, str] | None = None, matched: list[str] | None = None, hops: tuple[str, ...] = (),
     ) -> tuple[str, bool]:
         """Offer a request of ``session_id`` for ``selector`` to the handlers: the one registered
         here when it ``matched`` no topic here, and, through the fan-out links, the primaries
@@ -181,9 +194,10 @@ class MissingTopics:
         replicas among ``matched``; the link's actor checks its session, the primary the rest).
         Answer PROCEED or CANCEL once they decided, and whether any was asked.
 
-        ``servers`` is the chain the request came through (a request forwarded by a secondary);
-        ``properties`` the requesting session's when it is not a session of this gateway."""
-        if self.server_name in servers or len(servers) >= MAX_HOPS:
+        ``servers`` is the chain the request came through (a request forwarded by a secondary),
+        ``hops`` the instance ids of those servers; ``properties`` the requesting session's when
+        it is not a session of this gateway."""
+        if self.instance in hops or len(hops) >= MAX_HOPS:
             return PROCEED, False  # it went round in a circle of fan-out links, or too far
         local = self.handlers.handler_for(selector) if not matched else None
         links = await self._propagating(selector, matched or [])
@@ -204,8 +218,10 @@ class MissingTopics:
         )
         if local is not None:
             self._notify(local, notification)
+        onward = [*hops, self.instance]
         for name, handle in links:
-            offer = handle.missing.remote(notification.selector, session_id, properties, list(notification.servers))
+            offer = handle.missing.remote(notification.selector, session_id, properties, list(notification.servers),
+                                          onward)
             self._track(self._offer(wait.id, f"fanout/{name}", offer, notification), "offer to a primary")
         views = self.views() if remotes else None
         for name in remotes:
@@ -213,13 +229,14 @@ class MissingTopics:
                 self.answered(wait.id, f"server/{name}", PROCEED)
                 continue
             offer = views.missing.remote(name, notification.selector, session_id, properties,
-                                         list(notification.servers))
+                                         list(notification.servers), onward)
             self._track(self._offer(wait.id, f"server/{name}", offer, notification), "offer to a remote server")
         try:
             return await future, True
         finally:
             timer.cancel()
             self._futures.pop(wait.id, None)
+            self.waits.forget(wait.id)
 
     async def _propagating(self, selector: Selector, matched: list[str]) -> list[tuple[str, Any]]:
         """The fan-out connections a request is to be offered to (conditions 2 and 3)."""
@@ -228,9 +245,10 @@ class MissingTopics:
             return []
         replicas: set[str] = set()
         if matched:  # which of the topics it matched here are replicas (of any connection)
-            asked = [h.replicas.remote(matched[:MAX_MATCHED]) for _n, h, _l in self.fanouts]
+            asked = [asyncio.wait_for(h.replicas.remote(matched[:MAX_MATCHED]), REPLICAS_TIMEOUT)
+                     for _n, h, _l in self.fanouts]
             for held in await asyncio.gather(*asked, return_exceptions=True):
-                if isinstance(held, list):
+                if isinstance(held, list):  # a link that does not answer (restarting) holds none
                     replicas.update(held)
         return [(n, h) for n, h, links in crossing if propagates(selector, links, replicas)]
 
@@ -272,9 +290,10 @@ class MissingTopics:
     async def _delivered(self, reply: Any, notification_id: str, token: str) -> None:
         try:
             delivered = await reply
-        except Exception as e:
+        except Exception as e:  # the gateway is gone or restarting: set_peers will tidy up
             log.warning("missing-topic notification %s: the handler's gateway did not take it (%s)", notification_id, e)
-            delivered = False
+            self.answered(notification_id.rsplit(":", 1)[1], token, PROCEED)
+            return
         if not delivered:  # the registration went before the notification got there
             self.handlers.remove(token)
             self.answered(notification_id.rsplit(":", 1)[1], token, PROCEED)
@@ -285,7 +304,13 @@ class MissingTopics:
         registration = self.handlers.get(token)
         if registration is None or gateway_of(token) != self.gateway_id:
             return False
-        self._out[body["id"]] = (origin, token)
+        now = time.monotonic()
+        if len(self._out) >= self.waits.limit:  # unanswered ones pile up: forget those long decided
+            for key in [k for k, (_o, _t, until) in self._out.items() if until < now]:
+                del self._out[key]
+            if len(self._out) >= self.waits.limit:
+                return False
+        self._out[body["id"]] = (origin, token, now + 2 * self.timeout)
         message = wire.Notify(KIND, {**body, "registration": token, "path": registration.path})
         self._send(registration.session_id, wire.encode(message))
         return True
@@ -302,7 +327,7 @@ class MissingTopics:
         self._route_answer(notification_id, response)
 
     def _route_answer(self, notification_id: str, response: str) -> None:
-        origin, token = self._out.pop(notification_id)
+        origin, token, _until = self._out.pop(notification_id)
         wait_id = notification_id.rsplit(":", 1)[1]
         if origin == self.gateway_id:
             self.answered(wait_id, token, response)

@@ -32,6 +32,8 @@ log = logging.getLogger("canopy.views")
 
 #: seconds ``server check`` waits for a session
 CHECK_TIMEOUT = 10.0
+#: seconds a view change waits for the remote server to take an unsubscription
+UNSUBSCRIBE_TIMEOUT = 5.0
 
 
 class RemoteConnection:
@@ -66,7 +68,8 @@ class RemoteConnection:
         """Subscribe to exactly these selectors (now if connected, else once connected)."""
         added, removed = selectors - self.selectors, self.selectors - selectors
         self.selectors = set(selectors)
-        if self.session is None or self.state not in ("connected", "reconnecting"):
+        session = self.session
+        if session is None or session.closed or self.state not in ("connected", "reconnecting"):
             return
         for selector in added:
             self._follow(selector)
@@ -74,8 +77,8 @@ class RemoteConnection:
             task = self._follows.pop(selector, None)
             if task is not None:
                 task.cancel()
-            with contextlib.suppress(Exception):
-                await self.session.topics.unsubscribe(selector)
+            with contextlib.suppress(Exception):  # a session reconnecting must not hold the caller
+                await asyncio.wait_for(session.topics.unsubscribe(selector), UNSUBSCRIBE_TIMEOUT)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -120,13 +123,15 @@ class RemoteConnection:
             with contextlib.suppress(Exception):
                 await self.session.close()
             self.session = None
+            self._follows.clear()
             self._sequences.clear()
             self._on_lost(s.name)
             self.state = "retrying"
             await asyncio.sleep(s.retry_delay)
 
     def _follow(self, selector: str) -> None:
-        if selector not in self._follows:
+        task = self._follows.get(selector)
+        if task is None or task.done():  # a subscription that failed is made again
             self._follows[selector] = asyncio.ensure_future(self._subscription(selector))
 
     async def _subscription(self, selector: str) -> None:

@@ -295,7 +295,7 @@ class ViewEvaluatorActor:
         return [(n, s.missing_topic_filter) for n, s in sorted(self.servers.items()) if s.missing_topic_filter]
 
     async def missing(self, name: str, selector: str, session_id: str, properties: dict[str, str],
-                      servers: list[str]) -> str:
+                      servers: list[str], hops: list[str]) -> str:
         """Pass a missing-topic notification on to a remote server whose filter it intersects,
         over the session remote views keep to it; ``proceed`` without one (or when it is lost)."""
         connection = self.remote.get(name)
@@ -303,7 +303,7 @@ class ViewEvaluatorActor:
         if session is None or connection is None or connection.state != "connected":
             return "proceed"
         try:
-            answer = await session._call("missing_topic_fwd", selector, session_id, properties, servers)
+            answer = await session._call("missing_topic_fwd", selector, session_id, properties, servers, hops)
         except Exception as e:
             log.warning("remote server %s: the missing-topic notification for %s got no answer (%s); proceeding",
                         name, selector, e)

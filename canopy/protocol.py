@@ -135,7 +135,8 @@ missing_topic_rm    registration                                 nil
 missing_topic_ans   notification id, "proceed"|"cancel"          nil
 missing_topic_list                                               [[registration,
                                                                  path, session id]...]
-missing_topic_fwd   selector, session id, properties, servers    "proceed"|"cancel"
+missing_topic_fwd   selector, session id, properties, servers,   "proceed"|"cancel"
+                    hops (instance ids; may be left out)
 ==================  ===========================================  ==================
 
 A subscription or fetch that matches no topic the session can see, where a

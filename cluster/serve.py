@@ -496,7 +496,7 @@ def _run(
                 name=names.CONTROLLER,
                 lifetime="detached",
                 scheduling_strategy=NodeAffinitySchedulingStrategy(home, soft=False),
-            ).remote({**config.as_dict(), "data_dir": str(data_dir)}, home)
+            ).remote({**config.as_dict(), "data_dir": str(data_dir), "instance_id": _instance_id(config, data_dir)}, home)
         except ValueError:
             raise ServeError(_already_running(config)) from None
         try:
@@ -671,3 +671,13 @@ def _already_running(config: ServerConfig) -> str:
         f"canopy is already running in namespace {config.namespace!r} of this Ray cluster{detail}; "
         "stop it first, or run this one with another --namespace"
     )
+
+
+def _instance_id(config: ServerConfig, data_dir: Path) -> str:
+    """This canopy instance, the same over its restarts and apart from every other: the machine,
+    the data directory and the namespace (fan-out tiers use it to stop a request that comes back)."""
+    import hashlib
+    import socket
+
+    seed = f"{socket.gethostname()}\0{data_dir.resolve()}\0{config.namespace}"
+    return hashlib.sha256(seed.encode()).hexdigest()[:16]

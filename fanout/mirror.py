@@ -32,6 +32,9 @@ from topics.types import TopicType, encode
 FANOUT_BASE = -1_000_000
 #: links per instance (each takes one precedence)
 MAX_LINKS = 10_000
+#: the first precedence ordinal of links added at run time (those of the configuration file
+#: count from 0 and may be renumbered when the file changes; these never are)
+RUNTIME_ORDINALS = 5_000
 
 
 def precedence(ordinal: int) -> int:

@@ -204,6 +204,10 @@ class Waits:
                     decided.append((wait_id, outcome))
         return decided
 
+    def forget(self, wait_id: str) -> None:
+        """The request is gone (its client's connection, say): nobody waits any more."""
+        self._waits.pop(wait_id, None)
+
     def expire(self, now: float) -> list[str]:
         """The requests whose handlers did not all answer in time: they proceed."""
         late = [wait_id for wait_id, wait in self._waits.items() if wait.deadline <= now]

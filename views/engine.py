@@ -188,6 +188,10 @@ class ViewEngine:
         view = self.views.pop(name, None)
         if view is not None:
             self._retire(view)
+            if view.server is not None:  # the server's topics no remaining view matches: no longer followed
+                index, topics = self._index_of(view.server), self._topics_of(view.server)
+                for path in [p for p in topics if not index.match(p)]:
+                    del topics[path]
         return self._take()
 
     def _retire(self, view: _View, drop: bool = True) -> None:

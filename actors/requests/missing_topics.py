@@ -12,7 +12,7 @@ from typing import Any
 
 from actors.missing_topics import MAX_HOPS
 from actors.requests.context import Context
-from actors.requests.topics import fetched_rows
+from actors.requests.topics import PROBE, fetched_rows, probe_plan
 from sessions import requests as check
 from sessions.missing_topics import PROCEED, MissingTopicError
 from sessions.security import GlobalPermission
@@ -46,7 +46,9 @@ def list_(ctx: Context, sid: str) -> list[list[Any]]:
     return [[r.token, r.path, r.session_id] for r in ctx.missing.handlers.registrations()]
 
 
-def forward(ctx: Context, sid: str, selector: Any, session_id: Any, properties: Any, servers: Any) -> Any:
+def forward(
+    ctx: Context, sid: str, selector: Any, session_id: Any, properties: Any, servers: Any, hops: Any = None,
+) -> Any:
     """A secondary's fan-out link forwards a request of one of its sessions (seed 003): when
     no topic here matches the selector (as the link's session sees the tree), it is this
     server's request too: its handlers are notified, and its own fan-out links may take it
@@ -63,14 +65,17 @@ def forward(ctx: Context, sid: str, selector: Any, session_id: Any, properties: 
         isinstance(s, str) and s for s in servers
     ):
         raise check.RequestError("INVALID_REQUEST", f"servers must be 1..{MAX_HOPS} server names")
-    plan = check.fetch_plan(ctx.registry, sid, str(sel), False, False, None, None)  # SELECT_TOPIC checked
+    hops = [] if hops is None else hops
+    if not isinstance(hops, list) or len(hops) > MAX_HOPS or not all(isinstance(h, str) for h in hops):
+        raise check.RequestError("INVALID_REQUEST", f"hops must be at most {MAX_HOPS} instance ids")
+    plan = probe_plan(check.fetch_plan(ctx.registry, sid, str(sel), False, False, None, None), PROBE)
 
     async def forwarded() -> str:
-        found = await fetched_rows(ctx, sid, plan)
-        if found:
+        if await fetched_rows(ctx, sid, plan):
             return PROCEED  # the primary has a matching topic: nobody here is told
         outcome: str
-        outcome, _asked = await ctx.missing.check(sel, session_id, tuple(servers), dict(properties), matched=[])
+        outcome, _asked = await ctx.missing.check(
+            sel, session_id, tuple(servers), dict(properties), matched=[], hops=tuple(hops))
         return outcome
 
     return forwarded()

@@ -9,6 +9,7 @@ from typing import Any
 from actors.requests.context import Context, Routed, ok
 from actors.tracing import DEFAULT_LIMIT
 from sessions import requests as check
+from actors.missing_topics import MAX_MATCHED
 from sessions.missing_topics import CANCEL
 from sessions.security import GlobalPermission
 from topics.protocol import FetchTopics, RemoveTopics, Result
@@ -58,11 +59,35 @@ def fetch(ctx: Context, sid: str, *args: Any) -> Any:
 
     async def fetched() -> list[Any]:
         found = await rows
-        if not await _missing(ctx, sid, plan.selector, [row[0] for row in found]):
+        filtered = plan.limit == 0 or any(op.types for _s, op in plan.operations)
+        if found and not filtered and not ctx.missing.crosses_links(plan.selector):
+            return found  # it matched: no handler here hears of it, and no link is crossed
+        if not await _missing(ctx, sid, plan.selector, await matched_paths(ctx, sid, plan.selector)):
             return found
         return await fetched_rows(ctx, sid, plan)  # after the handlers: they may have made the topic
 
     return fetched()
+
+
+#: topics per partition a probe for "does the selector match anything here?" reads
+PROBE = 100
+
+
+def probe_plan(plan: check.FetchPlan, limit: int) -> check.FetchPlan:
+    """The same fetch without values, at most ``limit`` topics per partition."""
+    operations = [(sel, op._replace(with_values=False, with_properties=False, types=None, limit=limit))
+                  for sel, op in plan.operations]
+    return check.FetchPlan(plan.selector, operations, None)
+
+
+async def matched_paths(ctx: Context, sid: str, selector: Selector) -> list[str]:
+    """The topic paths ``selector`` shows the session (SELECT_TOPIC checked): as many as the
+    replica check of the fan-out links looks at when one is crossed, else a few."""
+    limit = MAX_MATCHED if ctx.missing.crosses_links(selector) else PROBE
+    plan = probe_plan(check.fetch_plan(ctx.registry, sid, str(selector), False, False, None, None), limit)
+    futures = [f for sel, op in plan.operations for f in ctx.link.everywhere(sel, op)]
+    return [row.path for part in await ctx.all_ok(futures) for row in part
+            if ctx.registry.visible(sid, selector, row.path)]
 
 
 def fetched_rows(ctx: Context, sid: str, plan: check.FetchPlan) -> Coroutine[Any, Any, list[Any]]:
@@ -102,8 +127,7 @@ def subscribe(ctx: Context, sid: str, selector: Any) -> Any:
 async def _subscribe_when_answered(ctx: Context, sid: str, sel: Selector) -> None:
     """A subscription a missing-topic handler may hear of: made once the handlers answered
     proceed when it matches nothing now, not made on cancel."""
-    plan = check.fetch_plan(ctx.registry, sid, str(sel), False, False, None, None)  # SELECT_TOPIC checked
-    await _missing(ctx, sid, sel, [row[0] for row in await fetched_rows(ctx, sid, plan)])
+    await _missing(ctx, sid, sel, await matched_paths(ctx, sid, sel))  # SELECT_TOPIC checked
     if sid in ctx.registry.sessions:
         await _subscribe(ctx, sid, sel)
 

@@ -108,3 +108,11 @@ def test_a_notification_says_who_asked_and_through_which_servers() -> None:
     n = Notification("m1", "?a/d/", "s9", {"$Principal": "bob"}, ("secondary", "primary"))
     assert n.to_wire() == {"id": "m1", "selector": "?a/d/", "session_id": "s9",
                            "properties": {"$Principal": "bob"}, "servers": ["secondary", "primary"]}
+
+
+def test_a_forgotten_wait_is_gone() -> None:
+    waits = Waits()
+    wait = waits.start(["h"], 0.0, 10.0)
+    assert wait is not None and len(waits) == 1
+    waits.forget(wait.id)
+    assert len(waits) == 0 and waits.answer(wait.id, "h", PROCEED) is None

@@ -165,3 +165,12 @@ def test_a_remote_view_inserts_from_the_local_tree() -> None:
     assert puts(engine.on_events([add("o/z", 6, "INT64")], 0, "S")) == {}  # the remote o/z is not the insert
     engine.remove_view("v", 0)
     assert engine.remote_selectors() == {}
+
+
+def test_a_replaced_remote_view_keeps_its_sources_and_a_removed_one_forgets_them() -> None:
+    engine = ViewEngine(allow_all)
+    engine.put_view(view("v", "map ?a// from S to b/<path(1)>", 1), 0)
+    engine.on_events([add("a/1", 1)], 0, "S")
+    assert puts(engine.put_view(view("v", "map ?a// from S to c/<path(1)>", 1), 0)) == {"c/1": 1}
+    engine.remove_view("v", 0)
+    assert engine.remote.get("S", {}) == {}
