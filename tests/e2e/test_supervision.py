@@ -24,7 +24,7 @@ from cluster.processes import arguments as _args
 from cluster.processes import descendants as _descendants
 from cluster.serve import ensure_token_file
 from tests.conftest import wait_for
-from tests.e2e.conftest import Server, cli
+from tests.e2e.conftest import ADMIN, Server, cli
 
 EXIT_DEADLINE = 30.0  # a dead actor found, reported, everything shut down
 SWEEP_DEADLINE = 30.0  # every Ray process gone after `kill -9` of canopy serve
@@ -165,12 +165,17 @@ def test_embedded_ray_is_on_loopback_with_token_auth_and_dies_with_a_killed_serv
 @pytest.mark.parametrize("actor", ["PartitionActor", "GatewayActor", "ViewEvaluatorActor"])
 def test_a_crashed_actor_is_restarted_and_serve_says_so(tmp_path: Path, actor: str) -> None:
     srv = Server(tmp_path / "data", "--partitions", "2")
+    handler = None
     try:
         srv.wait_ready()
+        if actor == "GatewayActor":  # a missing-topic handler registered before the crash
+            handler = _Handler(srv.url)
         before = _actor_pid(srv.proc.pid, actor)
         os.kill(before, signal.SIGKILL)
         wait_for(lambda: any(f"({actor}) is back and serving" in line for line in srv.lines), EXIT_DEADLINE,
                  f"serve to say the {actor} is back")
+        if handler is not None:  # its client opened a new session and registered it again
+            wait_for(handler.heard_again, 60, "the handler to be registered again and notified")
         assert any(f"({actor}) crashed" in line for line in srv.lines), srv.output
         assert srv.proc.poll() is None, srv.output  # still serving
         assert _actor_pid(srv.proc.pid, actor) != before
@@ -178,8 +183,33 @@ def test_a_crashed_actor_is_restarted_and_serve_says_so(tmp_path: Path, actor: s
         assert result.returncode == 0, result.stderr
         assert _server_json(srv.data_dir)["state"] == "serving"
     finally:
+        if handler is not None:
+            handler.close()
         code = srv.stop()
     assert code == 0, srv.output
+
+
+class _Handler:
+    """A session (its own client loop, in a thread) with a missing-topic handler on ``regs``."""
+
+    def __init__(self, url: str) -> None:
+        from canopy.sync import connect_sync
+
+        self.url = url
+        self.heard: list[str] = []
+        self.session = connect_sync(url, *ADMIN)
+        self.session.missing_topics.add_handler("regs", lambda n: self.heard.append(n.selector) or True)
+
+    def heard_again(self) -> bool:
+        """Fetch a missing topic under ``regs`` from another session; whether the handler heard of it."""
+        from canopy.sync import connect_sync
+
+        with connect_sync(self.url) as other:
+            other.topics.fetch("regs/after-the-crash")
+        return ">regs/after-the-crash" in self.heard
+
+    def close(self) -> None:
+        self.session.close()
 
 
 def test_an_actor_crashing_in_a_loop_stops_serve_with_a_reason(tmp_path: Path) -> None:
