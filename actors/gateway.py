@@ -290,6 +290,7 @@ class GatewayActor:
 
     def __init__(self, *args: Any) -> None:
         self.core = Gateway(*args)
+        self._peers_task: asyncio.Future[None] | None = None
         self._incarnation = new_incarnation()
         announce_start()
         self._started: dict[str, Any] | None = None
@@ -320,11 +321,26 @@ class GatewayActor:
         self.core.link.set_routes(routes)
 
     async def set_peers(self, peers: list[Any]) -> None:
-        """Every gateway of the instance (this one included), for session-wide operations."""
+        """Every gateway of the instance (this one included), for session-wide operations.
+
+        Answered at once: what the missing-topic handlers learn from the peers (and the fan-out
+        links from the controller, which is waiting for this answer) is fetched afterwards, by
+        one task at a time, the newest peer list winning."""
         self.core.ctx.peers = peers
-        await self.core.missing.set_peers(peers, self.core.missing.gateway_id)
+        previous = self._peers_task
+        self._peers_task = asyncio.ensure_future(self._learn_peers(peers, previous))
+
+    async def _learn_peers(self, peers: list[Any], previous: asyncio.Future[None] | None) -> None:
+        if previous is not None and not previous.done():
+            previous.cancel()
+            with contextlib.suppress(BaseException):
+                await previous
+        try:
+            await self.core.missing.set_peers(peers, self.core.missing.gateway_id)
+        except Exception as e:
+            log.warning("could not learn the other gateways' missing-topic handlers: %s", e)
         if self.core.ctx.controller is not None:  # after a restart: learn the fan-out links again
-            asyncio.ensure_future(self._refresh_fanouts())
+            await self._refresh_fanouts()
 
     async def _refresh_fanouts(self) -> None:
         try:

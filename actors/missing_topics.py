@@ -63,6 +63,8 @@ MAX_HOPS = 16
 MAX_MATCHED = 10_000
 #: seconds a fan-out link has to say which matched topics are its replicas
 REPLICAS_TIMEOUT = 2.0
+#: seconds another gateway has to say who it is and what it has registered
+PEER_TIMEOUT = 10.0
 
 
 def gateway_of(token: str) -> str:
@@ -155,14 +157,16 @@ class MissingTopics:
     async def set_peers(self, peers: list[Any], self_id: str) -> None:
         """The instance's gateways (this one among them, as ``self_id`` says): forget the
         registrations of those gone, learn those of the others."""
-        ids = await asyncio.gather(*(p.gateway_id.remote() for p in peers), return_exceptions=True)
+        ids = await asyncio.gather(*(asyncio.wait_for(p.gateway_id.remote(), PEER_TIMEOUT) for p in peers),
+                                   return_exceptions=True)
         self.peers = {i: p for i, p in zip(ids, peers) if isinstance(i, str) and i != self_id}
         for registration in self.handlers.registrations():
             owner = gateway_of(registration.token)
             if owner != self.gateway_id and owner not in self.peers:
                 self.handlers.remove(registration.token)
-        theirs = await asyncio.gather(*(p.missing_topic_handlers.remote() for p in self.peers.values()),
-                                      return_exceptions=True)
+        theirs = await asyncio.gather(
+            *(asyncio.wait_for(p.missing_topic_handlers.remote(), PEER_TIMEOUT) for p in self.peers.values()),
+            return_exceptions=True)
         for rows in theirs:
             if isinstance(rows, list):
                 self.changed(rows, [])
