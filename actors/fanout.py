@@ -69,7 +69,6 @@ class FanoutLink:
         self.forwarded = 0
         self.state = "starting"
         self.error = ""
-        self.connected_at: float | None = None
         self.sessions = 0
         #: lag figures (see stats): the primary's round trip, and update received -> applied here
         self.rtt_ms: float | None = None
@@ -163,10 +162,6 @@ class FanoutLink:
             log.warning("fan-out %s: %s is mirrored by another link too (%s); the link configured first holds it",
                         self.connection.name, path, mirror.name)
 
-    def _clear(self) -> None:
-        for mirror in self.mirrors:
-            self._submit(None, mirror.clear())
-
     async def _run(self) -> None:
         import canopy
 
@@ -185,7 +180,7 @@ class FanoutLink:
                 await asyncio.sleep(c.retry_delay)
                 continue
             self.sessions += 1
-            self.state, self.error, self.connected_at = "connected", "", time.time()
+            self.state, self.error = "connected", ""
             log.info("fan-out %s: connected to %s (session %s)", c.name, ", ".join(c.primaries),
                      self.session.session_id)
             ended = asyncio.Event()
@@ -201,8 +196,7 @@ class FanoutLink:
             with contextlib.suppress(Exception):
                 await self.session.close()
             self.session = None
-            self._clear()
-            self.link.flush()
+            await self._drop_all()
             if not self._stopping:
                 self.state = "retrying"
                 await asyncio.sleep(c.retry_delay)
@@ -249,7 +243,7 @@ class FanoutLink:
                 self.state = "reconnecting"
             elif kind == "reconnected":
                 self.state = "connected"
-            self.link.flush()
+            # no flush here: the link sends what this loop turn submitted as one batch
 
     async def missing(self, selector: str, session_id: str, properties: dict[str, str], servers: list[str],
                       hops: list[str]) -> str:

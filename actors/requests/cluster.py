@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.requests.context import Context
+from actors.requests.context import Context, answer_of
 from fanout.config import FanoutConnection
 from sessions.requests import RequestError, expect
 from sessions.security import GlobalPermission
@@ -13,12 +13,7 @@ from sessions.security import GlobalPermission
 
 def cluster_status(ctx: Context, sid: str) -> Any:
     ctx.registry.check(sid, GlobalPermission.VIEW_SERVER)
-
-    async def status() -> dict[str, Any]:
-        answer: dict[str, Any] = await ctx.controller.status.remote()
-        return answer
-
-    return status()
+    return answer_of(ctx.controller.status.remote())
 
 
 def cluster_node(ctx: Context, sid: str, action: Any, node: Any, seconds: Any, force: Any) -> Any:
@@ -30,23 +25,13 @@ def cluster_node(ctx: Context, sid: str, action: Any, node: Any, seconds: Any, f
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise RequestError("INVALID_REQUEST", f"seconds has the wrong type ({type(seconds).__name__})")
     expect(force, bool, "force")
-
-    async def act() -> dict[str, Any]:
-        answer: dict[str, Any] = await ctx.controller.node_action.remote(action, node, float(seconds), force)
-        return answer
-
-    return act()
+    return answer_of(ctx.controller.node_action.remote(action, node, float(seconds), force))
 
 
 def fanout_list(ctx: Context, sid: str) -> Any:
     """VIEW_SERVER: each fan-out connection's state and what its links mirror."""
     ctx.registry.check(sid, GlobalPermission.VIEW_SERVER)
-
-    async def listed() -> list[dict[str, Any]]:
-        answer: list[dict[str, Any]] = await ctx.controller.fanout_status.remote()
-        return answer
-
-    return listed()
+    return answer_of(ctx.controller.fanout_status.remote())
 
 
 def fanout_add(ctx: Context, sid: str, definition: Any) -> Any:
@@ -54,24 +39,14 @@ def fanout_add(ctx: Context, sid: str, definition: Any) -> Any:
     ctx.registry.check(sid, GlobalPermission.CONTROL_SERVER)
     expect(definition, dict, "definition")
     connection = FanoutConnection.from_dict(definition)  # a bad one is refused here, before the controller
-
-    async def added() -> dict[str, Any]:
-        answer: dict[str, Any] = await ctx.controller.fanout_add.remote(connection.to_dict())
-        return answer
-
-    return added()
+    return answer_of(ctx.controller.fanout_add.remote(connection.to_dict()))
 
 
 def fanout_remove(ctx: Context, sid: str, name: Any) -> Any:
     """CONTROL_SERVER: remove a fan-out connection added at run time; its replicas go."""
     ctx.registry.check(sid, GlobalPermission.CONTROL_SERVER)
     expect(name, str, "name")
-
-    async def removed() -> bool:
-        answer: bool = await ctx.controller.fanout_remove.remote(name)
-        return answer
-
-    return removed()
+    return answer_of(ctx.controller.fanout_remove.remote(name))
 
 
 HANDLERS: dict[str, Callable[..., Any]] = {

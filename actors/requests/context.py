@@ -77,6 +77,11 @@ class Context:
             waiter.set_result(None)
 
 
+async def answer_of(ref: Any) -> Any:
+    """What an actor call answers: a handler returns this to answer the request with it."""
+    return await ref
+
+
 def _log_failure(future: asyncio.Future[Result]) -> None:
     result = future.result()
     if isinstance(result, Failed):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.requests.context import Context
+from actors.requests.context import Context, answer_of
 from fanout.servers import RemoteServer
 from sessions.requests import expect
 from sessions.security import GlobalPermission
@@ -50,23 +50,13 @@ async def _tell_gateways(ctx: Context) -> None:
 
 def list_(ctx: Context, sid: str) -> Any:
     ctx.registry.check(sid, GlobalPermission.VIEW_SERVER)
-
-    async def listed() -> list[dict[str, Any]]:
-        answer: list[dict[str, Any]] = await ctx.views.server_list.remote()
-        return answer
-
-    return listed()
+    return answer_of(ctx.views.server_list.remote())
 
 
 def check_(ctx: Context, sid: str, name: Any) -> Any:
     ctx.registry.check(sid, GlobalPermission.VIEW_SERVER)
     expect(name, str, "name")
-
-    async def checked() -> dict[str, Any]:
-        answer: dict[str, Any] = await ctx.views.server_check.remote(name)
-        return answer
-
-    return checked()
+    return answer_of(ctx.views.server_check.remote(name))
 
 
 HANDLERS: dict[str, Callable[..., Any]] = {
