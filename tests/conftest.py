@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -15,10 +16,33 @@ T = TypeVar("T")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
-def free_port() -> int:
+# Ports handed to servers come from below the kernel's ephemeral range (32768-60999 here) and
+# above Ray's worker ports (10002-19999): a port the kernel picked (bind to 0) can be taken by
+# an outgoing connection of Ray's, dozens of which open while `canopy serve` starts, before
+# the gateway listens on it (CI saw "address already in use"). A cluster's gateways listen on
+# port+k, so a span of ports is checked, and no span is handed out twice in one test run.
+_PORTS = (20000, 32000)
+_SPAN = 8
+_handed: set[int] = set()
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    for _ in range(1000):
+        base = random.randrange(_PORTS[0], _PORTS[1] - _SPAN)
+        span = range(base, base + _SPAN)
+        if _handed.isdisjoint(span) and all(_bindable(p) for p in span):
+            _handed.update(span)
+            return base
+    raise RuntimeError(f"no {_SPAN} free ports in a row between {_PORTS[0]} and {_PORTS[1]}")
 
 
 class Hopeless(AssertionError):
