@@ -51,7 +51,8 @@ from topics.protocol import (
     encode_frame,
     encode_result,
 )
-from replication.journal import FsyncPolicy, Journal, JournalError, JournalGap
+from history.store import Exporter, history_location
+from replication.journal import SEGMENT_BYTES, FsyncPolicy, Journal, JournalError, JournalGap
 from topics.store import TopicStore
 
 log = logging.getLogger("canopy.partition")
@@ -189,6 +190,12 @@ class Partition:
         self._acked = 0  # the last id the backup acknowledged
         self._prime_id = 0  # the id of the final frame of the last prime
         self._outbox: deque[tuple[int, list[tuple[_Peer, bytes]]]] = deque()
+        #: (frame id, last journal sequence of its batch), for the history's acknowledged limit
+        self._journaled_at: deque[tuple[int, int]] = deque()
+        self._acked_sequence = 0
+        self.exporter: Exporter | None = None
+        self._exporting = False
+        self._export_timer: asyncio.TimerHandle | None = None
         self._drained: asyncio.Event | None = None
         # the backup's side
         self.follower: _Peer | None = None
@@ -287,7 +294,9 @@ class Partition:
         if self.journal is not None:
             first = self.journal.last_sequence + 1
             self._journal(persistent_only(changes, volatile), now)
-        self._to_backup(lambda i: Replicate(i, first, now, [encode_change(c) for c in changes], volatile))
+        sent = self._to_backup(lambda i: Replicate(i, first, now, [encode_change(c) for c in changes], volatile))
+        if self.journal is not None and self.journal.last_sequence >= first:
+            self._journaled_at.append((sent, self.journal.last_sequence))
 
     def _to_backup(self, frame: Callable[[int], Any]) -> int:
         self._sent += 1
@@ -589,7 +598,59 @@ class Partition:
 
         asyncio.get_running_loop().run_in_executor(None, journal.write_snapshot, states, sequence).add_done_callback(done)
 
+    # -- history ---------------------------------------------------------------
+
+    def acknowledged_sequence(self) -> int:
+        """The last journal sequence whose batch the backup acknowledged (every one, with no
+        backup): what the history may export (a replaced primary's tail never gets there)."""
+        journal = self.journal
+        if journal is None:
+            return 0
+        marks = self._journaled_at
+        while marks and marks[0][0] <= self._acked:
+            self._acked_sequence = marks.popleft()[1]
+        return journal.last_sequence if not marks else self._acked_sequence
+
+    def start_history(self, exporter: Exporter, every_ms: int) -> None:
+        """Every ``every_ms``, as the primary: close the journal's segment and export the
+        closed segments' acknowledged records on a worker thread (one export at a time)."""
+        self.exporter = exporter
+        loop = asyncio.get_running_loop()
+
+        def tick() -> None:
+            self._export_timer = loop.call_later(every_ms / 1000, tick)
+            self.export_history()
+
+        self._export_timer = loop.call_later(every_ms / 1000, tick)
+
+    def export_history(self) -> asyncio.Future[Any] | None:
+        journal, exporter = self.journal, self.exporter
+        if journal is None or exporter is None or self._exporting or self.role != PRIMARY or self.handing_over:
+            return None
+        upto = self.acknowledged_sequence()
+        if upto <= exporter.watermark():
+            return None
+        try:
+            journal.roll()
+        except JournalError as e:
+            log.error("partition %d: cannot close its journal segment for the history: %s", self.index, e)
+            return None
+        self._exporting = True
+        segments = journal.closed_segments()
+
+        def done(future: asyncio.Future[Any]) -> None:
+            self._exporting = False
+            error = future.exception()
+            if error is not None:
+                log.error("partition %d: exporting its history failed (it retries): %s", self.index, error)
+
+        future = asyncio.get_running_loop().run_in_executor(None, exporter.export, segments, upto)
+        future.add_done_callback(done)
+        return future
+
     def close(self) -> None:
+        if self._export_timer is not None:
+            self._export_timer.cancel()
         if self._sync_timer is not None:
             self._sync_timer.cancel()
         self._drop_backup()
@@ -631,6 +692,10 @@ class Partition:
             },
             "primed": self.primed if self.role == BACKUP else None,
             "recovered": self.recovered,
+            "history": self.exporter and {
+                "exported": self.exporter.watermark(), "rows": self.exporter.rows,
+                "acknowledged": self.acknowledged_sequence(),
+            },
         }
 
 
@@ -664,10 +729,17 @@ class PartitionActor:
         self._role = role
         self._replicated = replicated
         journal = None
+        self._exporter: Exporter | None = None
         if config is not None:
+            if int(config.get("history_export_ms", 0)) > 0:
+                self._exporter = Exporter(
+                    history_location(config), index, int(config.get("history_retention_days", 0))
+                )
             journal = Journal.for_partition(
                 directory or config["data_dir"], index,
                 policy=FsyncPolicy.parse(config.get("journal_fsync", "interval:100")),
+                segment_bytes=int(config.get("journal_segment_bytes", SEGMENT_BYTES)),
+                keep_segment=self._exporter.keeps if self._exporter is not None else None,
             )
         self._config = config
         self._journal = journal
@@ -689,6 +761,8 @@ class PartitionActor:
                     role=self._role, replicated=self._replicated,
                 )
                 await core.serve()
+                if self._exporter is not None:
+                    core.start_history(self._exporter, int((self._config or {})["history_export_ms"]))
                 self.core = core
                 gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
             return self.core
@@ -737,6 +811,16 @@ class PartitionActor:
             self.core.close()
         elif self._journal is not None:
             self._journal.close()
+
+    async def export_history(self) -> dict[str, Any] | None:
+        """Export to the history now (as the primary); what was written, or None when nothing was due."""
+        core = await self._core()
+        future = core.export_history()
+        if future is None:
+            return None
+        report = await future
+        return {"files": len(report.files), "rows": report.rows, "exported": report.exported,
+                "gaps": report.gaps, "seconds": round(report.seconds, 3)}
 
     async def stats(self) -> dict[str, Any]:
         if self.core is None:

@@ -85,7 +85,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``canopy`` command, a client verb or ``serve``; return its exit status."""
-    return client_cli.main(argv, extensions=(add_serve,))
+    from history.cli import add_history  # stdlib only until a job runs; not loaded by importing this module
+
+    return client_cli.main(argv, extensions=(add_serve, add_history))
 
 
 if __name__ == "__main__":

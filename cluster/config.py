@@ -231,6 +231,24 @@ class ServerConfig:
         100_000, "journaled changes after which a partition writes a snapshot (bounding what a restart replays)",
         low=100, high=1_000_000_000, metavar="CHANGES",
     )
+    journal_segment_bytes: int = setting(
+        64 * 1024 * 1024, "size at which a partition's journal closes its segment and opens the next",
+        low=4096, high=1 << 40, metavar="BYTES",
+    )
+    history_dir: str | None = setting(
+        None, "where closed journal segments are kept as Parquet for the Spark jobs (`canopy history`): a "
+        "directory every node can write (a shared file system for a cluster across machines)",
+        shown="<data_dir>/history", metavar="DIR",
+    )
+    history_export_ms: int = setting(
+        60_000, "how often each partition primary closes its journal segment and exports what its backup "
+        "acknowledged to the history as Parquet (a worker thread; the publish path never waits); 0: never",
+        low=0, high=86_400_000, metavar="MS",
+    )
+    history_retention_days: int = setting(
+        0, "days of history kept as Parquet (older date directories are removed); 0 keeps everything",
+        low=0, high=36_500, metavar="DAYS",
+    )
     tls_cert: str | None = setting(
         None, "certificate chain (PEM) for wss://; with tls_key the gateways serve TLS only", shown="none",
         metavar="FILE",

@@ -828,6 +828,16 @@ class Journal:
         finally:
             os.close(fd)
 
+    def roll(self) -> bool:
+        """Close the active segment if it holds a record (the history side exports closed
+        segments only: a quiet partition's changes reach it too); the next append opens a new one."""
+        with self._lock:
+            self._check_usable()
+            if self._fd is None or self._last < self._active_first:
+                return False
+            self._close_active()
+            return True
+
     def tick(self, now_ms: int) -> bool:
         """Under the interval policy, fsync if a byte has waited ``interval_ms``;
         True if it did. Call it on a timer (any thread; the fsync runs

@@ -1,0 +1,314 @@
+"""The history location and how closed journal segments become Parquet files
+(pyarrow only: no Spark, no Ray; a partition actor runs it on a worker thread).
+
+Layout under the history location (``history_dir``, default ``<data_dir>/history``)::
+
+    updates/date=2026-11-25/p0003-00000000000000000001-00000000000000052173.parquet
+    updates/date=2026-11-26/p0003-00000000000000052174-00000000000000052180.parquet
+    _canopy/partition-0003.json    {"exported": 52180, "gaps": [[a, b], ...]}
+    _canopy/partition-0003.lock    flock'ed while partition 3's rows are written
+
+One row per journal record (:data:`SCHEMA`): ``partition``, ``sequence``
+(the partition's record number: unique per partition, no gaps),
+``timestamp`` (ms since the epoch, when the batch was journaled), ``path``,
+``op`` (add, set, remove, append, edit), ``type`` (the topic type; for
+append and edit the event value type), ``properties`` (on add), ``value``
+(the stored bytes), ``value_json`` (the value decoded, as JSON text, for
+STRING, INT64, DOUBLE and JSON values), and for time series events
+``author``, ``event_sequence``, ``event_timestamp`` and the ``original_*``
+fields of an edit. The ``date`` (UTC, of ``timestamp``) is the directory:
+Spark prunes by it.
+
+Only the partition's *primary* exports, and only records its backup has
+acknowledged (a replaced primary's unacknowledged tail never reaches
+history). Each file is named by the sequences it holds, written under a
+temporary name (``.tmp-*``: Spark skips it) and renamed into place, then
+the manifest records the last sequence exported: a new primary after a
+failover (whose journal holds the same records under the same numbers)
+continues at the next sequence, so there are no duplicates and no gaps.
+The watermark is the larger of the manifest and the newest file name, so a
+crash between the two does not export a range twice. The lock file keeps a
+replaced primary that still runs from writing beside its successor (on one
+machine, or a shared file system with POSIX locks). Records no replica's
+journal holds any more (a backup primed from its primary's state, then
+promoted before the primary's segment closed) are a gap: logged, and listed
+in the manifest.
+
+Journals keep every segment that is not exported yet (:meth:`Exporter.keeps`,
+the journal's ``keep_segment``), backups too, so a promoted backup has what
+its primary had not exported.
+
+Retention: with ``retention_days`` > 0 the date directories older than that
+many days are removed (by any exporter, at most once an hour).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from replication.journal import Record, Segment, read_segment
+from topics.changes import EventAppended, TopicAdded, ValueSet, operation_name
+from topics.types import TopicType, decode
+
+__all__ = ["COLUMNS", "ExportReport", "Exporter", "SCHEMA", "history_location", "rows_table", "updates_directory"]
+
+log = logging.getLogger("canopy.history")
+
+UPDATES = "updates"
+META = "_canopy"
+_FILE = re.compile(r"p(\d{4})-(\d{20})-(\d{20})\.parquet")
+_DECODED = {TopicType.STRING, TopicType.INT64, TopicType.DOUBLE, TopicType.JSON}
+_RETENTION_EVERY = 3600.0
+_WATERMARK_TTL = 5.0
+
+COLUMNS = (
+    "partition", "sequence", "timestamp", "path", "op", "type", "properties", "value", "value_json", "author",
+    "event_sequence", "event_timestamp", "original_sequence", "original_timestamp", "original_author",
+)
+
+
+def _schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([
+        ("partition", pa.int32()), ("sequence", pa.int64()), ("timestamp", pa.int64()), ("path", pa.string()),
+        ("op", pa.string()), ("type", pa.string()), ("properties", pa.map_(pa.string(), pa.string())),
+        ("value", pa.binary()), ("value_json", pa.string()), ("author", pa.string()),
+        ("event_sequence", pa.int64()), ("event_timestamp", pa.int64()), ("original_sequence", pa.int64()),
+        ("original_timestamp", pa.int64()), ("original_author", pa.string()),
+    ])
+
+
+SCHEMA = _schema()
+
+
+def history_location(config: dict[str, Any]) -> Path:
+    """Where a server's history lives: ``history_dir``, else ``<data_dir>/history``."""
+    configured = config.get("history_dir")
+    return Path(configured) if configured else Path(config["data_dir"]) / "history"
+
+
+def updates_directory(location: str | os.PathLike[str]) -> Path:
+    return Path(location) / UPDATES
+
+
+def value_json(type_name: str | None, value: bytes | None) -> str | None:
+    """The value as JSON text, for the types whose values read as JSON; None otherwise or when undecodable."""
+    if value is None or type_name is None:
+        return None
+    try:
+        kind = TopicType.parse(type_name)
+        if kind not in _DECODED:
+            return None
+        return json.dumps(decode(kind, value), separators=(",", ":"), ensure_ascii=False)
+    except Exception:  # noqa: BLE001 - a value the type cannot read has no JSON form
+        return None
+
+
+def _day(timestamp_ms: int) -> str:
+    return dt.datetime.fromtimestamp(timestamp_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def rows_table(partition: int, records: Sequence[Record]) -> Any:
+    """The records as one Arrow table of :data:`SCHEMA`."""
+    import pyarrow as pa
+
+    columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+    for record in records:
+        change = record.change
+        kind: str | None = None
+        value: bytes | None = None
+        properties: list[tuple[str, str]] | None = None
+        event = None
+        if isinstance(change, ValueSet):
+            kind, value = change.type, change.value
+        elif isinstance(change, EventAppended):
+            kind, event = change.type, change.event
+            value = event.value
+        elif isinstance(change, TopicAdded):
+            kind, value = change.type, change.value
+            properties = [(str(k), str(v)) for k, v in change.properties]
+        columns["partition"].append(partition)
+        columns["sequence"].append(record.sequence)
+        columns["timestamp"].append(record.timestamp)
+        columns["path"].append(change.path)
+        columns["op"].append(operation_name(change))
+        columns["type"].append(kind)
+        columns["properties"].append(properties)
+        columns["value"].append(value)
+        columns["value_json"].append(value_json(kind, value))
+        columns["author"].append(event.author if event is not None else None)
+        columns["event_sequence"].append(event.sequence if event is not None else None)
+        columns["event_timestamp"].append(event.timestamp if event is not None else None)
+        columns["original_sequence"].append(event.original_sequence if event is not None else None)
+        columns["original_timestamp"].append(event.original_timestamp if event is not None else None)
+        columns["original_author"].append(event.original_author if event is not None else None)
+    return pa.Table.from_pydict(columns, schema=SCHEMA)
+
+
+@dataclass
+class ExportReport:
+    files: list[str] = field(default_factory=list)
+    rows: int = 0
+    exported: int = 0  # the watermark after the export
+    gaps: list[tuple[int, int]] = field(default_factory=list)
+    seconds: float = 0.0
+    removed_days: list[str] = field(default_factory=list)
+
+
+class Exporter:
+    """Partition ``partition``'s side of the history location."""
+
+    def __init__(self, location: str | os.PathLike[str], partition: int, retention_days: int = 0) -> None:
+        self.location = Path(location)
+        self.partition = partition
+        self.retention_days = retention_days
+        self._mark = 0
+        self._mark_read = -_WATERMARK_TTL
+        self._retained_at = -_RETENTION_EVERY
+        self.rows = 0  # exported by this process
+        self.last: ExportReport | None = None
+
+    @property
+    def _meta(self) -> Path:
+        return self.location / META
+
+    @property
+    def _manifest(self) -> Path:
+        return self._meta / f"partition-{self.partition:04d}.json"
+
+    def _read_manifest(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self._manifest.read_text())
+        except FileNotFoundError:
+            return {"exported": 0, "gaps": []}
+        except (OSError, ValueError) as e:
+            log.error("history manifest %s is unreadable (%s): the file names decide", self._manifest, e)
+            return {"exported": 0, "gaps": []}
+        return data if isinstance(data, dict) else {"exported": 0, "gaps": []}
+
+    def _scan(self) -> tuple[int, list[Any]]:
+        """The last sequence exported (manifest or newest file, whichever is larger) and the gaps recorded."""
+        manifest = self._read_manifest()
+        mark = int(manifest.get("exported", 0))
+        updates = updates_directory(self.location)
+        prefix = f"p{self.partition:04d}-"
+        if updates.is_dir():
+            for day in updates.iterdir():
+                if not day.name.startswith("date="):
+                    continue
+                for name in os.listdir(day):
+                    if name.startswith(prefix):
+                        m = _FILE.fullmatch(name)
+                        if m is not None:
+                            mark = max(mark, int(m.group(3)))
+        return mark, list(manifest.get("gaps", []))
+
+    def watermark(self) -> int:
+        """The last sequence exported (read from the location at most every few seconds)."""
+        now = time.monotonic()
+        if now - self._mark_read >= _WATERMARK_TTL:
+            try:
+                self._mark = max(self._mark, self._scan()[0])
+            except OSError as e:
+                log.warning("cannot read the history location %s: %s", self.location, e)
+            self._mark_read = now
+        return self._mark
+
+    def keeps(self, segment: Segment) -> bool:
+        """The journal's ``keep_segment``: a segment stays until its records are exported."""
+        return segment.last_sequence > self.watermark()
+
+    def export(self, segments: Iterable[Segment], upto: int) -> ExportReport:
+        """Write the records of ``segments`` after the watermark and up to ``upto`` (the last
+        acknowledged sequence) as Parquet. Safe to call again after a crash at any point."""
+        started = time.perf_counter()
+        report = ExportReport()
+        self._meta.mkdir(parents=True, exist_ok=True)
+        with open(self._meta / f"partition-{self.partition:04d}.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            mark, gaps = self._scan()
+            for segment in sorted(segments, key=lambda s: s.first_sequence):
+                if segment.last_sequence <= mark:
+                    continue
+                if mark >= upto:
+                    break
+                if segment.first_sequence > mark + 1:
+                    gap = (mark + 1, segment.first_sequence - 1)
+                    log.error("history of partition %d: records %d..%d are in no journal here; they are a gap",
+                              self.partition, *gap)
+                    gaps.append(list(gap))
+                    report.gaps.append(gap)
+                    mark = gap[1]
+                    self._write_manifest(mark, gaps)
+                records = [r for r in read_segment(segment.path, self.partition) if mark < r.sequence <= upto]
+                for run in _runs_by_day(records):
+                    report.files.append(self._write(run))
+                    report.rows += len(run)
+                    mark = run[-1].sequence
+                    self._write_manifest(mark, gaps)
+            report.exported = mark
+        self._mark = max(self._mark, mark)
+        report.removed_days = self._retain()
+        report.seconds = time.perf_counter() - started
+        self.rows += report.rows
+        self.last = report
+        return report
+
+    def _write(self, records: list[Record]) -> str:
+        import pyarrow.parquet as pq
+
+        day = updates_directory(self.location) / f"date={_day(records[0].timestamp)}"
+        day.mkdir(parents=True, exist_ok=True)
+        name = f"p{self.partition:04d}-{records[0].sequence:020d}-{records[-1].sequence:020d}.parquet"
+        temporary = day / f".tmp-{os.getpid()}-{name}"
+        pq.write_table(rows_table(self.partition, records), temporary)
+        with open(temporary, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(temporary, day / name)
+        return str(day / name)
+
+    def _write_manifest(self, exported: int, gaps: list[Any]) -> None:
+        temporary = self._manifest.with_name(f".tmp-{os.getpid()}-{self._manifest.name}")
+        temporary.write_text(json.dumps({"exported": exported, "gaps": gaps}))
+        os.replace(temporary, self._manifest)
+
+    def _retain(self) -> list[str]:
+        now = time.monotonic()
+        if self.retention_days <= 0 or now - self._retained_at < _RETENTION_EVERY:
+            return []
+        self._retained_at = now
+        cutoff = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=self.retention_days)).strftime("%Y-%m-%d")
+        removed = []
+        updates = updates_directory(self.location)
+        for day in sorted(updates.iterdir()) if updates.is_dir() else []:
+            if day.name.startswith("date=") and day.name[5:] < cutoff:
+                shutil.rmtree(day, ignore_errors=True)
+                removed.append(day.name[5:])
+        if removed:
+            log.info("history: removed the days before %s (retention %d days)", cutoff, self.retention_days)
+        return removed
+
+
+def _runs_by_day(records: list[Record]) -> list[list[Record]]:
+    """Consecutive records grouped while their UTC day stays the same."""
+    runs: list[list[Record]] = []
+    current = ""
+    for record in records:
+        day = _day(record.timestamp)
+        if not runs or day != current:
+            runs.append([])
+            current = day
+        runs[-1].append(record)
+    return runs
