@@ -195,6 +195,7 @@ class Partition:
         self._acked_sequence = 0
         self.exporter: Exporter | None = None
         self._exporting = False
+        self._export_future: asyncio.Future[Any] | None = None
         self._export_timer: asyncio.TimerHandle | None = None
         self._drained: asyncio.Event | None = None
         # the backup's side
@@ -539,6 +540,7 @@ class Partition:
                 await asyncio.wait_for(self._drained.wait(), timeout)
             finally:
                 self._drained = None
+        await self._export_before_handover(timeout)
 
     def position(self) -> dict[str, Any]:
         """Where this replica stands (a restarted controller rebuilds the partition map from it)."""
@@ -623,9 +625,13 @@ class Partition:
 
         self._export_timer = loop.call_later(every_ms / 1000, tick)
 
-    def export_history(self) -> asyncio.Future[Any] | None:
+    def export_history(self, handing_over: bool = False) -> asyncio.Future[Any] | None:
+        """Start an export on a worker thread (None: one runs, nothing is due, or this replica is
+        not the primary; ``handing_over``: the last one, during a :meth:`handover`)."""
         journal, exporter = self.journal, self.exporter
-        if journal is None or exporter is None or self._exporting or self.role != PRIMARY or self.handing_over:
+        if journal is None or exporter is None or self._exporting or self.role != PRIMARY:
+            return None
+        if self.handing_over and not handing_over:
             return None
         upto = self.acknowledged_sequence()
         if upto <= exporter.watermark():
@@ -646,7 +652,21 @@ class Partition:
 
         future = asyncio.get_running_loop().run_in_executor(None, exporter.export, segments, upto)
         future.add_done_callback(done)
+        self._export_future = future
         return future
+
+    async def _export_before_handover(self, timeout: float) -> None:
+        """Export what this primary holds before its successor (whose journal may begin later,
+        primed from this one's state) continues the history."""
+        try:
+            running = self._export_future
+            if self._exporting and running is not None:
+                await asyncio.wait_for(asyncio.shield(running), timeout)
+            last = self.export_history(handing_over=True)
+            if last is not None:
+                await asyncio.wait_for(last, timeout)
+        except Exception as e:  # noqa: BLE001 - the handover goes on; the successor logs any gap
+            log.error("partition %d: exporting its history before the handover failed: %s", self.index, e)
 
     def close(self) -> None:
         if self._export_timer is not None:

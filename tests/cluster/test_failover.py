@@ -29,7 +29,8 @@ FAILOVER = 90.0  # seconds: Ray declares a node dead in ~5 s here; two busy core
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Server]:
-    srv = Server(tmp_path / "data", "--local-nodes", "3", "--partitions", "4", own_session=True)
+    srv = Server(tmp_path / "data", "--local-nodes", "3", "--partitions", "4", "--history-export-ms", "500",
+                 own_session=True)
     try:
         yield srv.wait_ready(180)
     finally:
@@ -65,6 +66,30 @@ def crash_node(srv: Server, name: str) -> None:
 def gateway_url(now: dict[str, Any], node: str) -> str:
     (url,) = [g["url"] for g in now["gateways"] if g["node"] == node and not g.get("lost")]
     return str(url)
+
+
+def history_holds(srv: Server, *histories: Any) -> Any:
+    """The Parquet history of ``srv`` once it holds every acknowledged write of ``histories``
+    (checked for duplicate or missing records first), else False."""
+    import pyarrow.parquet as pq
+
+    rows: list[dict[str, Any]] = []
+    for f in sorted((srv.data_dir / "history" / "updates").glob("date=*/*.parquet")):
+        rows += pq.read_table(f, columns=["partition", "sequence", "path", "op", "value_json"]).to_pylist()
+    for partition in {r["partition"] for r in rows}:
+        numbers = sorted(r["sequence"] for r in rows if r["partition"] == partition)
+        assert numbers == list(range(1, len(numbers) + 1)), f"partition {partition}: duplicates or gaps in the history"
+    written: dict[str, list[int]] = {}
+    for r in sorted(rows, key=lambda r: (r["partition"], r["sequence"])):
+        if r["op"] == "set":
+            written.setdefault(r["path"], []).append(json.loads(r["value_json"]))
+    for history in histories:
+        for topic, values in history.acknowledged.items():
+            if not set(values) <= set(written.get(topic, ())):
+                return False
+            assert set(written[topic]) <= history.sent[topic], f"{topic}: the history holds values never sent"
+            assert written[topic] == sorted(written[topic]), f"{topic}: the history's values go backwards"
+    return rows
 
 
 def healthy_without(name: str) -> Any:
@@ -249,6 +274,10 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
     assert moved.valid, moved
     assert report.acknowledged > 100 and moved.acknowledged > 50, (report, moved)
     assert not work.ended and not roaming.ended, (work.ended, roaming.ended)
+    # the Parquet history, exported by primaries that failed over and handed over meanwhile
+    exported = wait_for(lambda: history_holds(cluster, work.history, roaming.history), 60,
+                        "every acknowledged write in the Parquet history")
+    print(f"[cluster] history: {len(exported)} rows, no duplicates, no gaps, every acknowledged write")
     assert any("took over" in line for line in cluster.lines), cluster.output
     assert not any(n["alive"] for n in after["nodes"] if n["name"] == "node-1")
     assert any(line.startswith("canopy: started node node-1") for line in cluster.lines), cluster.output
