@@ -99,11 +99,15 @@ def _installed() -> bool:
 def _run_job(args: argparse.Namespace) -> int:
     if not _installed():
         return 2
-    from history.jobs import History, HistoryError, parse_time
+    from history.jobs import History, HistoryError, check_selector, check_view, parse_time
 
-    try:
+    try:  # bad input is refused before Spark starts
         parse_time(args.start, "--from")
         parse_time(args.end, "--to")
+        if args.job == "query":
+            check_selector(args.selector)
+        elif args.job == "replay-view":
+            check_view(args.specification)
     except HistoryError as e:
         _err(f"canopy history: {e}")
         return 2

@@ -38,11 +38,13 @@ from typing import Any
 from history.replay import replay
 from history.store import updates_directory
 from topics.properties import MAX_RANGE_LIMIT, TimeSeriesRange
-from topics.selectors import SelectorError, parse_selector
+from topics.errors import SelectorError
+from topics.selectors import Selector, parse_selector
 from topics.timeseries import Anchor, Event, EventLog, RangeQuery, Span, ViewKind
 from views.parser import ViewSpecError, parse_view
+from views.spec import ViewSpec
 
-__all__ = ["EDITS", "History", "HistoryError", "parse_time"]
+__all__ = ["EDITS", "History", "HistoryError", "check_selector", "check_view", "parse_time"]
 
 EDITS = {"values": ViewKind.VALUES, "latest": ViewKind.LATEST_EDITS, "all": ViewKind.ALL_EDITS}
 BY = ("topic", "branch")
@@ -75,6 +77,24 @@ def parse_time(value: Any, what: str = "time") -> int | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.timezone.utc)
     return int(moment.timestamp() * 1000)
+
+
+def check_selector(selector: str) -> Selector:
+    try:
+        return parse_selector(selector)
+    except SelectorError as e:
+        raise HistoryError(f"selector {selector!r}: {e}") from None
+
+
+def check_view(specification: str) -> ViewSpec:
+    """The parsed specification, if the history can replay it."""
+    try:
+        spec = parse_view(specification)
+    except ViewSpecError as e:
+        raise HistoryError(f"view specification: {e}") from None
+    if spec.remote is not None:
+        raise HistoryError(f"the view reads server {spec.remote!r}: its history is that server's")
+    return spec
 
 
 def spark_schema() -> Any:
@@ -147,10 +167,7 @@ class History:
         """``df``'s rows whose path ``selector`` matches."""
         from pyspark.sql import functions as F
 
-        try:
-            chosen = parse_selector(selector)
-        except SelectorError as e:
-            raise HistoryError(f"selector {selector!r}: {e}") from None
+        chosen = check_selector(selector)
         prefix = chosen.path_prefix
         candidates = df.where(F.col("path").startswith(prefix)) if prefix else df
         paths = [r[0] for r in candidates.select("path").distinct().toLocalIterator() if chosen.matches(r[0])]
@@ -220,16 +237,12 @@ class History:
         its sources' state when the window opens, then every change, through the live view
         engine inside Spark tasks. Sources are spread over tasks by path unless the view
         inserts other topics (one task then); when two sources of one view make the same
-        reference path, the replay runs again in one task, so the first claimant wins as live."""
+        reference path, the replay runs again in one task, so the first claimant wins as live.
+        Ordered by reference path, then time."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        try:
-            spec = parse_view(specification)
-        except ViewSpecError as e:
-            raise HistoryError(f"view specification: {e}") from None
-        if spec.remote is not None:
-            raise HistoryError(f"the view reads server {spec.remote!r}: its history is that server's")
+        spec = check_view(specification)
         lo, hi = _window(start, end)
         rows = self.updates(None, hi)
         if not spec.inserts:
@@ -267,7 +280,7 @@ class History:
             if contested:
                 result.unpersist()
                 result = self._replay(data, specification, lo_time, hi, False)
-        return result
+        return result.orderBy("path", "timestamp", "source_partition", "source_sequence")
 
     def _replay(self, data: Any, specification: str, start: int | None, end: int | None, parallel: bool) -> Any:
         tasks = max(1, self.spark.sparkContext.defaultParallelism) if parallel else 1

@@ -43,7 +43,7 @@ VIEW_NAME = "replay"
 
 def _event(row: dict[str, Any]) -> TopicEvent | None:
     op, path = row["op"], row["path"]
-    properties = [(str(k), str(v)) for k, v in (row.get("properties") or [])]
+    properties = [[str(k), str(v)] for k, v in (row.get("properties") or [])]
     if op == "snapshot":
         return Snapshot(0, path, row["type"], properties, row.get("value"))
     if op == "add":
