@@ -636,13 +636,11 @@ class Partition:
         upto = self.acknowledged_sequence()
         if upto <= exporter.watermark():
             return None
-        try:
-            journal.roll()
-        except JournalError as e:
-            log.error("partition %d: cannot close its journal segment for the history: %s", self.index, e)
-            return None
         self._exporting = True
-        segments = journal.closed_segments()
+
+        def roll_and_export() -> Any:
+            journal.roll()
+            return exporter.export(journal.closed_segments(), upto)
 
         def done(future: asyncio.Future[Any]) -> None:
             self._exporting = False
@@ -650,7 +648,7 @@ class Partition:
             if error is not None:
                 log.error("partition %d: exporting its history failed (it retries): %s", self.index, error)
 
-        future = asyncio.get_running_loop().run_in_executor(None, exporter.export, segments, upto)
+        future = asyncio.get_running_loop().run_in_executor(None, roll_and_export)
         future.add_done_callback(done)
         self._export_future = future
         return future

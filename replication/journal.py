@@ -830,13 +830,21 @@ class Journal:
 
     def roll(self) -> bool:
         """Close the active segment if it holds a record (the history side exports closed
-        segments only: a quiet partition's changes reach it too); the next append opens a new one."""
+        segments only: a quiet partition's changes reach it too); the next append opens a new
+        one. May run on a worker thread: its fsync does not hold up appends."""
         with self._lock:
             self._check_usable()
-            if self._fd is None or self._last < self._active_first:
+            fd = self._fd
+            if fd is None or self._last < self._active_first:
                 return False
-            self._close_active()
-            return True
+            self._fd = None
+            dirty, self._dirty_since = self._dirty_since is not None, None
+        try:  # outside the lock: appends (to a new segment) need not wait for this fsync
+            if dirty:
+                self._sync(fd)
+        finally:
+            os.close(fd)
+        return True
 
     def tick(self, now_ms: int) -> bool:
         """Under the interval policy, fsync if a byte has waited ``interval_ms``;
