@@ -237,7 +237,8 @@ class ServerConfig:
     )
     history_dir: str | None = setting(
         None, "where closed journal segments are kept as Parquet for the Spark jobs (`canopy history`): a "
-        "directory every node can write (a shared file system for a cluster across machines)",
+        "directory every node can write (a shared file system for a cluster across machines) or a URI "
+        "pyarrow writes (s3://bucket/prefix, gs://, hdfs://)",
         shown="<data_dir>/history", metavar="DIR",
     )
     history_export_ms: int = setting(

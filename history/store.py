@@ -38,12 +38,19 @@ Journals keep every segment that is not exported yet (:meth:`Exporter.keeps`,
 the journal's ``keep_segment``), backups too, so a promoted backup has what
 its primary had not exported.
 
+The location is a directory (``file://`` too) or a URI pyarrow writes
+(``s3://bucket/prefix?endpoint_override=...``, ``gs://``, ``hdfs://``): there
+each file is written whole as one object (no reader sees part of one) and
+there is no lock, so only the primary role keeps two exporters of a
+partition apart. Spark reads the same place by its own scheme (``s3a://``).
+
 Retention: with ``retention_days`` > 0 the date directories older than that
 many days are removed (by any exporter, at most once an hour).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import json
@@ -52,7 +59,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,11 +174,128 @@ class ExportReport:
     removed_days: list[str] = field(default_factory=list)
 
 
+class _Local:
+    """A history location on this machine's file systems (a plain path or ``file://``): files
+    are written under a temporary name, fsynced and renamed; a partition's exports hold an flock."""
+
+    remote = False
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def read_text(self, relative: str) -> str | None:
+        try:
+            return (self.root / relative).read_text()
+        except FileNotFoundError:
+            return None
+
+    def write_text(self, relative: str, text: str) -> None:
+        target = self.root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".tmp-{os.getpid()}-{target.name}")
+        temporary.write_text(text)
+        os.replace(temporary, target)
+
+    def listing(self, relative: str) -> dict[str, list[str]]:
+        """Directory name -> file names, one level below ``relative``."""
+        top = self.root / relative
+        if not top.is_dir():
+            return {}
+        return {d.name: os.listdir(d) for d in top.iterdir() if d.is_dir()}
+
+    def write_table(self, relative: str, table: Any) -> str:
+        import pyarrow.parquet as pq
+
+        target = self.root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".tmp-{os.getpid()}-{target.name}")
+        pq.write_table(table, temporary)
+        with open(temporary, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(temporary, target)
+        return str(target)
+
+    def remove_tree(self, relative: str) -> None:
+        shutil.rmtree(self.root / relative, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def lock(self, relative: str) -> Iterator[None]:
+        target = self.root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+
+
+class _Remote:
+    """A location pyarrow reaches by URI (``s3://``, ``gs://``, ``hdfs://``, ...): objects are
+    written whole (no reader sees a partial one); there is no lock (see the module docstring)."""
+
+    remote = True
+
+    def __init__(self, uri: str) -> None:
+        import pyarrow.fs as pafs
+
+        self.fs, root = pafs.FileSystem.from_uri(uri)
+        self.root = root.rstrip("/")
+        self.shown = uri.split("?", 1)[0].rstrip("/")  # without options such as endpoint_override
+
+    def _path(self, relative: str) -> str:
+        return f"{self.root}/{relative}"
+
+    def read_text(self, relative: str) -> str | None:
+        import pyarrow.fs as pafs
+
+        if self.fs.get_file_info(self._path(relative)).type == pafs.FileType.NotFound:
+            return None
+        with self.fs.open_input_stream(self._path(relative)) as f:
+            return bytes(f.read()).decode()
+
+    def write_text(self, relative: str, text: str) -> None:
+        with self.fs.open_output_stream(self._path(relative)) as f:
+            f.write(text.encode())
+
+    def listing(self, relative: str) -> dict[str, list[str]]:
+        import pyarrow.fs as pafs
+
+        found: dict[str, list[str]] = {}
+        selector = pafs.FileSelector(self._path(relative), allow_not_found=True, recursive=True)
+        for info in self.fs.get_file_info(selector):
+            if info.type == pafs.FileType.File:
+                parent, _, name = info.path.rpartition("/")
+                found.setdefault(parent.rpartition("/")[2], []).append(name)
+        return found
+
+    def write_table(self, relative: str, table: Any) -> str:
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, self._path(relative), filesystem=self.fs)
+        return f"{self.shown}/{relative}"
+
+    def remove_tree(self, relative: str) -> None:
+        self.fs.delete_dir(self._path(relative))
+
+    @contextlib.contextmanager
+    def lock(self, relative: str) -> Iterator[None]:
+        yield
+
+
+def _storage(location: str | os.PathLike[str]) -> _Local | _Remote:
+    text = os.fspath(location)
+    if text.startswith("file://"):
+        return _Local(Path(text[len("file://"):]))
+    if "://" in text:
+        return _Remote(text)
+    return _Local(Path(text))
+
+
 class Exporter:
-    """Partition ``partition``'s side of the history location."""
+    """Partition ``partition``'s side of the history location: a directory, or a URI pyarrow
+    writes (``s3://bucket/prefix``: Spark then reads the same place by its own scheme, ``s3a://``)."""
 
     def __init__(self, location: str | os.PathLike[str], partition: int, retention_days: int = 0) -> None:
-        self.location = Path(location)
+        self.location = os.fspath(location)
+        self.storage = _storage(location)
         self.partition = partition
         self.retention_days = retention_days
         self._mark = 0
@@ -181,38 +305,31 @@ class Exporter:
         self.last: ExportReport | None = None
 
     @property
-    def _meta(self) -> Path:
-        return self.location / META
-
-    @property
-    def _manifest(self) -> Path:
-        return self._meta / f"partition-{self.partition:04d}.json"
+    def _manifest(self) -> str:
+        return f"{META}/partition-{self.partition:04d}.json"
 
     def _read_manifest(self) -> dict[str, Any]:
+        empty: dict[str, Any] = {"exported": 0, "gaps": []}
         try:
-            data = json.loads(self._manifest.read_text())
-        except FileNotFoundError:
-            return {"exported": 0, "gaps": []}
+            text = self.storage.read_text(self._manifest)
+            data = json.loads(text) if text is not None else empty
         except (OSError, ValueError) as e:
-            log.error("history manifest %s is unreadable (%s): the file names decide", self._manifest, e)
-            return {"exported": 0, "gaps": []}
-        return data if isinstance(data, dict) else {"exported": 0, "gaps": []}
+            log.error("history manifest %s in %s is unreadable (%s): the file names decide",
+                      self._manifest, self.location, e)
+            return empty
+        return data if isinstance(data, dict) else empty
 
     def _scan(self) -> tuple[int, list[Any]]:
         """The last sequence exported (manifest or newest file, whichever is larger) and the gaps recorded."""
         manifest = self._read_manifest()
         mark = int(manifest.get("exported", 0))
-        updates = updates_directory(self.location)
         prefix = f"p{self.partition:04d}-"
-        if updates.is_dir():
-            for day in updates.iterdir():
-                if not day.name.startswith("date="):
-                    continue
-                for name in os.listdir(day):
-                    if name.startswith(prefix):
-                        m = _FILE.fullmatch(name)
-                        if m is not None:
-                            mark = max(mark, int(m.group(3)))
+        for day, names in self.storage.listing(UPDATES).items():
+            if day.startswith("date="):
+                for name in names:
+                    m = _FILE.fullmatch(name) if name.startswith(prefix) else None
+                    if m is not None:
+                        mark = max(mark, int(m.group(3)))
         return mark, list(manifest.get("gaps", []))
 
     def watermark(self) -> int:
@@ -235,9 +352,7 @@ class Exporter:
         acknowledged sequence) as Parquet. Safe to call again after a crash at any point."""
         started = time.perf_counter()
         report = ExportReport()
-        self._meta.mkdir(parents=True, exist_ok=True)
-        with open(self._meta / f"partition-{self.partition:04d}.lock", "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with self.storage.lock(f"{META}/partition-{self.partition:04d}.lock"):
             mark, gaps = self._scan()
             for segment in sorted(segments, key=lambda s: s.first_sequence):
                 if segment.last_sequence <= mark:
@@ -254,7 +369,9 @@ class Exporter:
                     self._write_manifest(mark, gaps)
                 records = [r for r in read_segment(segment.path, self.partition) if mark < r.sequence <= upto]
                 for run in _runs_by_day(records):
-                    report.files.append(self._write(run))
+                    name = f"p{self.partition:04d}-{run[0].sequence:020d}-{run[-1].sequence:020d}.parquet"
+                    relative = f"{UPDATES}/date={_day(run[0].timestamp)}/{name}"
+                    report.files.append(self.storage.write_table(relative, rows_table(self.partition, run)))
                     report.rows += len(run)
                     mark = run[-1].sequence
                     self._write_manifest(mark, gaps)
@@ -266,23 +383,8 @@ class Exporter:
         self.last = report
         return report
 
-    def _write(self, records: list[Record]) -> str:
-        import pyarrow.parquet as pq
-
-        day = updates_directory(self.location) / f"date={_day(records[0].timestamp)}"
-        day.mkdir(parents=True, exist_ok=True)
-        name = f"p{self.partition:04d}-{records[0].sequence:020d}-{records[-1].sequence:020d}.parquet"
-        temporary = day / f".tmp-{os.getpid()}-{name}"
-        pq.write_table(rows_table(self.partition, records), temporary)
-        with open(temporary, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(temporary, day / name)
-        return str(day / name)
-
     def _write_manifest(self, exported: int, gaps: list[Any]) -> None:
-        temporary = self._manifest.with_name(f".tmp-{os.getpid()}-{self._manifest.name}")
-        temporary.write_text(json.dumps({"exported": exported, "gaps": gaps}))
-        os.replace(temporary, self._manifest)
+        self.storage.write_text(self._manifest, json.dumps({"exported": exported, "gaps": gaps}))
 
     def _retain(self) -> list[str]:
         now = time.monotonic()
@@ -291,11 +393,10 @@ class Exporter:
         self._retained_at = now
         cutoff = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=self.retention_days)).strftime("%Y-%m-%d")
         removed = []
-        updates = updates_directory(self.location)
-        for day in sorted(updates.iterdir()) if updates.is_dir() else []:
-            if day.name.startswith("date=") and day.name[5:] < cutoff:
-                shutil.rmtree(day, ignore_errors=True)
-                removed.append(day.name[5:])
+        for day in sorted(self.storage.listing(UPDATES)):
+            if day.startswith("date=") and day[5:] < cutoff:
+                self.storage.remove_tree(f"{UPDATES}/{day}")
+                removed.append(day[5:])
         if removed:
             log.info("history: removed the days before %s (retention %d days)", cutoff, self.retention_days)
         return removed

@@ -39,6 +39,6 @@ def write(j: Journal, batches: Sequence[tuple[int, list[Change]]]) -> None:
         j.append(changes, timestamp)
 
 
-def export_all(j: Journal, location: Path) -> Any:
+def export_all(j: Journal, location: Path | str) -> Any:
     j.roll()
     return Exporter(location, j.partition).export(j.closed_segments(), j.last_sequence)

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 import pyarrow.parquet as pq
 
@@ -14,6 +22,7 @@ from replication.journal import Journal
 from topics.changes import EventAppended, TopicAdded, TopicRemoved, ValueSet
 from topics.timeseries import Event
 from topics.types import TopicType, encode
+from tests.conftest import Hopeless, free_port, wait_for
 from tests.history.conftest import T0, export_all, journal, write
 
 
@@ -167,3 +176,48 @@ def test_retention_removes_old_days(tmp_path: Path) -> None:
     assert Exporter(location, 0).watermark() == 5  # the manifest remembers what retention removed
     shutil.rmtree(updates_directory(location))
     assert Exporter(location, 0).export(j.closed_segments(), j.last_sequence).rows == 0
+
+
+@pytest.fixture
+def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A real S3 endpoint on loopback (moto's server); yields the base URI pyarrow writes to."""
+    import pyarrow.fs as pafs
+
+    port = free_port()
+    log = open(tmp_path / "moto.log", "w")
+    server = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    try:
+        def up() -> bool:
+            if server.poll() is not None:
+                raise Hopeless(f"moto_server exited: {(tmp_path / 'moto.log').read_text()}")
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        wait_for(up, 30, "the S3 endpoint to listen")
+        options = f"endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
+        fs, _ = pafs.FileSystem.from_uri(f"s3://history?{options}&allow_bucket_creation=true")
+        fs.create_dir("history")
+        yield f"s3://history/h?{options}"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(10)
+        log.close()
+
+
+def test_an_object_store_location_holds_the_same_history(tmp_path: Path, s3: str) -> None:
+    import pyarrow.fs as pafs
+
+    j = journal(tmp_path / "data")
+    write(j, sets(300))
+    first = export_all(j, s3)
+    assert first.rows == 300 and first.files[0].startswith("s3://history/h/updates/date=2025-11-24/p0000-"), first
+    assert export_all(j, s3).rows == 0
+    assert Exporter(s3, 0).watermark() == 300
+    fs, root = pafs.FileSystem.from_uri(s3)
+    files = [i.path for i in fs.get_file_info(pafs.FileSelector(root, recursive=True)) if i.path.endswith(".parquet")]
+    got = pq.ParquetDataset(files, filesystem=fs).read().to_pylist()
+    assert sorted(r["sequence"] for r in got) == list(range(1, 301))
+    assert json.loads(fs.open_input_stream(f"{root}/_canopy/partition-0000.json").read()) == {"exported": 300, "gaps": []}
