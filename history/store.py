@@ -100,10 +100,10 @@ def _schema() -> Any:
 SCHEMA = _schema()
 
 
-def history_location(config: dict[str, Any]) -> Path:
-    """Where a server's history lives: ``history_dir``, else ``<data_dir>/history``."""
+def history_location(config: dict[str, Any]) -> str:
+    """Where a server's history lives: ``history_dir`` (a directory or a URI), else ``<data_dir>/history``."""
     configured = config.get("history_dir")
-    return Path(configured) if configured else Path(config["data_dir"]) / "history"
+    return str(configured) if configured else os.path.join(config["data_dir"], "history")
 
 
 def updates_directory(location: str | os.PathLike[str]) -> Path:
