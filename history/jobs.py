@@ -12,8 +12,11 @@
     h.replay_view("map ?sensors// to views/<path(1)>", start=..., end=...).show()
     h.stats(by="branch", depth=1).show()
 
-Every method returns a Spark DataFrame (lazy: nothing runs until it is
-read). Times are milliseconds since the epoch, ISO 8601 text (no zone:
+Every method returns a Spark DataFrame. Most are lazy (nothing runs until
+the frame is read) once the paths a selector matches are known; ``timeseries``
+runs its query on the driver at once, and ``replay_view`` spread over tasks
+(``parallel=True``) runs the replay at once and caches its result, to see
+whether two sources claimed one reference path (``unpersist()`` it when done). Times are milliseconds since the epoch, ISO 8601 text (no zone:
 UTC) or ``datetime``; ``start`` and ``end`` are both inclusive; ``None``
 leaves that side open. The rows are those of :mod:`history.store` (what
 the journal holds: persistent topics; reference topics of views are
@@ -170,7 +173,7 @@ class History:
         chosen = check_selector(selector)
         prefix = chosen.path_prefix
         candidates = df.where(F.col("path").startswith(prefix)) if prefix else df
-        paths = [r[0] for r in candidates.select("path").distinct().toLocalIterator() if chosen.matches(r[0])]
+        paths = [r[0] for r in candidates.select("path").distinct().collect() if chosen.matches(r[0])]
         if len(paths) <= _MATCHED_INLINE:
             return df.where(F.col("path").isin(paths))
         matched = self.spark.createDataFrame([(p,) for p in paths], "path string")

@@ -55,6 +55,7 @@ import datetime as dt
 import fcntl
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -64,9 +65,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import cbor2
+
 from replication.journal import Record, Segment, read_segment
 from topics.changes import EventAppended, TopicAdded, ValueSet, operation_name
-from topics.types import TopicType, decode
+from topics.types import TopicType
 
 __all__ = ["COLUMNS", "ExportReport", "Exporter", "SCHEMA", "history_location", "rows_table", "updates_directory"]
 
@@ -75,7 +78,7 @@ log = logging.getLogger("canopy.history")
 UPDATES = "updates"
 META = "_canopy"
 _FILE = re.compile(r"p(\d{4})-(\d{20})-(\d{20})\.parquet")
-_DECODED = {TopicType.STRING, TopicType.INT64, TopicType.DOUBLE, TopicType.JSON}
+_DECODED = {t.value for t in (TopicType.STRING, TopicType.INT64, TopicType.DOUBLE, TopicType.JSON)}
 _RETENTION_EVERY = 3600.0
 _WATERMARK_TTL = 5.0
 
@@ -111,15 +114,20 @@ def updates_directory(location: str | os.PathLike[str]) -> Path:
 
 
 def value_json(type_name: str | None, value: bytes | None) -> str | None:
-    """The value as JSON text, for the types whose values read as JSON; None otherwise or when undecodable."""
-    if value is None or type_name is None:
+    """The value as JSON text, for the types whose values read as JSON; None otherwise or when
+    undecodable. Stored values were checked when written, so the CBOR is read as it is
+    (``cbor2.loads``, no second validation: this runs once per exported row). A DOUBLE that is
+    not finite is the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (as the CLI prints it)."""
+    if value is None or type_name not in _DECODED:
         return None
     try:
-        kind = TopicType.parse(type_name)
-        if kind not in _DECODED:
-            return None
-        return json.dumps(decode(kind, value), separators=(",", ":"), ensure_ascii=False)
-    except Exception:  # noqa: BLE001 - a value the type cannot read has no JSON form
+        item = cbor2.loads(value)
+        return json.dumps(item, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        if isinstance(item, float) and not math.isfinite(item):
+            return '"NaN"' if math.isnan(item) else ('"Infinity"' if item > 0 else '"-Infinity"')
+        return None
+    except Exception:  # noqa: BLE001 - bytes that do not decode have no JSON form
         return None
 
 
