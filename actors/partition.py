@@ -540,7 +540,7 @@ class Partition:
                 await asyncio.wait_for(self._drained.wait(), timeout)
             finally:
                 self._drained = None
-        await self._export_before_handover(timeout)
+        await self.final_export(timeout)
 
     def position(self) -> dict[str, Any]:
         """Where this replica stands (a restarted controller rebuilds the partition map from it)."""
@@ -653,9 +653,9 @@ class Partition:
         self._export_future = future
         return future
 
-    async def _export_before_handover(self, timeout: float) -> None:
-        """Export what this primary holds before its successor (whose journal may begin later,
-        primed from this one's state) continues the history."""
+    async def final_export(self, timeout: float) -> None:
+        """Export what this primary holds: before a handover (its successor's journal may begin
+        later, primed from this one's state) and when the server stops (nothing waits a minute)."""
         try:
             running = self._export_future
             if self._exporting and running is not None:
@@ -663,8 +663,8 @@ class Partition:
             last = self.export_history(handing_over=True)
             if last is not None:
                 await asyncio.wait_for(last, timeout)
-        except Exception as e:  # noqa: BLE001 - the handover goes on; the successor logs any gap
-            log.error("partition %d: exporting its history before the handover failed: %s", self.index, e)
+        except Exception as e:  # noqa: BLE001 - the handover or stop goes on; a successor logs any gap
+            log.error("partition %d: exporting its history failed: %s", self.index, e)
 
     def close(self) -> None:
         if self._export_timer is not None:
@@ -824,8 +824,10 @@ class PartitionActor:
         return (await self._core()).position()
 
     async def stop(self) -> None:
-        """Close the journal cleanly (what waits for an fsync gets it)."""
+        """Export what the history lacks (a primary, within 8 s) and close the journal cleanly
+        (what waits for an fsync gets it)."""
         if self.core is not None:
+            await self.core.final_export(8.0)
             self.core.close()
         elif self._journal is not None:
             self._journal.close()

@@ -90,3 +90,24 @@ def test_a_served_history_replays_the_live_view_exactly(tmp_path: Path, spark: A
         assert {"path", "timestamp", "sequence", "op", "type", "value"} <= set(lines[0])
     finally:
         assert srv.stop() == 0, srv.output
+
+
+def test_a_clean_stop_exports_what_the_history_lacks(tmp_path: Path) -> None:
+    """With the default interval (a minute) nothing is exported yet when serve stops: the
+    partitions export on their way out, so the history holds every change."""
+    srv = Server(tmp_path / "data", "--partitions", "2").wait_ready()
+    try:
+        async def publish() -> None:
+            async with canopy.connect(srv.url, *ADMIN) as s:
+                for i in range(20):
+                    await s.topics.add_and_set(f"quiet/{i}", i)
+
+        asyncio.run(publish())
+        assert exported(tmp_path / "data" / "history") == []
+    finally:
+        assert srv.stop() == 0, srv.output
+    rows = [r for r in exported(tmp_path / "data" / "history") if r["path"].startswith("quiet/")]
+    assert sorted((r["path"], r["op"]) for r in rows if r["op"] == "add") == sorted(
+        (f"quiet/{i}", "add") for i in range(20))
+    assert {r["path"]: json.loads(r["value_json"]) for r in rows if r["value_json"]} == {
+        f"quiet/{i}": i for i in range(20)}
