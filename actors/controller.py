@@ -586,6 +586,8 @@ class ControllerActor:
                 try:
                     self._recover(name, handle)
                     event, reason = "recovered", ""
+                except ray.exceptions.ActorUnavailableError as e:  # down again: Ray restarts it or gives up
+                    event, reason = "crashed", f"down again while coming back: {e}"
                 except Exception as e:
                     event, reason = "failed", f"{type(e).__name__}: {e}"
             report.append({"name": name, "actor": kind, "event": event, "reason": reason})
@@ -620,6 +622,10 @@ class ControllerActor:
                 if replaced is None:
                     return [{"name": name, "actor": kind, "event": "dead", "reason": reason}]
                 return [{"name": "cluster", "actor": "", "event": "cluster", "reason": line} for line in replaced]
+        except ray.exceptions.ActorUnavailableError as e:
+            # it went down again while being brought back: Ray restarts it (a "restarted" event
+            # comes) or gives up (a "dead" event comes); neither is a failure to bring it back
+            return [{"name": name, "actor": kind, "event": "crashed", "reason": f"down again while coming back: {e}"}]
         except Exception as e:
             return [{"name": name, "actor": kind, "event": "failed", "reason": f"{type(e).__name__}: {e}"}]
         return [{"name": name, "actor": kind, "event": event, "reason": reason}]

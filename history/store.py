@@ -8,7 +8,7 @@ Layout under the history location (``history_dir``, default ``<data_dir>/history
     _canopy/partition-0003.json    {"exported": 52180, "gaps": [[a, b], ...]}
     _canopy/partition-0003.lock    flock'ed while partition 3's rows are written
 
-One row per journal record (:data:`SCHEMA`): ``partition``, ``sequence``
+One row per journal record (:func:`schema`): ``partition``, ``sequence``
 (the partition's record number: unique per partition, no gaps),
 ``timestamp`` (ms since the epoch, when the batch was journaled), ``path``,
 ``op`` (add, set, remove, append, edit), ``type`` (the topic type; for
@@ -53,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import functools
 import json
 import logging
 import math
@@ -71,7 +72,7 @@ from replication.journal import Record, Segment, read_segment
 from topics.changes import EventAppended, TopicAdded, ValueSet, operation_name
 from topics.types import TopicType
 
-__all__ = ["COLUMNS", "ExportReport", "Exporter", "SCHEMA", "history_location", "rows_table", "updates_directory"]
+__all__ = ["COLUMNS", "ExportReport", "Exporter", "schema", "history_location", "rows_table", "updates_directory"]
 
 log = logging.getLogger("canopy.history")
 
@@ -88,7 +89,10 @@ COLUMNS = (
 )
 
 
-def _schema() -> Any:
+@functools.cache
+def schema() -> Any:
+    """The Arrow schema of the history rows (pyarrow is imported when first needed: a
+    partition that never exports does not load it)."""
     import pyarrow as pa
 
     return pa.schema([
@@ -99,8 +103,6 @@ def _schema() -> Any:
         ("original_timestamp", pa.int64()), ("original_author", pa.string()),
     ])
 
-
-SCHEMA = _schema()
 
 
 def history_location(config: dict[str, Any]) -> str:
@@ -136,7 +138,7 @@ def _day(timestamp_ms: int) -> str:
 
 
 def rows_table(partition: int, records: Sequence[Record]) -> Any:
-    """The records as one Arrow table of :data:`SCHEMA`."""
+    """The records as one Arrow table of :func:`schema`."""
     import pyarrow as pa
 
     columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
@@ -169,7 +171,7 @@ def rows_table(partition: int, records: Sequence[Record]) -> Any:
         columns["original_sequence"].append(event.original_sequence if event is not None else None)
         columns["original_timestamp"].append(event.original_timestamp if event is not None else None)
         columns["original_author"].append(event.original_author if event is not None else None)
-    return pa.Table.from_pydict(columns, schema=SCHEMA)
+    return pa.Table.from_pydict(columns, schema=schema())
 
 
 @dataclass
