@@ -621,7 +621,12 @@ class Partition:
 
         def tick() -> None:
             self._export_timer = loop.call_later(every_ms / 1000, tick)
-            self.export_history()
+            if self.role == PRIMARY:
+                self.export_history()
+            elif not self._exporting:  # a backup learns how far the history goes (its journal keeps the rest)
+                self._exporting = True
+                read = loop.run_in_executor(None, exporter.watermark)
+                read.add_done_callback(lambda _: setattr(self, "_exporting", False))
 
         self._export_timer = loop.call_later(every_ms / 1000, tick)
 
@@ -634,7 +639,7 @@ class Partition:
         if self.handing_over and not handing_over:
             return None
         upto = self.acknowledged_sequence()
-        if upto <= exporter.watermark():
+        if upto <= exporter.exported:
             return None
         self._exporting = True
 
@@ -711,7 +716,7 @@ class Partition:
             "primed": self.primed if self.role == BACKUP else None,
             "recovered": self.recovered,
             "history": self.exporter and {
-                "exported": self.exporter.watermark(), "rows": self.exporter.rows,
+                "exported": self.exporter.exported, "rows": self.exporter.rows,
                 "acknowledged": self.acknowledged_sequence(),
             },
         }

@@ -117,7 +117,11 @@ def _run_job(args: argparse.Namespace) -> int:
     from history.spark import Progress, session
 
     started = time.perf_counter()
-    spark = session(args.master)
+    try:
+        spark = session(args.master)
+    except Exception as e:  # noqa: BLE001 - Spark says why in its own exception types
+        _err(f"canopy history: Spark did not start (--master {args.master or 'local[*]'}): {_first_line(e)}")
+        return 2
     if args.progress or (args.progress is None and sys.stderr.isatty()):
         _err(f"spark session ready in {time.perf_counter() - started:.1f} s ({spark.sparkContext.master})")
         progress: Any = Progress(spark, _err)
@@ -150,9 +154,21 @@ def _run_job(args: argparse.Namespace) -> int:
     except HistoryError as e:
         _err(f"canopy history: {e}")
         return 2
+    except Exception as e:  # noqa: BLE001 - a failed Spark job: one line, not a Java stack
+        _err(f"canopy history: the job failed: {type(e).__name__}: {_first_line(e)}")
+        return 1
     finally:
         spark.stop()
     return 0
+
+
+def _first_line(error: BaseException) -> str:
+    java = getattr(error, "java_exception", None)  # py4j's error: the Java exception says what went wrong
+    try:
+        text = str(java.toString() if java is not None else error).strip()
+    except Exception:  # noqa: BLE001 - the gateway went with the failure
+        text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _plain(row: dict[str, Any], job: str) -> dict[str, Any]:

@@ -35,8 +35,9 @@ promoted before the primary's segment closed) are a gap: logged, and listed
 in the manifest.
 
 Journals keep every segment that is not exported yet (:meth:`Exporter.keeps`,
-the journal's ``keep_segment``), backups too, so a promoted backup has what
-its primary had not exported.
+the journal's ``keep_segment``), backups too (they read the watermark now and
+then, :meth:`Exporter.watermark`), so a promoted backup has what its primary
+had not exported.
 
 The location is a directory (``file://`` too) or a URI pyarrow writes
 (``s3://bucket/prefix?endpoint_override=...``, ``gs://``, ``hdfs://``): there
@@ -81,7 +82,6 @@ META = "_canopy"
 _FILE = re.compile(r"p(\d{4})-(\d{20})-(\d{20})\.parquet")
 _DECODED = {t.value for t in (TopicType.STRING, TopicType.INT64, TopicType.DOUBLE, TopicType.JSON)}
 _RETENTION_EVERY = 3600.0
-_WATERMARK_TTL = 5.0
 
 COLUMNS = (
     "partition", "sequence", "timestamp", "path", "op", "type", "properties", "value", "value_json", "author",
@@ -309,7 +309,6 @@ class Exporter:
         self.partition = partition
         self.retention_days = retention_days
         self._mark = 0
-        self._mark_read = -_WATERMARK_TTL
         self._retained_at = -_RETENTION_EVERY
         self.rows = 0  # exported by this process
         self.last: ExportReport | None = None
@@ -342,20 +341,25 @@ class Exporter:
                         mark = max(mark, int(m.group(3)))
         return mark, list(manifest.get("gaps", []))
 
+    @property
+    def exported(self) -> int:
+        """The last sequence exported, as this process last knew it (no I/O: for event loops
+        and the journal's lock)."""
+        return self._mark
+
     def watermark(self) -> int:
-        """The last sequence exported (read from the location at most every few seconds)."""
-        now = time.monotonic()
-        if now - self._mark_read >= _WATERMARK_TTL:
-            try:
-                self._mark = max(self._mark, self._scan()[0])
-            except OSError as e:
-                log.warning("cannot read the history location %s: %s", self.location, e)
-            self._mark_read = now
+        """The last sequence exported, read from the location (I/O: a worker thread's call)."""
+        try:
+            self._mark = max(self._mark, self._scan()[0])
+        except OSError as e:
+            log.warning("cannot read the history location %s: %s", self.location, e)
         return self._mark
 
     def keeps(self, segment: Segment) -> bool:
-        """The journal's ``keep_segment``: a segment stays until its records are exported."""
-        return segment.last_sequence > self.watermark()
+        """The journal's ``keep_segment`` (called under the journal's lock, so without I/O): a
+        segment stays until its records are exported, as far as this process knows. A replica
+        that never read the location keeps every segment."""
+        return segment.last_sequence > self._mark
 
     def export(self, segments: Iterable[Segment], upto: int) -> ExportReport:
         """Write the records of ``segments`` after the watermark and up to ``upto`` (the last

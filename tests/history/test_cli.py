@@ -81,6 +81,9 @@ def test_bad_input_is_a_clear_error(data: Path) -> None:
     assert "Traceback" not in spec.stderr
     selector = canopy("history", "query", "?m/[", *where)
     assert selector.returncode == 2 and "canopy history: selector '?m/['" in selector.stderr, selector
+    master = canopy("history", "stats", "--master", "nonsense", *where)
+    assert master.returncode == 2 and "canopy history: Spark did not start (--master nonsense)" in master.stderr, master
+    assert "Traceback" not in master.stderr
     choice = canopy("history", "stats", "--by", "leaf", *where)
     assert choice.returncode == 2 and "invalid choice" in choice.stderr, choice
 
