@@ -51,6 +51,7 @@ from topics.protocol import (
     encode_frame,
     encode_result,
 )
+from history import export_worker
 from history.store import Exporter, history_location
 from replication.journal import SEGMENT_BYTES, FsyncPolicy, Journal, JournalError, JournalGap
 from topics.store import TopicStore
@@ -196,6 +197,7 @@ class Partition:
         self.exporter: Exporter | None = None
         self._exporting = False
         self._export_future: asyncio.Future[Any] | None = None
+        self._export_process: export_worker.ExportProcess | None = None  # started with the first export
         self._export_timer: asyncio.TimerHandle | None = None
         self._drained: asyncio.Event | None = None
         # the backup's side
@@ -631,8 +633,10 @@ class Partition:
         self._export_timer = loop.call_later(every_ms / 1000, tick)
 
     def export_history(self, handing_over: bool = False) -> asyncio.Future[Any] | None:
-        """Start an export on a worker thread (None: one runs, nothing is due, or this replica is
-        not the primary; ``handing_over``: the last one, during a :meth:`handover`)."""
+        """Start an export (None: one runs, nothing is due, or this replica is not the primary;
+        ``handing_over``: the last one, during a :meth:`handover`): a worker thread closes the
+        journal segment and waits for a process of its own (:mod:`history.export_worker`) that
+        writes the Parquet files, so the export never takes this process's interpreter lock."""
         journal, exporter = self.journal, self.exporter
         if journal is None or exporter is None or self._exporting or self.role != PRIMARY:
             return None
@@ -643,9 +647,13 @@ class Partition:
             return None
         self._exporting = True
 
-        def roll_and_export() -> Any:
+        if self._export_process is None:
+            self._export_process = export_worker.ExportProcess(exporter)
+        process = self._export_process
+
+        def roll_and_export() -> Any:  # on a worker thread; the export runs in a process of its own
             journal.roll()
-            return exporter.export(journal.closed_segments(), upto)
+            return process.export(journal.closed_segments(), upto)
 
         def done(future: asyncio.Future[Any]) -> None:
             self._exporting = False
@@ -674,6 +682,8 @@ class Partition:
     def close(self) -> None:
         if self._export_timer is not None:
             self._export_timer.cancel()
+        if self._export_process is not None:
+            self._export_process.stop()
         if self._sync_timer is not None:
             self._sync_timer.cancel()
         self._drop_backup()

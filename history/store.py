@@ -390,12 +390,16 @@ class Exporter:
                     mark = run[-1].sequence
                     self._write_manifest(mark, gaps)
             report.exported = mark
-        self._mark = max(self._mark, mark)
         report.removed_days = self._retain()
         report.seconds = time.perf_counter() - started
+        self.record(report)
+        return report
+
+    def record(self, report: ExportReport) -> None:
+        """Take in what an export did (here, or in an export process: :mod:`history.export_worker`)."""
+        self._mark = max(self._mark, report.exported)
         self.rows += report.rows
         self.last = report
-        return report
 
     def _write_manifest(self, exported: int, gaps: list[Any]) -> None:
         self.storage.write_text(self._manifest, json.dumps({"exported": exported, "gaps": gaps}))
