@@ -147,13 +147,14 @@ class Liveness:
         return events
 
 
-def gateway_port(port: int, info: list[dict[str, Any]], nodes: list[str], node: str) -> int:
+def gateway_port(port: int, info: list[dict[str, Any]], nodes: list[str], node: str, same: bool = False) -> int:
     """The port of a new gateway on ``node``, given every gateway's ``info`` (its url and
     whether it was lost) and node so far: the port its lost gateway had (a node that
     rejoins is found at the URL its clients know), else the first of ``port`` + k that
-    no gateway ever had; 0 (any) when ``port`` is 0."""
-    if not port:
-        return 0
+    no gateway ever had; 0 (any) when ``port`` is 0; ``port`` itself when every gateway
+    listens on the same port (``gateway_ports = "same"``: nodes with addresses of their own)."""
+    if not port or same:
+        return port
     ports = [urlsplit(i["url"]).port if i.get("url") else None for i in info]
     live = {p for p, i in zip(ports, info) if not i.get("lost")}
     for k in reversed(range(len(info))):
@@ -354,7 +355,8 @@ class ControllerActor:
                 strategy = NodeAffinitySchedulingStrategy(node.id, soft=False)
                 self.gateways.append(
                     gateway_cls.options(name=names.gateway(k), scheduling_strategy=strategy, lifetime="detached").remote(
-                        gateway_id, routes, self.config, self.config["host"], port + k if port else 0,
+                        gateway_id, routes, self.config, self.config["host"],
+                        port if self.config.get("gateway_ports") == "same" else port + k if port else 0,
                         security, trees, self.session_trees,
                     )
                 )
@@ -743,7 +745,11 @@ class ControllerActor:
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
                 ).remote(
                     f"gw{k}-{uuid.uuid4().hex[:8]}", self.replicas.routes(), self.config, self.config["host"],
-                    gateway_port(self.config["port"], self.gateway_info, self.gateway_nodes, name), self.security.to_dict(),
+                    gateway_port(
+                        self.config["port"], self.gateway_info, self.gateway_nodes, name,
+                        same=self.config.get("gateway_ports") == "same",
+                    ),
+                    self.security.to_dict(),
                     ray.get(self.session_trees.snapshot.remote(), timeout=RECOVER_TIMEOUT), self.session_trees,
                 )
                 info = ray.get(handle.start.remote(), timeout=START_TIMEOUT)

@@ -8,7 +8,7 @@ The ``serve`` flags are derived from the settings declaration
 (:mod:`cluster.config`): one per setting that is not file-only, named after
 it (``--queue-limit`` for ``queue_limit``), with its help, default and
 bounds. Settings come from the defaults, then ``--config FILE``, then the
-environment (``$CANOPY_ADMIN_PASSWORD``), then the flags. A bad setting or a
+environment (``$CANOPY_<SETTING>``: ``$CANOPY_PORT``...), then the flags. A bad setting or a
 refused start prints one line and exits with status 1.
 
 This module imports no Ray, so a client-only install (``pip install canopy``)
@@ -55,8 +55,9 @@ def add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument(
-        "--config", metavar="FILE",
-        help="TOML file giving any setting as a top-level key with underscores (queue_limit = 5000)",
+        "--config", metavar="FILE", default=os.environ.get("CANOPY_CONFIG") or None,
+        help="TOML file giving any setting as a top-level key with underscores (queue_limit = 5000); "
+        "also $CANOPY_CONFIG",
     )
     for s in settings.SETTINGS:
         if s.flag is None:

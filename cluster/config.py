@@ -2,7 +2,8 @@
 
 Each setting is one field of :class:`ServerConfig`, made with :func:`setting`:
 its name, type and default (the field), its help text, its bounds or check,
-an environment variable that may give it, and whether it is also a
+the environment variable that may give it (``$CANOPY_<NAME>`` unless declared
+otherwise; tables have none), and whether it is also a
 ``canopy serve`` flag (``--queue-limit`` for ``queue_limit``) or only a
 file key (``file_only=`` says why). From that declaration come:
 
@@ -164,7 +165,15 @@ class ServerConfig:
     namespace: str = setting("canopy", "Ray namespace of this canopy instance", check=_not_empty, metavar="NAME")
     host: str = setting("127.0.0.1", "gateway listen address")
     port: int = setting(
-        8080, "gateway port; gateway k of a multi-node cluster listens on port + k", low=0, high=65535
+        8080, "gateway port; gateway k of a multi-node cluster listens on port + k (see gateway_ports)",
+        low=0, high=65535,
+    )
+    gateway_ports: str = setting(
+        "offset", "where a multi-node cluster's gateways listen: 'offset' (gateway k on port + k, for nodes "
+        "that share an address, as --local-nodes and containers on one host's network do) or 'same' "
+        "(every gateway on port, for nodes with addresses of their own: machines, Kubernetes pods)",
+        check=lambda v: None if v in ("offset", "same") else f"must be 'offset' or 'same', got {v!r}",
+        metavar="offset|same",
     )
     partitions: int = setting(
         default_partition_count(os.cpu_count()), "number of topic partitions",
@@ -389,6 +398,9 @@ def _declare(f: Field[Any], hint: Any) -> Setting:
     kind = get_origin(values[0]) or values[0]
     if len(values) != 1 or kind not in _KINDS or (kind is dict and declared["file_only"] is None):
         raise TypeError(f"ServerConfig.{f.name}: no {hint} setting (one of {_KINDS}; a table is file-only)")
+    if declared["env"] is None and kind is not dict:
+        # every scalar setting may come from $CANOPY_<NAME> (the container image's way): tables are file-only
+        declared = {**declared, "env": "CANOPY_" + f.name.upper()}
     return Setting(name=f.name, kind=kind, optional=len(values) < len(members), default=f.default, **declared)
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import canopy
 from canopy import errors
+from tests.conftest import wait_for
 
 
 @dataclass
@@ -229,3 +230,27 @@ class Workload:
                 await session.close()
             except Exception:
                 pass
+
+
+def behind(work: Workload) -> list[tuple[int, str, int | None, int | None]]:
+    """Subscribers whose last value of a topic is not its final value: (subscriber, topic, seen, final)."""
+    out = []
+    for k in range(work.subscriber_count):
+        seen = work.history.observed[k]
+        for path, final in work.history.final.items():
+            last = seen[path][-1] if seen.get(path) else None
+            if last != final:
+                out.append((k, path, last, final))
+    return out
+
+
+async def finish(*works: Workload, urls: list[str]) -> None:
+    """Stop publishing, read every topic's value, and wait until every subscriber has it."""
+    loop = asyncio.get_running_loop()
+    for work in works:
+        await work.stop()
+        await work.read_final(urls)
+    for work in works:
+        await loop.run_in_executor(None, lambda w=work: wait_for(  # type: ignore[misc]
+            lambda: not behind(w), 30, f"the subscribers of {w.branch} to see every final value",
+            describe=lambda: behind(w)[:5]))

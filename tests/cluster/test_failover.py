@@ -19,7 +19,7 @@ import pytest
 
 import canopy
 from replication.config_log import ConfigLogStore
-from tests.checking import Workload, check
+from tests.checking import Workload, check, finish
 from tests.conftest import free_port, wait_for
 from tests.e2e.conftest import ADMIN, Server, cli
 from cluster import processes
@@ -161,30 +161,6 @@ async def missing_topics_across_gateways(handler_url: str, user_url: str) -> Non
 async def _registrations(url: str) -> list[tuple[str, str, str]]:
     async with canopy.connect(url, *ADMIN) as session:
         return await session.missing_topics.list()
-
-
-def behind(work: Workload) -> list[tuple[int, str, int | None, int | None]]:
-    """Subscribers whose last value of a topic is not its final value: (subscriber, topic, seen, final)."""
-    out = []
-    for k in range(work.subscriber_count):
-        seen = work.history.observed[k]
-        for path, final in work.history.final.items():
-            last = seen[path][-1] if seen.get(path) else None
-            if last != final:
-                out.append((k, path, last, final))
-    return out
-
-
-async def finish(*works: Workload, urls: list[str]) -> None:
-    """Stop publishing, read every topic's value, and wait until every subscriber has it."""
-    loop = asyncio.get_running_loop()
-    for work in works:
-        await work.stop()
-        await work.read_final(urls)
-    for work in works:
-        await loop.run_in_executor(None, lambda w=work: wait_for(  # type: ignore[misc]
-            lambda: not behind(w), 30, f"the subscribers of {w.branch} to see every final value",
-            describe=lambda: behind(w)[:5]))
 
 
 def two_workloads(srv: Server, topics: int) -> tuple[list[str], Workload, Workload]:

@@ -31,3 +31,9 @@ def test_port_zero_and_unknown_urls() -> None:
     assert gateway_port(0, [gw(40000)], ["node-0"], "node-1") == 0
     info = [gw(8080), {"url": None, "lost": True}]  # a gateway the restarted controller could not reach
     assert gateway_port(8080, info, ["node-0", ""], "node-1") == 8081
+
+
+def test_same_port_on_every_node_when_nodes_have_addresses_of_their_own() -> None:
+    info = [{"url": "ws://10.0.0.1:8080"}, {"url": "ws://10.0.0.2:8080", "lost": True}]
+    assert gateway_port(8080, info, ["a", "b"], "c", same=True) == 8080
+    assert gateway_port(0, info, ["a", "b"], "c", same=True) == 0

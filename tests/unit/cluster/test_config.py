@@ -90,6 +90,30 @@ def test_the_environment_gives_the_settings_that_name_a_variable(tmp_path: Path)
     )
 
 
+def test_every_scalar_setting_has_a_canopy_variable_and_tables_have_none(tmp_path: Path) -> None:
+    """The container image configures canopy serve by $CANOPY_<SETTING> (deploy/image/canopy-node)."""
+    for s in SETTINGS:
+        assert s.env == (None if s.kind is dict else "CANOPY_" + s.name.upper()), s.name
+    config = load(environ={"CANOPY_PORT": "9100", "CANOPY_HOST": "0.0.0.0", "CANOPY_ALLOW_ANONYMOUS": "false",
+                           "CANOPY_HISTORY_DIR": "/h", "CANOPY_FANOUT": "ignored: tables are file-only"})
+    assert (config.port, config.host, config.allow_anonymous, config.history_dir) == (9100, "0.0.0.0", False, "/h")
+    with pytest.raises(ConfigError, match=r"^\$CANOPY_PORT: port must be an integer, got 'eighty'"):
+        load(environ={"CANOPY_PORT": "eighty"})
+    with pytest.raises(ConfigError, match=r"^\$CANOPY_QUEUE_LIMIT: queue_limit must be at least"):
+        load(environ={"CANOPY_QUEUE_LIMIT": "0"})
+    path = tmp_path / "canopy.toml"
+    path.write_text("port = 9000\npartitions = 3\n")
+    both = load(path, {"partitions": 5}, environ={"CANOPY_PORT": "9001", "CANOPY_PARTITIONS": "4"})
+    assert (both.port, both.partitions) == (9001, 5)  # the file, then the environment, then the flags
+
+
+def test_serve_reads_its_configuration_file_from_canopy_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "canopy.toml"
+    monkeypatch.setenv("CANOPY_CONFIG", str(path))
+    assert build_parser(cli.add_serve).parse_args(["serve"]).config == str(path)
+    assert build_parser(cli.add_serve).parse_args(["serve", "--config", "other.toml"]).config == "other.toml"
+
+
 # -- one declaration: the loader, the `canopy serve` flags, the help and the README agree ------------
 
 
@@ -111,7 +135,7 @@ def _sample(s: Setting) -> Any:
 
 
 #: string settings whose values have a syntax of their own
-SAMPLES = {"journal_fsync": "always", "gcs_redis_address": "127.0.0.1:6379"}
+SAMPLES = {"journal_fsync": "always", "gcs_redis_address": "127.0.0.1:6379", "gateway_ports": "same"}
 #: settings that cannot go with the others' samples (gcs_redis_address: with no address only)
 APART = {"gcs_redis_address"}
 
