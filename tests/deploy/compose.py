@@ -132,6 +132,34 @@ class Project:
         container.start()
         return container
 
+    def stop(self, service: str, timeout: int = 30) -> None:
+        """``docker stop``: SIGTERM (canopy serve stops cleanly), SIGKILL after ``timeout`` s."""
+        self.down_on_purpose.add(service)
+        self.containers[service].get_wrapped_container().stop(timeout=timeout)
+
+    def run(self, service: str, *command: str, timeout: float = 300) -> tuple[int, str]:
+        """``docker compose run --rm SERVICE COMMAND``: a one-off container of the service's image,
+        environment and volumes with ``command`` as its command; its exit status and output."""
+        spec = self.services[service]
+        volumes = {}
+        for volume in spec.get("volumes") or []:
+            source, target, *mode = volume.split(":")
+            if source.startswith((".", "/")):
+                source = str((self.path.parent / source).resolve())
+            else:
+                source = f"{self.name}_{source}"
+            volumes[source] = {"bind": target, "mode": mode[0] if mode else "rw"}
+        client = self.containers[service].get_docker_client().client
+        one = client.containers.run(
+            spec["image"], list(command), detach=True, environment=spec.get("environment") or {},
+            volumes=volumes, network_mode=spec.get("network_mode"), name=f"{self.container_name(service)}-run",
+        )
+        try:
+            code = one.wait(timeout=timeout)["StatusCode"]
+            return code, one.logs().decode(errors="replace")
+        finally:
+            one.remove(force=True)
+
     def kill(self, service: str) -> None:
         """``docker kill``: SIGKILL of every process in the container."""
         self.containers[service].get_wrapped_container().kill()
