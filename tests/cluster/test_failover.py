@@ -27,15 +27,20 @@ from cluster import processes
 FAILOVER = 90.0  # seconds: Ray declares a node dead in ~5 s here; two busy cores make the rest slow
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Server]:
-    srv = Server(tmp_path / "data", "--local-nodes", "3", "--partitions", "4", "--history-export-ms", "500",
+def _cluster(where: Path) -> Iterator[Server]:
+    srv = Server(where / "data", "--local-nodes", "3", "--partitions", "4", "--history-export-ms", "500",
                  own_session=True)
     try:
         yield srv.wait_ready(180)
     finally:
         code = srv.stop()
     assert code == 0, srv.output
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Server]:
+    """A 3-node cluster of the test's own: for tests that crash, pause or stop nodes."""
+    yield from _cluster(tmp_path)
 
 
 def status(srv: Server) -> dict[str, Any]:
@@ -103,23 +108,57 @@ def healthy_without(name: str) -> Any:
     return check_status
 
 
-def test_every_partition_has_a_primary_and_a_backup_on_different_nodes(cluster: Server) -> None:
-    now = wait_for(lambda: (s := status(cluster))["healthy"] and s, 60, "a healthy cluster")
-    assert sorted(n["name"] for n in now["nodes"] if n["alive"]) == ["node-0", "node-1", "node-2"]
-    assert len(now["partitions"]) == 4
-    for p in now["partitions"]:
-        assert p["backup"] is not None and p["backup"] != p["primary"], p
-    primaries = sorted(p["primary"] for p in now["partitions"])
-    assert len(set(primaries)) >= 2, primaries  # spread, not all on one node
-    assert sorted(g["node"] for g in now["gateways"]) == ["node-0", "node-1", "node-2"]
-    log = now["configuration"]
-    assert log["log_majority"] == 2 and sorted(log["log_copies"]) == ["node-0", "node-1", "node-2"], log
-    assert set(log["log_copies"].values()) == {log["log_committed"]} and log["log_committed"] >= 1, log
-    assert now["services"] == {"configuration-log": "node-0", "views": "node-1", "session-trees": "node-1"}, now
-    text = cli("cluster", "status", url=cluster.url)
-    assert text.returncode == 0 and "node-2" in text.stdout and "healthy" in text.stdout, text
-    assert "views on node-1" in text.stdout, text.stdout
-    asyncio.run(missing_topics_across_gateways(gateway_url(now, "node-1"), gateway_url(now, "node-2")))
+class TestAHealthyCluster:
+    """Checks that leave the cluster as they found it share one 3-node cluster (class scope:
+    it stops before the tests that crash nodes start clusters of their own)."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def healthy(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+        yield from _cluster(tmp_path_factory.mktemp("healthy"))
+
+    def test_every_partition_has_a_primary_and_a_backup_on_different_nodes(self, healthy: Server) -> None:
+        now = wait_for(lambda: (s := status(healthy))["healthy"] and s, 60, "a healthy cluster")
+        assert sorted(n["name"] for n in now["nodes"] if n["alive"]) == ["node-0", "node-1", "node-2"]
+        assert len(now["partitions"]) == 4
+        for p in now["partitions"]:
+            assert p["backup"] is not None and p["backup"] != p["primary"], p
+        primaries = sorted(p["primary"] for p in now["partitions"])
+        assert len(set(primaries)) >= 2, primaries  # spread, not all on one node
+        assert sorted(g["node"] for g in now["gateways"]) == ["node-0", "node-1", "node-2"]
+        log = now["configuration"]
+        assert log["log_majority"] == 2 and sorted(log["log_copies"]) == ["node-0", "node-1", "node-2"], log
+        assert set(log["log_copies"].values()) == {log["log_committed"]} and log["log_committed"] >= 1, log
+        assert now["services"] == {"configuration-log": "node-0", "views": "node-1", "session-trees": "node-1"}, now
+        text = cli("cluster", "status", url=healthy.url)
+        assert text.returncode == 0 and "node-2" in text.stdout and "healthy" in text.stdout, text
+        assert "views on node-1" in text.stdout, text.stdout
+        asyncio.run(missing_topics_across_gateways(gateway_url(now, "node-1"), gateway_url(now, "node-2")))
+
+    def test_node_actions_are_checked(self, healthy: Server) -> None:
+        wait_for(lambda: status(healthy)["healthy"], 60, "a healthy cluster")
+        head = node_cli(healthy, "kill-node", "node-0")
+        assert head.returncode == 1 and "REFUSED" in head.stderr and "controller" in head.stderr, head
+        unknown = node_cli(healthy, "pause-node", "node-9", "--seconds", "1")
+        assert unknown.returncode == 1 and "NO_SUCH_NODE" in unknown.stderr, unknown
+        forever = node_cli(healthy, "pause-node", "node-1", "--seconds", "99999")
+        assert forever.returncode == 1 and "INVALID_REQUEST" in forever.stderr, forever
+        taken = node_cli(healthy, "add-node", "node-2")
+        assert taken.returncode == 1 and "already up" in taken.stderr, taken
+        memory_only = node_cli(healthy, "restart-gcs")  # no gcs_redis_address: the cluster would be lost
+        assert memory_only.returncode == 1 and "REFUSED" in memory_only.stderr and "Redis" in memory_only.stderr, memory_only
+        assert all(processes.alive(local_node(healthy, f"node-{k}")["raylet_pid"]) for k in range(3))
+        # the CLI takes a healthy's gateways as one comma-separated --url and uses the first that answers
+        nobody = f"ws://127.0.0.1:{free_port()}"
+        listed = cli("cluster", "status", url=f"{nobody},{healthy.url}")
+        assert listed.returncode == 0 and "node-2" in listed.stdout, listed
+
+    def test_the_pid_of_a_node_is_recorded(self, healthy: Server) -> None:
+        info = json.loads((healthy.data_dir / "server.json").read_text())
+        names = sorted(n["name"] for n in info["local_nodes"])
+        assert names == ["node-0", "node-1", "node-2"]
+        assert all(os.path.exists(f"/proc/{n['raylet_pid']}") for n in info["local_nodes"])
+        assert os.path.isdir(healthy.data_dir / "nodes" / "node-1")
 
 
 async def fanned(session: canopy.Session, value: int) -> None:
@@ -307,34 +346,6 @@ async def test_a_paused_primary_acknowledges_nothing_after_its_successor_took_ov
     assert moved.valid, moved
     assert report.acknowledged > 100 and moved.acknowledged > 20, (report, moved)
     assert not work.ended and not stranded.ended, (work.ended, stranded.ended)
-
-
-def test_node_actions_are_checked(cluster: Server) -> None:
-    wait_for(lambda: status(cluster)["healthy"], 60, "a healthy cluster")
-    head = node_cli(cluster, "kill-node", "node-0")
-    assert head.returncode == 1 and "REFUSED" in head.stderr and "controller" in head.stderr, head
-    unknown = node_cli(cluster, "pause-node", "node-9", "--seconds", "1")
-    assert unknown.returncode == 1 and "NO_SUCH_NODE" in unknown.stderr, unknown
-    forever = node_cli(cluster, "pause-node", "node-1", "--seconds", "99999")
-    assert forever.returncode == 1 and "INVALID_REQUEST" in forever.stderr, forever
-    taken = node_cli(cluster, "add-node", "node-2")
-    assert taken.returncode == 1 and "already up" in taken.stderr, taken
-    memory_only = node_cli(cluster, "restart-gcs")  # no gcs_redis_address: the cluster would be lost
-    assert memory_only.returncode == 1 and "REFUSED" in memory_only.stderr and "Redis" in memory_only.stderr, memory_only
-    assert all(processes.alive(local_node(cluster, f"node-{k}")["raylet_pid"]) for k in range(3))
-    # the CLI takes a cluster's gateways as one comma-separated --url and uses the first that answers
-    nobody = f"ws://127.0.0.1:{free_port()}"
-    listed = cli("cluster", "status", url=f"{nobody},{cluster.url}")
-    assert listed.returncode == 0 and "node-2" in listed.stdout, listed
-
-
-def test_the_pid_of_a_node_is_recorded(cluster: Server) -> None:
-    info = json.loads((cluster.data_dir / "server.json").read_text())
-    names = sorted(n["name"] for n in info["local_nodes"])
-    assert names == ["node-0", "node-1", "node-2"]
-    assert all(os.path.exists(f"/proc/{n['raylet_pid']}") for n in info["local_nodes"])
-    assert os.path.isdir(cluster.data_dir / "nodes" / "node-1")
-
 
 
 async def test_a_whole_cluster_restarts_from_its_data_directories(tmp_path: Path) -> None:
