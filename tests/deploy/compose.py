@@ -106,6 +106,20 @@ class Project:
             if (not only or service in only) and service not in self.containers:
                 self.start(service)
 
+    def _volumes(self, spec: dict[str, Any]) -> dict[str, dict[str, str]]:
+        """The service's volumes as the Docker API takes them: a bind's source resolved from the
+        file's directory, a named volume prefixed by the project (and remembered for down())."""
+        volumes = {}
+        for volume in spec.get("volumes") or []:
+            source, target, *mode = volume.split(":")
+            if source.startswith((".", "/")):
+                source = str((self.path.parent / source).resolve())
+            else:
+                source = f"{self.name}_{source}"
+                self.volumes.add(source)
+            volumes[source] = {"bind": target, "mode": mode[0] if mode else "rw"}
+        return volumes
+
     def start(self, service: str) -> DockerContainer:
         spec = self.services[service]
         container = DockerContainer(spec["image"])
@@ -114,14 +128,8 @@ class Project:
             container.with_env(key, "" if value is None else str(value))
         if spec.get("command"):
             container.with_command(spec["command"])
-        for volume in spec.get("volumes") or []:
-            source, target, *mode = volume.split(":")
-            if source.startswith((".", "/")):
-                source = str((self.path.parent / source).resolve())
-            else:
-                source = f"{self.name}_{source}"
-                self.volumes.add(source)
-            container.with_volume_mapping(source, target, mode[0] if mode else "rw")
+        for source, mount in self._volumes(spec).items():
+            container.with_volume_mapping(source, mount["bind"], mount["mode"])
         kwargs: dict[str, Any] = {}
         if spec.get("network_mode"):
             kwargs["network_mode"] = spec["network_mode"]
@@ -141,14 +149,7 @@ class Project:
         """``docker compose run --rm SERVICE COMMAND``: a one-off container of the service's image,
         environment and volumes with ``command`` as its command; its exit status and output."""
         spec = self.services[service]
-        volumes = {}
-        for volume in spec.get("volumes") or []:
-            source, target, *mode = volume.split(":")
-            if source.startswith((".", "/")):
-                source = str((self.path.parent / source).resolve())
-            else:
-                source = f"{self.name}_{source}"
-            volumes[source] = {"bind": target, "mode": mode[0] if mode else "rw"}
+        volumes = self._volumes(spec)
         client = self.containers[service].get_docker_client().client
         one = client.containers.run(
             spec["image"], list(command), detach=True, environment=spec.get("environment") or {},
