@@ -5,10 +5,11 @@
   cluster tests' checker (:mod:`tests.checking`) while the container holding a partition's
   primary is ``docker kill``-ed; nothing acknowledged is lost, nothing arrives out of order,
   and the container, started again on its volume, rejoins and takes partitions back.
-* Fan-out between two servers (deploy/compose/fanout.yml, the connection from
-  secondary.toml): the primary's container is killed and started again; its topics survive
-  on its volume and the secondary's replicas come up to date with what changed after. The
-  primary's history, exported when it stops, is queried with Spark in a one-off container.
+* Fan-out between two clusters (deploy/compose/fanout.yml: a primary cluster of two nodes, a
+  secondary whose connection comes from secondary.toml): both of the primary's containers are
+  killed and started again; its topics survive on their volumes and the secondary's replicas
+  come up to date with what changed after. The primary's history, exported when it stops, is
+  queried with Spark in a one-off container.
 
 Figures (cluster start, failover and resync times, lost updates) are printed with the
 ``[deploy]`` prefix: ``pytest -s tests/deploy`` shows them, bench/deploy.py repeats them.
@@ -183,24 +184,38 @@ async def fetched(url: str, selector: str) -> dict[str, Any]:
         return {row.path: row.value for row in await asyncio.wait_for(session.topics.fetch(selector), 20)}
 
 
-async def test_a_fanout_secondary_resynchronises_after_its_primary_container_restarts(
+async def test_a_fanout_secondary_resynchronises_after_its_primary_cluster_restarts(
     canopy_image: str, tmp_path: Path
 ) -> None:
-    primary_port, secondary_port = free_port(), free_port()
-    config = tmp_path / "secondary.toml"  # the example, pointed at this run's primary port
+    primary_port, secondary_port, ray_port, agents = free_port(), free_port(), free_port(), free_port()
+    config = tmp_path / "secondary.toml"  # the example, pointed at this run's primary gateways
     example = (COMPOSE / "secondary.toml").read_text()
-    assert "ws://127.0.0.1:8090" in example
-    config.write_text(example.replace("ws://127.0.0.1:8090", f"ws://127.0.0.1:{primary_port}"))
+    assert '["ws://127.0.0.1:8090", "ws://127.0.0.1:8091"]' in example
+    config.write_text(example.replace("127.0.0.1:8090", f"127.0.0.1:{primary_port}").replace(
+        "127.0.0.1:8091", f"127.0.0.1:{primary_port + 1}"))
     config.chmod(0o644)
-    env = {"CANOPY_IMAGE": canopy_image, "CANOPY_ADMIN_PASSWORD": ADMIN[1], "PRIMARY_PORT": str(primary_port),
+    env = {"CANOPY_IMAGE": canopy_image, "CANOPY_ADMIN_PASSWORD": ADMIN[1], "RAY_AUTH_TOKEN": secrets.token_hex(32),
+           "PRIMARY_PORT": str(primary_port), "PRIMARY_RAY_PORT": str(ray_port),
+           "PRIMARY_AGENT_PORT_0": str(agents), "PRIMARY_AGENT_PORT_1": str(agents + 1),
            "SECONDARY_PORT": str(secondary_port), "SECONDARY_CONFIG": str(config)}
     project = Project(COMPOSE / "fanout.yml", env)
-    primary, secondary = f"ws://127.0.0.1:{primary_port}", f"ws://127.0.0.1:{secondary_port}"
+    primaries = [f"ws://127.0.0.1:{primary_port}", f"ws://127.0.0.1:{primary_port + 1}"]
+    primary, secondary = primaries[0], f"ws://127.0.0.1:{secondary_port}"
+    nodes = ("primary-0", "primary-1")
     seen: list[tuple[str, Any]] = []
+
+    async def formed() -> Any:  # the primary cluster: both nodes, a gateway on each, balanced
+        now = await status(primary)
+        alive = {n["name"] for n in now["nodes"] if n["alive"]}
+        ok = now["healthy"] and now["balanced"] and alive == set(nodes) and len(now["gateways"]) == 2
+        return now if ok else False
+
     try:
+        started = time.monotonic()
         project.up()
-        await settle(project, lambda: status(primary), 180, "the primary serving")
-        async with canopy.connect(primary, *ADMIN) as up:
+        await settle(project, formed, 300, "the primary cluster: 2 nodes, healthy and balanced")
+        formed_in = time.monotonic() - started
+        async with canopy.connect(primaries, *ADMIN) as up:
             await up.topics.add_and_set("prices/eur", 1)
             await up.topics.add_and_set("prices/usd", 2)
             await up.topics.add_and_set("other/x", 0)  # not linked: never mirrored
@@ -214,15 +229,17 @@ async def test_a_fanout_secondary_resynchronises_after_its_primary_container_res
         await settle(project, await mirrored({"prices/eur": 1, "prices/usd": 2}), 180, "the replicas on the secondary")
         async with canopy.connect(secondary, *ADMIN, reconnect_timeout=0) as down:
             await down.topics.subscribe("?prices//", callback=lambda e: seen.append((e.path, e.value)))
-            project.down_on_purpose.add("primary")
-            project.kill("primary")
+            project.down_on_purpose.update(nodes)
+            for node in reversed(nodes):  # the whole primary cluster: SIGKILL of every process of both nodes
+                project.kill(node)
             assert await fetched(secondary, "?prices//") == {"prices/eur": 1, "prices/usd": 2}  # kept meanwhile
-            project.restart("primary")
+            for node in nodes:  # started again on their volumes, the head first
+                project.restart(node)
             restarted = time.monotonic()
-            project.down_on_purpose.discard("primary")
+            project.down_on_purpose.difference_update(nodes)
             durable = await settle(project, lambda: fetched(primary, "?prices//"), 180, "the primary back")
-            assert durable == {"prices/eur": 1, "prices/usd": 2}, durable  # from its volume's journal
-            async with canopy.connect(primary, *ADMIN) as up:
+            assert durable == {"prices/eur": 1, "prices/usd": 2}, durable  # from the nodes' journals
+            async with canopy.connect(primaries, *ADMIN) as up:
                 await up.topics.set("prices/eur", 3)
                 await up.topics.remove("prices/usd")
                 await up.topics.add_and_set("prices/gbp", 4)
@@ -231,11 +248,13 @@ async def test_a_fanout_secondary_resynchronises_after_its_primary_container_res
             resync = time.monotonic() - restarted
             await settle(project, _seen(seen, ("prices/eur", 3)), 30, "the secondary's subscriber told of eur = 3")
             assert await fetched(secondary, "?other//") == {}  # not linked: never mirrored
-        # the image's Java and Spark: a clean stop exports the primary's history, which a one-off
-        # container on its volume queries with `canopy history`
-        project.stop("primary")
-        code, output = project.run("primary", "canopy", "history", "query", "?prices//", "--json",
-                                   "--history-dir", "/data/history")
+            await settle(project, formed, 180, "the primary cluster whole again")
+        # the image's Java and Spark: a clean stop of the head exports the primary's history (shared
+        # by its nodes), which a one-off container on the head's volumes queries with `canopy history`
+        project.stop("primary-0")
+        project.stop("primary-1")
+        code, output = project.run("primary-0", "canopy", "history", "query", "?prices//", "--json",
+                                   "--history-dir", "/history")
         assert code == 0, output
         rows = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
         assert [(r["path"], r["op"], r.get("value")) for r in rows] == [
@@ -248,8 +267,8 @@ async def test_a_fanout_secondary_resynchronises_after_its_primary_container_res
         raise
     finally:
         project.down()
-    print(f"[deploy] fan-out: primary container killed and started again; secondary in step {resync:.1f} s "
-          f"after docker start; its subscriber saw {seen}")
+    print(f"[deploy] fan-out: primary cluster of 2 nodes formed in {formed_in:.1f} s; both killed and started "
+          f"again: secondary in step {resync:.1f} s after docker start; its subscriber saw {seen}")
 
 
 def _seen(seen: list[tuple[str, Any]], event: tuple[str, Any]) -> Callable[[], Awaitable[bool]]:
