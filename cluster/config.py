@@ -310,6 +310,10 @@ def _check_together(values: Mapping[str, Any], source: str) -> None:
         raise ConfigError(
             f"{source}: gcs_redis_address configures the embedded Ray's GCS; it does not go with address "
             "(start the head of that cluster with $RAY_REDIS_ADDRESS instead)")
+    if values["gateway_ports"] == "same" and values["local_nodes"] > 1:
+        raise ConfigError(
+            f"{source}: gateway_ports = 'same' puts every gateway on one port, but the {values['local_nodes']} "
+            "local_nodes share one address: use 'offset' (gateway k on port + k)")
     if (values["tls_cert"] is None) != (values["tls_key"] is None):
         raise ConfigError(f"{source}: tls_cert and tls_key go together: give both or neither")
 

@@ -107,6 +107,14 @@ def test_every_scalar_setting_has_a_canopy_variable_and_tables_have_none(tmp_pat
     assert (both.port, both.partitions) == (9001, 5)  # the file, then the environment, then the flags
 
 
+def test_gateways_on_one_port_need_nodes_with_addresses_of_their_own() -> None:
+    assert load(overrides={"gateway_ports": "same"}).gateway_ports == "same"
+    with pytest.raises(ConfigError, match=r"^command line: gateway_ports = 'same' .* the 3 local_nodes share"):
+        load(overrides={"gateway_ports": "same", "local_nodes": 3})
+    with pytest.raises(ConfigError, match=r"^\$CANOPY_GATEWAY_PORTS: gateway_ports must be 'offset' or 'same'"):
+        load(environ={"CANOPY_GATEWAY_PORTS": "each"})
+
+
 def test_serve_reads_its_configuration_file_from_canopy_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "canopy.toml"
     monkeypatch.setenv("CANOPY_CONFIG", str(path))
@@ -136,8 +144,9 @@ def _sample(s: Setting) -> Any:
 
 #: string settings whose values have a syntax of their own
 SAMPLES = {"journal_fsync": "always", "gcs_redis_address": "127.0.0.1:6379", "gateway_ports": "same"}
-#: settings that cannot go with the others' samples (gcs_redis_address: with no address only)
-APART = {"gcs_redis_address"}
+#: settings that cannot go with the others' samples (gcs_redis_address: with no address only;
+#: gateway_ports = "same": not with local_nodes)
+APART = {"gcs_redis_address", "gateway_ports"}
 
 
 def test_every_setting_is_a_flag_or_deliberately_file_only() -> None:
