@@ -49,6 +49,8 @@ from canopy import protocol as wire
 from canopy.transport import Handler, WebSocketStream
 from sessions.countries import CountryTable
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
+from sessions.incidents import IncidentLog
+from sessions.limits import Limits, PropertyLimitError
 from sessions.logins import LoginFailure, LoginGuard, describe_failure
 from sessions.registry import Session, SessionRegistry
 from sessions.requests import RequestError
@@ -56,10 +58,12 @@ from sessions.security import AuthenticationFailed
 from topics.selectors import Selector
 
 log = logging.getLogger("canopy.gateway")
-HELLO_TIMEOUT = 10.0
 CLOSE_QUEUE_LIMIT = 4001
 CLOSE_SHUTDOWN = 1001
 CLOSE_POLICY = 1008
+CLOSE_TRY_AGAIN_LATER = 1013
+#: seconds between two log lines about logins refused unchecked from one address
+REFUSAL_LOG_INTERVAL = 10.0
 #: requests whose cost grows with the tree, or that reach every partition or other actors:
 #: a session has only ``max_wide_requests_in_flight`` of them at a time, so that one cannot
 #: stall the partitions for everyone else
@@ -111,13 +115,36 @@ class _Client(Handler):
         #: correlation id -> requests of this connection with it that were handed on and not answered
         self.outstanding: dict[int, int] = {}
         self.protocol_errors = 0
+        #: the client's IP address, and whether the connection counts against the limits
+        self.address = ""
+        self.counted = False
 
     def on_open(self, stream: WebSocketStream) -> None:
         self.stream = stream
+        self.address = str(stream.remote_address[0]) if stream.remote_address else ""
+        refusal = self.connections.admit_connection(self.address)
+        if refusal is not None:  # over a connection limit: told why, and closed
+            self.closing = True
+            stream.send(wire.encode_frame([wire.Error(0, "LIMIT_EXCEEDED", refusal)]))
+            stream.close(CLOSE_TRY_AGAIN_LATER, "LIMIT_EXCEEDED")
+            return
+        self.counted = True
         self.connections.streams.add(stream)
-        self._hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT, stream.abort)
+        self._hello_timer = asyncio.get_running_loop().call_later(self.connections.hello_timeout, self._no_hello)
+
+    def _no_hello(self) -> None:
+        """A connection that sent no HELLO in time: told why, and closed."""
+        stream = self.stream
+        if stream is None or self.early is not None or self.closing:
+            return
+        self.closing = True
+        message = f"no HELLO within {self.connections.hello_timeout:g} s of connecting (hello_timeout_ms)"
+        stream.send(wire.encode_frame([wire.Error(0, "PROTOCOL_ERROR", message)]))
+        stream.close(CLOSE_POLICY, "no HELLO in time")
 
     def on_message(self, stream: WebSocketStream, data: bytes | str) -> None:
+        if self.closing and self.session_id is None:
+            return  # refused, or given up on before its HELLO
         if self.session_id is not None:
             self.connections.receive(self, data)
         elif self.early is None:
@@ -137,7 +164,10 @@ class _Client(Handler):
     def on_closed(self, stream: WebSocketStream) -> None:
         if self._hello_timer is not None:
             self._hello_timer.cancel()
-        self.connections.streams.discard(stream)
+        if self.counted:
+            self.counted = False
+            self.connections.streams.discard(stream)
+            self.connections.connection_closed(self.address)
         self.connections.dropped(self)
 
 
@@ -185,26 +215,53 @@ class Connections:
         self._admit: set[_Client] = set()
         #: throttles this gateway's password logins
         self.logins = LoginGuard(time.monotonic)
+        self.refusals = IncidentLog(REFUSAL_LOG_INTERVAL)
         self._scrypt = asyncio.Semaphore(4)
         self._max_in_flight = int(config.get("max_requests_in_flight", 1000))
         self._max_wide = int(config.get("max_wide_requests_in_flight", 4))
         self._max_messages = int(config.get("max_messages_per_frame", 1000))
         self._max_protocol_errors = int(config.get("max_protocol_errors", 100))
+        self.hello_timeout = int(config.get("hello_timeout_ms", 10_000)) / 1000
+        self._max_connections = int(config.get("max_connections", 10_000))
+        self._max_per_address = int(config.get("max_connections_per_address", 1_000))
+        #: client address -> its open connections (each counted by :meth:`admit_connection`)
+        self.per_address: dict[str, int] = {}
 
     def handler(self) -> Handler:
         """A handler for a new connection (the server's factory calls it)."""
         return _Client(self)
+
+    def admit_connection(self, address: str) -> str | None:
+        """Count a new connection from ``address``, or say why it is refused: the
+        gateway holds ``max_connections`` already, or the address holds
+        ``max_connections_per_address``. :meth:`connection_closed` uncounts it."""
+        if len(self.streams) >= self._max_connections:
+            return (f"this gateway holds {len(self.streams):,} connections; at most {self._max_connections:,} "
+                    "(max_connections): try again later")
+        held = self.per_address.get(address, 0)
+        if held >= self._max_per_address:
+            return (f"{held:,} connections from this address; at most {self._max_per_address:,} "
+                    "(max_connections_per_address)")
+        self.per_address[address] = held + 1
+        return None
+
+    def connection_closed(self, address: str) -> None:
+        held = self.per_address.get(address, 0) - 1
+        if held > 0:
+            self.per_address[address] = held
+        else:
+            self.per_address.pop(address, None)
 
     # -- a session's life ----------------------------------------------------------------
 
     async def hello(self, client: _Client, data: bytes | str) -> None:
         stream = client.stream
         assert stream is not None
-        client_ip = str(stream.remote_address[0]) if stream.remote_address else ""
+        client_ip = client.address
         try:
-            hello = _hello(data)
+            hello = _hello(data, self.registry.limits)
             roles = await self._authenticate(stream, hello, client_ip)
-        except (RequestError, AuthenticationFailed) as e:
+        except (RequestError, AuthenticationFailed, PropertyLimitError) as e:
             stream.send(wire.encode_frame([wire.Error(0, e.code, str(e))]))
             stream.close(1002 if e.code == "PROTOCOL_ERROR" else 1008, e.code)
             return
@@ -282,13 +339,13 @@ class Connections:
             try:
                 return security.authenticate(None, None)
             except AuthenticationFailed:
-                log.warning(describe_failure(None, address, LoginFailure.ANONYMOUS_NOT_ALLOWED, known=False))
+                self._log_refusal(None, address, LoginFailure.ANONYMOUS_NOT_ALLOWED, known=False)
                 raise
         admission = self.logins.admit(principal, address)  # counts as a failure until it succeeds
         if admission.wait:
             await asyncio.sleep(admission.wait)  # only this connection waits
         if not admission.admitted:
-            log.warning(describe_failure(principal, address, LoginFailure.REFUSED, known=principal in security.principals))
+            self._log_refusal(principal, address, LoginFailure.REFUSED, known=principal in security.principals)
             raise AuthenticationFailed.wrong_credentials(principal)
         if not stream.open:  # gone while it waited: stays counted, no scrypt spent
             raise AuthenticationFailed.wrong_credentials(principal)
@@ -302,6 +359,14 @@ class Connections:
             raise
         self.logins.succeeded(principal, address)
         return roles
+
+    def _log_refusal(self, principal: str | None, address: str, reason: LoginFailure, *, known: bool) -> None:
+        """Log a login refused without a password check: these cost the client nothing, so
+        one address gets one such line per :data:`REFUSAL_LOG_INTERVAL` (the next says how
+        many were not logged). Checked failures are logged each: the guard bounds them."""
+        suffix = self.refusals.record((address, reason), time.monotonic())
+        if suffix is not None:
+            log.warning(describe_failure(principal, address, reason, known=known) + suffix)
 
     def close(self, client: _Client, code: str, message: str, ws_code: int) -> None:
         """End a session: drop its queue, tell the client why, close.
@@ -537,7 +602,7 @@ class Connections:
         task.add_done_callback(self._tasks.discard)
 
 
-def _hello(data: Any) -> wire.Hello:
+def _hello(data: Any, limits: Limits) -> wire.Hello:
     if not isinstance(data, bytes):
         raise RequestError("PROTOCOL_ERROR", "frames must be binary")
     try:
@@ -554,5 +619,11 @@ def _hello(data: Any) -> wire.Hello:
         )
     for key in hello.properties:
         if key.startswith("$") or not key:
-            raise RequestError("INVALID_PROPERTIES", f"user session property {key!r} may not be empty or start with '$'")
+            raise RequestError(
+                "INVALID_PROPERTIES", f"user session property {_shown(key)!r} may not be empty or start with '$'")
+    limits.properties(hello.properties)
     return hello
+
+
+def _shown(text: str, most: int = 40) -> str:
+    return text if len(text) <= most else f"{text[:most]}…"

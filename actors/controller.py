@@ -37,6 +37,8 @@ from sessions.security import ADMINISTRATOR, SecurityStore, default_store
 log = logging.getLogger("canopy.controller")
 START_TIMEOUT = 120.0
 STATUS_TIMEOUT = 3.0
+#: the gateway statistics a status shows under "guard": what clients attempted and were refused
+GUARD_STATS = ("login", "unexpected_errors", "connection_addresses")
 STOP_TIMEOUT = 15.0
 RECOVER_TIMEOUT = 60.0
 #: restarts in a minute after which an actor counts as dead for good
@@ -877,6 +879,9 @@ class ControllerActor:
                 "gateway": names.gateway(k), "node": self.gateway_nodes[k] if k < len(self.gateway_nodes) else None,
                 "url": info.get("url"), "lost": bool(info.get("lost")),
                 "sessions": st.get("sessions") if st else None, "answering": st is not None,
+                "connections": st.get("connections") if st else None,
+                # what clients attempted: logins (sessions/logins.py) and requests that failed unexpectedly
+                "guard": {k: v for k, v in st.items() if k.startswith(GUARD_STATS)} if st else None,
             })
         return {
             "namespace": self.config["namespace"],

@@ -34,13 +34,15 @@ from actors import routes
 from actors.link import PartitionLink, PartitionUnavailable
 from actors.missing_topics import MissingTopics
 from actors.requests import HANDLERS, Context, Routed
+from sessions.authorization import MATRIX, authorize
+from sessions.incidents import IncidentLog
 from actors.tracing import TraceRecord
 from actors.supervision import announce_start, new_incarnation
 from canopy import protocol as wire
 from actors.configuration import NotCommitted
 from canopy.transport import serve_stream
 from sessions.filters import FilterSyntaxError, parse_filter
-from sessions.limits import Limits
+from sessions.limits import Limits, PropertyLimitError
 from fanout.config import FanoutConfigError
 from fanout.servers import RemoteServerError
 from sessions.missing_topics import MissingTopicError
@@ -53,9 +55,14 @@ from topics.protocol import Failed, ProtocolError, Result, SetValue, TopicEvent
 from views.parser import ViewSpecError
 
 log = logging.getLogger("canopy.gateway")
+#: seconds between two log lines about one session's requests that failed unexpectedly
+UNEXPECTED_LOG_INTERVAL = 10.0
+#: seconds after a session closed before the gateway hands freed memory back (once for a burst)
+TRIM_DELAY = 2.0
 #: errors a request can end with that are the request's fault, each with a ``code``
 REQUEST_ERRORS = (
     RequestError,
+    PropertyLimitError,
     TopicModelError,
     PermissionDenied,
     SecurityCommandError,
@@ -114,9 +121,13 @@ class Gateway:
             instance=config.get("instance_id") or "",
         )
         self.missing.views = lambda: self.ctx.views
+        self.incidents = IncidentLog(UNEXPECTED_LOG_INTERVAL)
+        #: requests that failed in a way no check foresaw (each answered INTERNAL)
+        self.unexpected = 0
+        self._trim: asyncio.TimerHandle | None = None
         self.connections = Connections(
             gateway_id, self.registry, config, self._dispatch, self.ctx.unregister,
-            after_write=self._written, after_receive=self.link.flush, closed=self.missing.session_closed,
+            after_write=self._written, after_receive=self.link.flush, closed=self._session_closed,
         )
         self.server: asyncio.Server | None = None
         self.url = ""
@@ -150,6 +161,14 @@ class Gateway:
             "gateway": self.gateway_id,
             "pid": os.getpid(),
             "url": self.url,
+            "rss_bytes": _rss_bytes(),
+            "connections": len(self.connections.streams),
+            "connection_addresses": len(self.connections.per_address),
+            "resume_tokens": len(self.connections.tokens),
+            **self.connections.logins.stats(),
+            "logins_refused_not_logged": self.connections.refusals.suppressed,
+            "unexpected_errors": self.unexpected,
+            "unexpected_errors_not_logged": self.incidents.suppressed,
             "sessions": len(self.registry.sessions),
             "kept_sessions": len(self.connections.kept),
             "groups": len(self.registry.groups),
@@ -158,6 +177,20 @@ class Gateway:
             **self.link.stats(),
             **self.missing.stats(),
         }
+
+    def _session_closed(self, session_id: str) -> None:
+        self.missing.session_closed(session_id)
+        self.incidents.forget(session_id)
+        if self._trim is None:  # give what closed sessions held back to the system, a little later, once
+            self._trim = asyncio.get_running_loop().call_later(TRIM_DELAY, self._trim_memory)
+
+    def _trim_memory(self) -> None:
+        """Hand the heap's free memory back to the operating system. CPython keeps what
+        it freed for reuse: without this, the memory of sessions that closed (their
+        properties, queues and frames) stayed with the gateway."""
+        self._trim = None
+        if _malloc_trim is not None:
+            _malloc_trim(0)
 
     def _send(self, session_id: str, message: bytes) -> None:
         self.registry.send(session_id, message)
@@ -186,11 +219,19 @@ class Gateway:
         return {sid: dict(self.registry.sessions[sid].properties) for sid in self._select(kind, value)}
 
     def change_session_properties(self, kind: str, value: str, changes: dict[str, str | None]) -> int:
-        chosen = self._select(kind, value)
-        for sid in chosen:
+        """Change the user properties of this gateway's sessions a target names; a session
+        the changes would take over ``max_session_properties`` is left as it is (not counted)."""
+        most = self.registry.limits.max_session_properties
+        changed = 0
+        for sid in self._select(kind, value):
+            own = {k for k in self.registry.sessions[sid].properties if not k.startswith("$")}
+            after = (own | {k for k, v in changes.items() if v is not None}) - {k for k, v in changes.items() if v is None}
+            if len(after) > most:
+                continue
             self.ctx.apply_changes(self.registry.set_properties(sid, changes))
+            changed += 1
         self.connections.wake()
-        return len(chosen)
+        return changed
 
     def _select(self, kind: str, value: str) -> list[str]:
         """This gateway's sessions a target names."""
@@ -216,20 +257,31 @@ class Gateway:
     # -- requests --------------------------------------------------------------
 
     def _dispatch(self, sid: str, request: wire.Request, received_ns: int = 0) -> None:
-        handler = HANDLERS.get(request.op) if request.op in wire.OPERATIONS else None
+        """Carry out a request: the authorization matrix first (its arguments and the
+        permissions it needs, :func:`sessions.authorization.authorize`), then its handler."""
+        handler = HANDLERS.get(request.op) if request.op in MATRIX else None
         if handler is None:
-            known = ", ".join(sorted(wire.OPERATIONS))
+            known = ", ".join(sorted(MATRIX))
+            shown = request.op if len(request.op) <= 64 else request.op[:64] + "…"
             self.connections.error(
-                sid, request.cid, "UNKNOWN_OPERATION", f"unknown operation {request.op!r}; known: {known}", request.op
+                sid, request.cid, "UNKNOWN_OPERATION", f"unknown operation {shown!r}; known: {known}", request.op
             )
             return
         try:
+            authorize(self.registry, sid, request.op, request.args)
             outcome = handler(self.ctx, sid, *request.args)
-        except TypeError as e:
-            self.connections.error(sid, request.cid, "INVALID_REQUEST", f"{request.op}: wrong arguments ({e})", request.op)
-            return
         except REQUEST_ERRORS as e:
             self.connections.error(sid, request.cid, e.code, str(e), request.op)
+            return
+        except TypeError:  # the count was right (authorize): an argument of a type no check foresaw
+            names = ", ".join(MATRIX[request.op].arguments)
+            self.connections.error(
+                sid, request.cid, "INVALID_REQUEST", f"{request.op}: an argument has the wrong type ({names})",
+                request.op,
+            )
+            return
+        except Exception as e:  # a bug, or input no check foresaw: the session goes on
+            self._unexpected(sid, request.cid, request.op, e)
             return
         if isinstance(outcome, Routed):
             # one partition result: answer from the link's callback, no task, no future
@@ -273,15 +325,33 @@ class Gateway:
             self.connections.error(sid, cid, e.code, str(e), op)
         except ray.exceptions.RayTaskError as e:
             cause = e.cause if e.cause is not None else e
-            code = getattr(cause, "code", "INTERNAL")
-            self.connections.error(sid, cid, code if isinstance(code, str) else "INTERNAL", str(cause), op)
+            code = getattr(cause, "code", None)
+            if isinstance(code, str) and isinstance(cause, Exception):  # one of canopy's typed errors
+                self.connections.error(sid, cid, code, str(cause), op)
+            elif sid in self.registry.sessions:
+                self._unexpected(sid, cid, op, cause if isinstance(cause, Exception) else e)
         except Exception as e:  # never let a bug kill the session silently
-            log.exception("request %s failed", cid)
-            self.connections.error(sid, cid, "INTERNAL", f"{type(e).__name__}: {e}", op)
+            if sid not in self.registry.sessions:
+                return  # the session ended while the request was under way: nobody to answer
+            self._unexpected(sid, cid, op, e)
         else:
             self.connections.respond(sid, cid, result, op)
         self.connections.wake()
 
+
+
+    def _unexpected(self, sid: str, cid: int, op: str, error: Exception) -> None:
+        """Answer a request that failed in a way no check foresaw: INTERNAL, with no
+        internal detail for the client; the log has the traceback, once per session per
+        :data:`UNEXPECTED_LOG_INTERVAL` (the rest are counted in the next line)."""
+        self.unexpected += 1
+        incident = self.incidents.record(sid, time.monotonic())
+        if incident is not None:
+            log.error(
+                "request %s (%s) of session %s failed unexpectedly%s", cid, op, sid, incident,
+                exc_info=(type(error), error, error.__traceback__),
+            )
+        self.connections.error(sid, cid, "INTERNAL", f"the server could not carry out this {op} request (see its log)", op)
 
 
 class GatewayActor:
@@ -410,3 +480,27 @@ def _no_gc() -> Iterator[None]:
 
 def remote_class() -> Any:
     return ray.remote(num_cpus=0, max_restarts=-1)(GatewayActor)
+
+
+def _rss_bytes() -> int:
+    """This process's resident memory (0 where /proc does not tell)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _libc_malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or ``None`` where the C library has none."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_malloc_trim = _libc_malloc_trim()

@@ -226,6 +226,28 @@ class ServerConfig:
     max_protocol_errors: int = setting(
         100, "protocol errors a session may make before it is closed", low=1, high=1_000_000
     )
+    hello_timeout_ms: int = setting(
+        10_000, "how long a new connection may take to send its HELLO; then it is closed with a reason",
+        low=100, high=600_000, metavar="MS",
+    )
+    max_connections: int = setting(
+        10_000, "connections one gateway holds at once; one more is refused (LIMIT_EXCEEDED, WebSocket close "
+        "1013: try again later)", low=1, high=1_000_000,
+    )
+    max_connections_per_address: int = setting(
+        1_000, "connections one client address may hold to one gateway at once; one more is refused "
+        "(LIMIT_EXCEEDED)", low=1, high=1_000_000,
+    )
+    max_session_properties: int = setting(
+        32, "user properties a session may carry (in its HELLO, and after changes); more are refused "
+        "(INVALID_PROPERTIES)", low=0, high=10_000,
+    )
+    max_property_name_length: int = setting(
+        64, "longest session property name, in characters", low=1, high=65_536
+    )
+    max_property_value_length: int = setting(
+        1024, "longest session property value, in characters", low=1, high=1_048_576
+    )
     session_grace_ms: int = setting(
         30_000, "how long a session whose connection dropped (no clean close by its client) is kept for the "
         "client to resume it: its subscriptions stay and updates are queued for it within session_buffer; "

@@ -1,4 +1,5 @@
-"""How much a request may name: the longest path, the most segments, the longest selector.
+"""How much a request may name: the longest path, the most segments, the longest
+selector, and how many session properties of what size a session may carry.
 
 :class:`Limits` holds the three server settings of the same names
 (``max_path_length``, ``max_path_segments``, ``max_selector_length``) with
@@ -10,6 +11,14 @@ one over a limit with the topic model's error for it
 :class:`~topics.errors.SelectorError`, code ``INVALID_SELECTOR``), naming the
 limit and its setting. The refused text is not echoed whole: the error shows
 its start.
+
+:meth:`Limits.properties` holds a session's user properties (those a HELLO
+brings, and those a session ends up with after changes) to
+``max_session_properties`` properties, names of at most
+``max_property_name_length`` characters and values of at most
+``max_property_value_length``; over a limit it raises
+:class:`PropertyLimitError` (code ``INVALID_PROPERTIES``). At the defaults a
+session's user properties hold at most 32 x (64 + 1,024) characters.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from topics import paths
 from topics.errors import PathError, SelectorError
 from topics.selectors import PathSelector, Selector, SplitPathSelector, parse_selector
 
-__all__ = ["Limits"]
+__all__ = ["Limits", "PropertyLimitError"]
 
 #: characters of a refused path or selector the error shows
 _SHOWN = 40
@@ -32,6 +41,12 @@ def _shown(text: str) -> str:
     return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(text):,} characters)"
 
 
+class PropertyLimitError(ValueError):
+    """Session properties over a limit; says which limit and its setting."""
+
+    code = "INVALID_PROPERTIES"
+
+
 @dataclass(frozen=True)
 class Limits:
     """Limits on what one request may name; each field is the server setting of its name."""
@@ -39,6 +54,9 @@ class Limits:
     max_path_length: int = 1024
     max_path_segments: int = 64
     max_selector_length: int = 4096
+    max_session_properties: int = 32
+    max_property_name_length: int = 64
+    max_property_value_length: int = 1024
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> Limits:
@@ -64,6 +82,24 @@ class Limits:
                 f"path has {segments:,} segments; at most {self.max_path_segments:,} (max_path_segments)",
                 _shown(path),
             )
+
+    def properties(self, properties: Mapping[Any, Any], *, extra: int = 0) -> None:
+        """Refuse user session ``properties`` over a limit (names and values are strings,
+        checked by the caller); ``extra`` more may come with a forwarded session's own
+        (``$``) properties."""
+        most = self.max_session_properties + extra
+        if len(properties) > most:
+            raise PropertyLimitError(
+                f"{len(properties):,} session properties; at most {most:,} (max_session_properties)")
+        for name, value in properties.items():
+            if len(name) > self.max_property_name_length:
+                raise PropertyLimitError(
+                    f"session property name {_shown(name)!r} has {len(name):,} characters; at most "
+                    f"{self.max_property_name_length:,} (max_property_name_length)")
+            if value is not None and len(value) > self.max_property_value_length:
+                raise PropertyLimitError(
+                    f"session property {_shown(name)!r} has a value of {len(value):,} characters; at most "
+                    f"{self.max_property_value_length:,} (max_property_value_length)")
 
     def selector(self, text: Any) -> Selector:
         """``text`` parsed as a selector, or :class:`SelectorError` if invalid or over a limit.

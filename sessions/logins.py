@@ -2,27 +2,42 @@
 
 A :class:`LoginGuard` answers every login attempt that names a principal
 with an :class:`Admission`: wait ``wait`` seconds, then check the password
-if ``admitted``, else answer AUTHENTICATION_FAILED without checking it. It
-counts failures under three kinds of key, each with its own :class:`Backoff`:
+if ``admitted``, else answer AUTHENTICATION_FAILED without checking it.
+Every admitted attempt counts as a failure under three kinds of key, each
+with its own :class:`Backoff`; ``n`` is the failures counted on a key:
 
 ``(principal, address)`` -- one client guessing one principal's password
     Strict: 3 free failures, then 0.25 s doubling up to 30 s. A success
     clears it: a user's own typos are forgiven once they get it right.
-``address`` -- one client trying many principals (password spraying)
-    10 free failures (people behind one NAT share an address), then the same
-    doubling. A success does not clear it: otherwise logging in to one valid
-    account would buy fresh guesses at every other principal.
 ``principal`` -- many clients guessing one principal
     10 free failures, then the same doubling. A success from one address does
     not clear it, so guessing from other addresses stays slowed. Instead an
     address that has logged in as a principal is *trusted* for it and no
     longer waits on this counter: guessing a principal from elsewhere cannot
     lock its owner out of the places it logs in from.
+``address`` -- one client trying many principals (password spraying)
+    100 free failures (people behind one NAT or proxy share an address, and
+    one of them guessing must not lock out the others), then the same
+    doubling. How an attempt waits on it depends on its pair:
+
+    * **suspect** -- the pair is in its backoff (3 failures or more counted
+      from this address) and not trusted: the attempt waits the address's
+      backoff after the address's last counted attempt, as on the other keys;
+    * **paced** -- every other attempt (a principal that has not failed from
+      here beyond its free typos, or is trusted here): it waits the address's
+      backoff capped at ``pace`` (1 s), after the address's last paced
+      attempt. Failures alone never make it wait longer or refuse it; only
+      more than one paced attempt a second from the address, queued ahead of
+      it, can.
+
+    A success takes back its own attempt from the address and nothing more:
+    it nets to nothing (once, at the count's ceiling, to one failure less),
+    so a valid account of the guesser's own buys no guesses at others.
 
 Names that are not principals are counted exactly as principals are, so
 nothing the guard does tells which names exist.
 
-The rules, per key, with ``n`` the failures counted on it:
+The rules, per key:
 
 * **Counting.** :meth:`LoginGuard.admit` counts an admitted attempt as a
   failure at once, and :meth:`LoginGuard.succeeded` takes it back. So there
@@ -31,28 +46,56 @@ The rules, per key, with ``n`` the failures counted on it:
   behind the ones admitted before it, and parallelism buys no guesses.
 * **Delay.** The attempt after the last failure waits
   ``d(n) = 0`` while ``n < free``, else ``min(cap, base * 2 ** (n - free))``
-  after that failure; with several keys it waits for the slowest.
+  after that failure (a paced attempt: ``min(d(n), pace)`` after the last
+  paced one); with several keys it waits for the slowest.
 * **Refusal.** An attempt that would wait more than ``max_wait`` (5 s, half
   the client's default 10 s connect timeout, so the answer always arrives)
   is refused for now. It is not counted (nothing was checked), and should be
   answered after ``max_wait`` like an attempt that waited, with the same
-  error: it only takes longer. At the cap, one attempt per key is checked
-  every 30 s: at most 120 guesses an hour at one principal from untrusted
-  addresses, however many connections or addresses guess.
+  error: it only takes longer. A client that waits as told sees, on one pair,
+  waits of 0, 0, 0, 0.25, 0.5, 1, 2 and 4 s, then refusals until its next
+  slot is less than 5 s away; a burst of parallel attempts has 7 admitted
+  (after 0, 0, 0, 0.25, 0.75, 1.75 and 3.75 s) and the rest refused.
 * **Decay.** One failure is forgiven for every ``forgive_after`` (60 s)
-  without a failure. ``n`` stops growing where ``d(n)`` reaches the cap
-  (10 for the pair, 17 for the others), so after a burst the wait halves
-  every minute and the count is back to zero within 10 (17) minutes.
+  without a failure on the key. ``n`` stops growing where ``d(n)`` reaches
+  the cap (10 for the pair, 17 for the principal, 107 for the address), so
+  after a burst the wait halves every minute and the count is back to zero
+  within 10 (17, 107) minutes; an address is back under its 100 free
+  failures within 8.
 * **Memory.** Each kind of key, and the trusted pairs, hold at most
   ``max_tracked`` (10,000) keys; the key whose failure was counted longest
   ago is forgotten first. A flood of new addresses therefore pushes out old
   addresses, never a principal's count (new names push out the names that
   failed longest ago); names longer than 64 characters are kept as a digest.
-  Together about 10 MB at most.
+  Together about 12 MB at most (64-character names).
+
+What a guesser gets at most, at steady state, however many connections it
+keeps busy (each admitted attempt queues behind the ones before it):
+
+* **per principal, from one address**: one attempt every 30 s (0.033/s,
+  120 an hour), after 3 free ones and 5 more within 8 s;
+* **per principal, from any number of untrusted addresses together**: the
+  same 120 an hour (the principal's count), after 10 free ones. An address
+  trusted for the principal has only its pair's limit (120 an hour), but
+  to be trusted it needed the password;
+* **per address, at any principals**: one attempt a second (3,600 an hour,
+  1/``pace``), after 100 free ones. Suspect attempts add nothing to it: one
+  waits 30 s after the address's last attempt of either kind, so they are
+  refused while paced ones flow, and alone get one every 30 s.
+  Guessing one password at 10,000 principals from one address takes about
+  three hours; spread over many addresses, only the per-principal limits
+  hold.
+
+What a user behind a guessing address (the same NAT, proxy or host) sees
+of that address's failures: as a principal that has failed fewer than 3
+times from there, or is trusted there, a wait of at most ``pace`` (1 s),
+and a refusal only while the address sends more than one paced attempt a
+second; as a principal guessed from there, its pair's own backoff (and,
+past the address's 100 free failures, the address's).
 
 A guard lives in one process (a gateway); each gateway guards its own
 logins. It reads time only through the ``clock`` it is given (seconds,
-monotonic).
+monotonic). :meth:`LoginGuard.stats` counts what it did, for metrics.
 
 :func:`describe_failure` writes the log line for a failed login. It is never
 given the password, and a name that is not a principal is logged only as a
@@ -123,11 +166,12 @@ class LoginFailure(enum.Enum):
 
 
 class _Count:
-    __slots__ = ("failures", "last")
+    __slots__ = ("failures", "last", "paced")
 
     def __init__(self, failures: int, last: float) -> None:
         self.failures = failures
         self.last = last  # when the last failure was (or, for a waiting attempt, will be) counted
+        self.paced: float | None = None  # the same for the last paced attempt (addresses only)
 
 
 class _Counts:
@@ -151,7 +195,10 @@ class _Counts:
         forgiven = int(quiet // self.backoff.forgive_after) if quiet > 0 else 0
         return max(0, count.failures - forgiven)
 
-    def wait(self, key: Hashable, now: float) -> float:
+    def wait(self, key: Hashable, now: float, pace: float | None = None) -> float:
+        """How long an attempt waits on this key: its delay after the last
+        failure or, with ``pace``, its delay capped at ``pace`` after the last
+        paced attempt."""
         count = self._by_key.get(key)
         if count is None:
             return 0.0
@@ -159,19 +206,25 @@ class _Counts:
         if delay == 0:
             return 0.0  # within the free failures, even while an earlier attempt waits
         # forgiveness needs forgive_after > cap of quiet, so a decayed count never waits
-        return max(0.0, count.last + delay - now)
+        if pace is None:
+            return max(0.0, count.last + delay - now)
+        if count.paced is None:
+            return 0.0
+        return max(0.0, count.paced + min(delay, pace) - now)
 
-    def fail(self, key: Hashable, now: float, at: float) -> None:
+    def fail(self, key: Hashable, now: float, at: float, *, paced: bool = False) -> None:
         """Count a failure at ``at`` (``now``, or later for an attempt that waits)."""
         count = self._by_key.get(key)
         if count is None:
-            self._by_key[key] = _Count(1, at)
+            count = self._by_key[key] = _Count(1, at)
             if len(self._by_key) > self.limit:
                 self._by_key.popitem(last=False)
         else:
             count.failures = min(self._saturation, self._decayed(count, now) + 1)
-            count.last = at
+            count.last = max(count.last, at)  # a paced attempt may be counted before a queued suspect one
             self._by_key.move_to_end(key)
+        if paced:
+            count.paced = at if count.paced is None else max(count.paced, at)
 
     def take_back(self, key: Hashable) -> None:
         """Uncount one failure (the attempt turned out to succeed)."""
@@ -196,6 +249,10 @@ def _key(name: str) -> str | bytes:
     return hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
+#: the kinds of key, in the order a tie between their waits is blamed on
+_KINDS = ("pair", "address", "principal")
+
+
 class LoginGuard:
     """Decides how long each login attempt waits (see the module docstring).
 
@@ -210,20 +267,24 @@ class LoginGuard:
         clock: Callable[[], float],
         *,
         pair: Backoff = Backoff(free=3),
-        address: Backoff = Backoff(free=10),
+        address: Backoff = Backoff(free=100),
         principal: Backoff = Backoff(free=10),
+        pace: float = 1.0,
         max_wait: float = 5.0,
         max_tracked: int = 10_000,
     ) -> None:
-        if max_wait < 0 or max_tracked < 1:
-            raise ValueError("max_wait must be >= 0 and max_tracked >= 1")
+        if not 0 < pace <= max_wait or max_tracked < 1:
+            raise ValueError("a guard needs 0 < pace <= max_wait and max_tracked >= 1")
         self._clock = clock
+        self.pace = pace
         self.max_wait = max_wait
         self._pairs = _Counts(pair, max_tracked)
         self._addresses = _Counts(address, max_tracked)
         self._principals = _Counts(principal, max_tracked)
         self._trusted: OrderedDict[tuple[str | bytes, str | bytes], None] = OrderedDict()  # latest success last
         self._max_trusted = max_tracked
+        self._admitted = self._succeeded = self._delayed = 0
+        self._refused = dict.fromkeys(_KINDS, 0)
 
     def admit(self, principal: str, address: str) -> Admission:
         """The fate of an attempt to log in as ``principal`` from ``address``;
@@ -231,23 +292,31 @@ class LoginGuard:
         now = self._clock()
         p, a = _key(principal), _key(address)
         trusted = (p, a) in self._trusted
-        wait = max(
-            self._pairs.wait((p, a), now),
-            self._addresses.wait(a, now),
-            0.0 if trusted else self._principals.wait(p, now),
-        )
+        paced = trusted or self._pairs.failures((p, a), now) < self._pairs.backoff.free
+        waits = {
+            "pair": self._pairs.wait((p, a), now),
+            "address": self._addresses.wait(a, now, self.pace if paced else None),
+            "principal": 0.0 if trusted else self._principals.wait(p, now),
+        }
+        blamed = max(_KINDS, key=waits.__getitem__)  # the first of the longest
+        wait = waits[blamed]
         if wait > self.max_wait:
+            self._refused[blamed] += 1
             return Admission(self.max_wait, admitted=False)
         at = now + wait
         self._pairs.fail((p, a), now, at)
-        self._addresses.fail(a, now, at)
+        self._addresses.fail(a, now, at, paced=paced)
         self._principals.fail(p, now, at)
+        self._admitted += 1
+        if wait > 0:
+            self._delayed += 1
         return Admission(wait, admitted=True)
 
     def succeeded(self, principal: str, address: str) -> None:
         """The admitted attempt was right: clear the pair, take the attempt
         back from the address and the principal, and trust the address for
-        the principal. Failures from elsewhere stay counted."""
+        the principal. Failures from elsewhere stay counted, and so do the
+        pair's failures on the address and the principal."""
         p, a = _key(principal), _key(address)
         self._pairs.clear((p, a))
         self._addresses.take_back(a)
@@ -256,6 +325,7 @@ class LoginGuard:
         self._trusted[(p, a)] = None
         while len(self._trusted) > self._max_trusted:
             self._trusted.popitem(last=False)
+        self._succeeded += 1
 
     def failures(self, principal: str, address: str) -> tuple[int, int, int]:
         """The failures counted now for the pair, the address and the principal."""
@@ -266,6 +336,43 @@ class LoginGuard:
     def tracked(self) -> int:
         """How many keys the guard holds (counts of every kind and trusted pairs)."""
         return len(self._pairs) + len(self._addresses) + len(self._principals) + len(self._trusted)
+
+    def stats(self) -> dict[str, int]:
+        """What the guard did since it was made, for a metrics endpoint (the
+        names are prefixed to sit among a gateway's other stats).
+
+        Counters (they only grow):
+
+        * ``login_admitted`` -- attempts admitted, the password then checked;
+        * ``login_succeeded`` -- admitted attempts reported right (:meth:`succeeded`);
+        * ``login_delayed`` -- admitted attempts told to wait first;
+        * ``login_refused`` -- attempts refused for now, and by the kind of key
+          whose wait was the longest: ``login_refused_pair`` (one client
+          guessing one principal), ``login_refused_address`` (one client
+          trying many principals), ``login_refused_principal`` (many
+          clients guessing one principal).
+
+        Gauges:
+
+        * ``login_failures`` -- failures counted: admitted attempts not
+          reported right (those still being checked included), that is
+          ``login_admitted - login_succeeded``;
+        * ``login_pairs``, ``login_addresses``, ``login_principals``,
+          ``login_trusted`` -- keys held of each kind, each at most
+          ``max_tracked``.
+        """
+        return {
+            "login_admitted": self._admitted,
+            "login_succeeded": self._succeeded,
+            "login_failures": self._admitted - self._succeeded,
+            "login_delayed": self._delayed,
+            "login_refused": sum(self._refused.values()),
+            **{f"login_refused_{kind}": n for kind, n in self._refused.items()},
+            "login_pairs": len(self._pairs),
+            "login_addresses": len(self._addresses),
+            "login_principals": len(self._principals),
+            "login_trusted": len(self._trusted),
+        }
 
 
 # -- logging ---------------------------------------------------------------------

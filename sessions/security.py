@@ -16,7 +16,9 @@ its roles and every role they include (transitively; cycles are harmless).
 
 Global permissions: AUTHENTICATE, VIEW_SESSION, MODIFY_SESSION,
 REGISTER_HANDLER, VIEW_SERVER, CONTROL_SERVER, VIEW_SECURITY,
-MODIFY_SECURITY, READ_TOPIC_VIEWS, MODIFY_TOPIC_VIEWS. Path permissions:
+MODIFY_SECURITY, READ_TOPIC_VIEWS, MODIFY_TOPIC_VIEWS, SERVER_LINK (held by the
+principals other servers' fan-out links and remote server connections log in
+as: it lets them pass on their sessions' requests). Path permissions:
 READ_TOPIC, UPDATE_TOPIC, MODIFY_TOPIC, SELECT_TOPIC, EXPOSE_BRANCH,
 EDIT_TIME_SERIES_EVENTS, EDIT_OWN_TIME_SERIES_EVENTS.
 
@@ -77,6 +79,8 @@ class GlobalPermission(enum.Enum):
     MODIFY_SECURITY = "MODIFY_SECURITY"
     READ_TOPIC_VIEWS = "READ_TOPIC_VIEWS"
     MODIFY_TOPIC_VIEWS = "MODIFY_TOPIC_VIEWS"
+    #: another server's fan-out link or remote server connection: pass on its sessions' requests
+    SERVER_LINK = "SERVER_LINK"
 
 
 class PathPermission(enum.Enum):

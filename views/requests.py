@@ -1,10 +1,9 @@
 """Checking a session's topic view requests (pure; see :mod:`sessions.requests`).
 
-=================  ====================================================
-view_create        MODIFY_TOPIC_VIEWS and SELECT_TOPIC on the path
-view_remove        prefix of the view's source selector
-view_list          READ_TOPIC_VIEWS
-=================  ====================================================
+The permissions each request needs first are in the authorization matrix
+(:mod:`sessions.authorization`: MODIFY_TOPIC_VIEWS to create or remove a view,
+READ_TOPIC_VIEWS to list them); creating or removing one also needs
+SELECT_TOPIC on the path prefix of the view's source selector, checked here.
 
 A view's source selector is held to the registry's limits
 (:meth:`~sessions.limits.Limits.check_selector`) when the view is created.
@@ -16,10 +15,10 @@ from typing import Any
 
 from sessions.registry import SessionRegistry
 from sessions.requests import RequestError, expect
-from sessions.security import GlobalPermission, PathPermission
+from sessions.security import PathPermission
 from views.parser import parse_view
 
-__all__ = ["check_create", "check_list", "check_remove", "check_remove_source", "view_name"]
+__all__ = ["check_create", "check_remove", "check_remove_source", "view_name"]
 
 
 def view_name(name: Any) -> str:
@@ -34,19 +33,12 @@ def check_create(r: SessionRegistry, sid: str, name: Any, specification: Any) ->
     checked = view_name(name)
     spec = parse_view(expect(specification, str, "specification"))
     r.limits.check_selector(spec.selector)
-    r.check(sid, GlobalPermission.MODIFY_TOPIC_VIEWS)
     r.check(sid, PathPermission.SELECT_TOPIC, spec.selector.path_prefix)
     return checked, str(specification)
 
 
-def check_list(r: SessionRegistry, sid: str) -> None:
-    r.check(sid, GlobalPermission.READ_TOPIC_VIEWS)
-
-
 def check_remove(r: SessionRegistry, sid: str, name: Any) -> str:
-    checked = view_name(name)
-    r.check(sid, GlobalPermission.MODIFY_TOPIC_VIEWS)
-    return checked
+    return view_name(name)
 
 
 def check_remove_source(r: SessionRegistry, sid: str, specification: str) -> None:

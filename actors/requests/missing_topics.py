@@ -1,8 +1,9 @@
-"""Missing-topic handler requests: register, remove, answer, list.
+"""Missing-topic handler requests: register, remove, answer, list, and forward.
 
-Registering needs REGISTER_HANDLER and MODIFY_TOPIC on the path (the
-handler is the one expected to create topics there); listing needs
-REGISTER_HANDLER or VIEW_SERVER.
+The permissions are in the authorization matrix (:mod:`sessions.authorization`):
+registering needs REGISTER_HANDLER and MODIFY_TOPIC on the path (the handler is
+the one expected to create topics there); listing needs REGISTER_HANDLER or
+VIEW_SERVER; forwarding (another server's link) needs SERVER_LINK.
 """
 
 from __future__ import annotations
@@ -15,16 +16,15 @@ from actors.requests.context import Context
 from actors.requests.topics import PROBE, fetched_rows, probe_plan
 from sessions import requests as check
 from sessions.missing_topics import PROCEED, MissingTopicError
-from sessions.security import GlobalPermission
 
-#: properties a forwarded request may carry
-MAX_PROPERTIES = 1000
+#: properties a forwarded request may carry besides the session's user properties: its own ($) ones
+FORWARDED_EXTRA = 16
+#: the property that marks a forwarded session's properties with the link that passed them on
+FORWARDED_BY = "$ForwardedBy"
 
 
 def add(ctx: Context, sid: str, path: Any) -> str:
     path = ctx.registry.limits.path(path)
-    ctx.registry.check(sid, GlobalPermission.REGISTER_HANDLER)
-    ctx.registry.check(sid, check.P.MODIFY_TOPIC, path)
     token: str = ctx.missing.add(sid, path)
     return token
 
@@ -41,26 +41,29 @@ def answer(ctx: Context, sid: str, notification_id: Any, response: Any) -> None:
 
 
 def list_(ctx: Context, sid: str) -> list[list[Any]]:
-    if not ctx.registry.has(sid, GlobalPermission.REGISTER_HANDLER):
-        ctx.registry.check(sid, GlobalPermission.VIEW_SERVER)
     return [[r.token, r.path, r.session_id] for r in ctx.missing.handlers.registrations()]
 
 
 def forward(
     ctx: Context, sid: str, selector: Any, session_id: Any, properties: Any, servers: Any, hops: Any = None,
 ) -> Any:
-    """A secondary's fan-out link forwards a request of one of its sessions (seed 003): when
-    no topic here matches the selector (as the link's session sees the tree), it is this
-    server's request too: its handlers are notified, and its own fan-out links may take it
-    on to their primaries. Answers ``proceed`` or ``cancel``. The link's principal needs
-    SELECT_TOPIC on the selector's path prefix."""
+    """A secondary's fan-out link (or a remote server connection) forwards a request of one
+    of its sessions: when no topic here matches the selector (as the link's session sees the
+    tree), it is this server's request too: its handlers are notified, and its own fan-out
+    links may take it on to their primaries. Answers ``proceed`` or ``cancel``. The link's
+    principal needs SERVER_LINK and SELECT_TOPIC on the selector's path prefix.
+
+    The properties are the other server's word about its session, not this server's: they
+    reach the handlers with ``$ForwardedBy`` set to the principal of the link that passed
+    them on (empty for an anonymous link), replacing any the other server sent, so that a
+    handler never takes a forwarded ``$Principal`` or ``$Roles`` for one of its own."""
     sel = check.selector(ctx.registry, selector)
     check.expect(session_id, str, "session id")
-    if not isinstance(properties, dict) or len(properties) > MAX_PROPERTIES or not all(
+    if not isinstance(properties, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
     ):
-        raise check.RequestError(
-            "INVALID_REQUEST", f"properties must map strings to strings (at most {MAX_PROPERTIES})")
+        raise check.RequestError("INVALID_REQUEST", "properties must map strings to strings")
+    ctx.registry.limits.properties(properties, extra=FORWARDED_EXTRA)
     if not isinstance(servers, list) or not 0 < len(servers) <= MAX_HOPS or not all(
         isinstance(s, str) and s for s in servers
     ):
@@ -68,6 +71,7 @@ def forward(
     hops = [] if hops is None else hops
     if not isinstance(hops, list) or len(hops) > MAX_HOPS or not all(isinstance(h, str) for h in hops):
         raise check.RequestError("INVALID_REQUEST", f"hops must be at most {MAX_HOPS} instance ids")
+    marked = {**properties, FORWARDED_BY: ctx.registry.sessions[sid].principal}
     plan = probe_plan(check.fetch_plan(ctx.registry, sid, str(sel), False, False, None, None), PROBE)
 
     async def forwarded() -> str:
@@ -75,7 +79,7 @@ def forward(
             return PROCEED  # the primary has a matching topic: nobody here is told
         outcome: str
         outcome, _asked = await ctx.missing.check(
-            sel, session_id, tuple(servers), dict(properties), matched=[], hops=tuple(hops))
+            sel, session_id, tuple(servers), marked, matched=[], hops=tuple(hops))
         return outcome
 
     return forwarded()

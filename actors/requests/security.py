@@ -13,13 +13,11 @@ import ray
 from actors.configuration import NotCommitted
 from actors.requests.context import Context
 from sessions import requests as check
-from sessions.security import GlobalPermission
 
 log = logging.getLogger("canopy.security")
 
 
 def security_get(ctx: Context, sid: str) -> dict[str, Any]:
-    ctx.registry.check(sid, GlobalPermission.VIEW_SECURITY)
     return ctx.registry.security.to_dict(with_secrets=False)
 
 

@@ -26,7 +26,7 @@ def tree_put(ctx: Context, sid: str, branch: Any, mappings: Any) -> Any:
 
 
 def tree_remove(ctx: Context, sid: str, branch: Any) -> Any:
-    checked = check.tree_branch(ctx.registry, sid, branch, PathPermission.MODIFY_TOPIC)
+    checked = check.tree_branch(ctx.registry, branch)
 
     async def removed() -> int:
         version: int = await ctx.session_trees.remove.remote(checked)
@@ -36,7 +36,7 @@ def tree_remove(ctx: Context, sid: str, branch: Any) -> Any:
 
 
 def tree_get(ctx: Context, sid: str, branch: Any) -> Any:
-    checked = check.tree_branch(ctx.registry, sid, branch, PathPermission.MODIFY_TOPIC)
+    checked = check.tree_branch(ctx.registry, branch)
     table = ctx.registry.trees.tables.get(checked)
     return table.to_wire() if table is not None else None
 

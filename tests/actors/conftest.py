@@ -16,6 +16,8 @@ BROKER_SETTINGS = {
     # small per-session limits, so that the tests reach them
     "session_buffer": 4 * 1024 * 1024, "max_requests_in_flight": 64, "max_messages_per_frame": 500,
     "max_protocol_errors": 20, "session_grace_ms": 3000, "missing_topic_timeout_ms": 2000,
+    # small connection limits (their tests connect from addresses of their own, 127.0.0.N)
+    "hello_timeout_ms": 2000, "max_connections_per_address": 40,
 }
 ADMIN_PASSWORD = "test-admin-password"
 #: connect(...) arguments of the administrator

@@ -81,7 +81,7 @@ async def test_protocol_level_garbage_keeps_the_session(broker: str, prefix: str
     await raw.send_messages([wire.REQUEST, 5, "explode", []])
     error = await raw.reply()
     assert (error.cid, error.code) == (5, "UNKNOWN_OPERATION")
-    await raw.send_messages([wire.REQUEST, 6, "set", [f"{prefix}/x", "not bytes", False, None, True]])
+    await raw.send_messages([wire.REQUEST, 6, "fetch", [f"?{prefix}//", "not a bool"]])
     error = await raw.reply()
     assert (error.cid, error.code) == (6, "INVALID_REQUEST")
     await raw.send_messages([wire.REQUEST, 7, "fetch", []])

@@ -38,7 +38,8 @@ async def test_authentication(broker: str, prefix: str) -> None:
 
 async def test_repeated_failures_back_off_and_look_alike(broker: str, prefix: str) -> None:
     """Keep this test's failures few: every login of the actor tests comes from
-    127.0.0.1, and the address counts failures too (sessions/logins.py)."""
+    127.0.0.1, and the address counts failures too (it slows logins beyond 100,
+    sessions/logins.py)."""
     import time
 
     async with canopy.connect(broker, *ADMIN) as admin:

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import heapq
+import itertools
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sessions.logins import Admission, Backoff, LoginFailure, LoginGuard, describe_failure
 
@@ -28,14 +33,57 @@ def attempt(guard: LoginGuard, clock: Clock, principal: str, address: str) -> Ad
     return admission
 
 
+def login(guard: LoginGuard, clock: Clock, principal: str, address: str) -> Admission:
+    """The right password from a client that waits as told."""
+    admission = attempt(guard, clock, principal, address)
+    if admission.admitted:
+        guard.succeeded(principal, address)
+    return admission
+
+
+def pair_only(clock: Clock) -> LoginGuard:
+    """A guard that counts only (principal, address) pairs: what the pair's own backoff allows."""
+    never = Backoff(free=10**9)
+    return LoginGuard(clock, address=never, principal=never)
+
+
+def guess_for(
+    clock: Clock, guard: LoginGuard, seconds: float, connections: int, principals: list[str], addresses: list[str],
+    *, own: tuple[str, str] | None = None,
+) -> int:
+    """Wrong passwords from ``connections`` busy connections for ``seconds``,
+    each trying the next principal from the next address in turn (and, with
+    ``own``, logging in to an account of its own between guesses); how many
+    guesses were checked."""
+    names, places = itertools.cycle(principals), itertools.cycle(addresses)
+    ready = [(clock.now, c) for c in range(connections)]
+    end, checked = clock.now + seconds, 0
+    while ready[0][0] < end:
+        at, c = heapq.heappop(ready)
+        clock.now = at
+        admission = guard.admit(next(names), next(places))
+        checked += admission.admitted
+        at += admission.wait  # a refused attempt is answered after max_wait too
+        if own is not None:
+            clock.now = at
+            mine = guard.admit(*own)
+            if mine.admitted:
+                guard.succeeded(*own)
+            at += mine.wait
+        heapq.heappush(ready, (at, c))
+    return checked
+
+
 def test_backoff_numbers() -> None:
     strict = Backoff()
     assert [strict.delay(n) for n in range(12)] == [0, 0, 0, 0.25, 0.5, 1, 2, 4, 8, 16, 30, 30]
-    assert strict.saturation == 10 and Backoff(free=10).saturation == 17
+    assert strict.saturation == 10 and Backoff(free=10).saturation == 17 and Backoff(free=100).saturation == 107
     with pytest.raises(ValueError, match="cap < forgive_after"):
         Backoff(cap=60, forgive_after=60)
     with pytest.raises(ValueError):
         Backoff(free=-1)
+    with pytest.raises(ValueError, match="pace <= max_wait"):
+        LoginGuard(lambda: 0.0, pace=6)
 
 
 def test_waits_grow_after_three_free_failures_and_stop_at_the_cap(clock: Clock) -> None:
@@ -94,11 +142,14 @@ def test_the_pair_counts_apart_from_other_principals_and_addresses(clock: Clock)
     assert guard.admit("admin", "10.0.0.2").wait == 0  # same principal, another address
 
 
-def test_an_address_trying_many_principals_is_slowed(clock: Clock) -> None:
+def test_an_address_trying_many_principals_is_paced_after_100_failures(clock: Clock) -> None:
     guard = LoginGuard(clock)
-    for i in range(10):
+    for i in range(100):
         assert attempt(guard, clock, f"user{i}", "10.0.0.1").wait == 0
-    assert guard.admit("someone-else", "10.0.0.1").wait == 0.25
+    # beyond them, principals that did not fail from there wait the address's backoff, capped at 1 s
+    waits = [attempt(guard, clock, f"someone-else{i}", "10.0.0.1").wait for i in range(6)]
+    assert waits == [0.25, 0.5, 1, 1, 1, 1]
+    assert guard.failures("anyone", "10.0.0.1")[1] == 106
     assert guard.admit("someone-else", "10.0.0.2").wait == 0
 
 
@@ -132,12 +183,30 @@ def test_a_success_clears_only_its_own_pair(clock: Clock) -> None:
 
 def test_a_success_does_not_buy_an_address_fresh_guesses(clock: Clock) -> None:
     guard = LoginGuard(clock)
-    for i in range(10):
+    for i in range(100):
         attempt(guard, clock, f"victim{i}", "10.0.0.1")
-    attempt(guard, clock, "mallory", "10.0.0.1")
-    guard.succeeded("mallory", "10.0.0.1")  # a valid account of the guesser's own
-    assert guard.failures("victim10", "10.0.0.1")[1] == 10
-    assert guard.admit("victim10", "10.0.0.1").wait > 0
+    login(guard, clock, "mallory", "10.0.0.1")  # a valid account of the guesser's own
+    assert guard.failures("victim100", "10.0.0.1")[1] == 100  # its own attempt taken back, nothing more
+    assert guard.admit("victim100", "10.0.0.1").wait > 0
+
+
+def test_successes_take_back_at_most_their_own_attempts(clock: Clock) -> None:
+    guard = LoginGuard(clock, max_wait=60)
+    for i in range(120):  # the address's count stops at 107
+        attempt(guard, clock, f"victim{i}", "10.0.0.1")
+    for _ in range(3):  # typos, then the right password, of a valid account of the guesser's own
+        assert attempt(guard, clock, "mallory", "10.0.0.1").admitted
+        assert attempt(guard, clock, "mallory", "10.0.0.1").admitted
+        login(guard, clock, "mallory", "10.0.0.1")
+    # the count was at its ceiling when the first attempt came: that one failure, no more
+    assert guard.failures("x", "10.0.0.1")[1] == 106
+
+
+def test_spraying_gains_nothing_from_an_account_of_its_own(clock: Clock) -> None:
+    victims = [f"victim{i}" for i in range(5000)]
+    alone = guess_for(clock, LoginGuard(clock), 600, 4, victims, ["10.0.0.1"])
+    with_account = guess_for(clock, LoginGuard(clock), 600, 4, victims, ["10.0.0.1"], own=("mallory", "10.0.0.1"))
+    assert with_account <= alone <= 100 + 2 + 600 + 5
 
 
 def test_guessing_a_principal_does_not_lock_its_owner_out(clock: Clock) -> None:
@@ -193,3 +262,150 @@ def test_a_failure_is_described_without_secrets() -> None:
     assert describe_failure(None, "::1", LoginFailure.ANONYMOUS_NOT_ALLOWED, known=False) == (
         "login failed for an anonymous session from ::1: anonymous sessions are not allowed"
     )
+
+
+# -- issue 24: one address's failures must not lock out everyone behind it -----------
+
+
+def test_the_probe_a_burst_at_two_principals_locks_out_no_one_else(clock: Clock) -> None:
+    """The hostile-user probe: from one address, 20 wrong guesses at each of two
+    principals, all at once; then correct logins from the same address."""
+    guard, own = LoginGuard(clock), pair_only(clock)
+    for name in ("alice", "bob"):
+        for _ in range(20):
+            assert guard.admit(name, "127.0.0.1") == own.admit(name, "127.0.0.1")  # only the pair held them back
+    # (a) a principal nobody guessed: no wait at all
+    assert guard.admit("carol", "127.0.0.1") == Admission(0, True)
+    guard.succeeded("carol", "127.0.0.1")
+    # (b) a guessed principal waits its pair's own backoff, and no longer: 7 guesses were
+    #     checked (the last 3.75 s after the burst), the next one 4 s after that
+    assert guard.admit("alice", "127.0.0.1") == own.admit("alice", "127.0.0.1") == Admission(5.0, False)
+    clock.advance(2.75)
+    assert guard.admit("alice", "127.0.0.1") == own.admit("alice", "127.0.0.1") == Admission(5.0, True)
+    clock.advance(5.0)
+    guard.succeeded("alice", "127.0.0.1")
+    assert guard.admit("alice", "127.0.0.1") == Admission(0, True)  # a success clears the pair
+    guard.succeeded("alice", "127.0.0.1")
+    assert guard.admit("bob", "127.0.0.1") == Admission(0, True)  # his slot has passed too
+    assert guard.stats()["login_refused"] == guard.stats()["login_refused_pair"] == 2 * 13 + 1
+
+
+def test_the_probe_a_patient_guesser_locks_out_no_one_else(clock: Clock) -> None:
+    """The same, from a client that waits as told and retries a refusal after max_wait."""
+    guard, own = LoginGuard(clock), pair_only(clock)
+    for name in ("alice", "bob"):
+        for _ in range(20):
+            admission = guard.admit(name, "127.0.0.1")
+            assert admission == own.admit(name, "127.0.0.1")
+            clock.advance(admission.wait)
+    assert guard.admit("carol", "127.0.0.1") == Admission(0, True)
+    for name in ("alice", "bob"):
+        while not (admission := guard.admit(name, "127.0.0.1")).admitted:  # refused no longer than its pair
+            assert admission == own.admit(name, "127.0.0.1")
+            clock.advance(admission.wait)
+        assert admission == own.admit(name, "127.0.0.1")
+        clock.advance(admission.wait)
+        guard.succeeded(name, "127.0.0.1")
+        assert guard.admit(name, "127.0.0.1") == Admission(0, True)
+        guard.succeeded(name, "127.0.0.1")
+
+
+def test_a_principal_guessed_from_a_busy_address_waits_its_backoff_too(clock: Clock) -> None:
+    guard = LoginGuard(clock, max_wait=60)
+    for _ in range(3):
+        attempt(guard, clock, "alice", "10.0.0.1")  # alice's pair is in its backoff from here
+    login(guard, clock, "dave", "10.0.0.1")  # dave is trusted here
+    for _ in range(3):
+        attempt(guard, clock, "dave", "10.0.0.1")  # and his pair in its backoff too
+    for i in range(110):
+        attempt(guard, clock, f"user{i}", "10.0.0.1")  # the address at its cap: 30 s after each failure
+    assert guard.admit("alice", "10.0.0.1").wait == 30  # suspect: the address's backoff
+    assert guard.admit("carol", "10.0.0.1").wait == 1  # did not fail here: 1 s after the last paced attempt
+    assert guard.admit("dave", "10.0.0.1").wait == 2  # trusted here: paced too, behind carol
+
+
+def test_a_burst_from_an_address_is_queued_then_forgiven_a_failure_a_minute(clock: Clock) -> None:
+    guard = LoginGuard(clock)
+    burst = [guard.admit(f"user{i}", "10.0.0.1") for i in range(400)]  # all at once, each at a new principal
+    assert [a.wait for a in burst[:106]] == [0] * 100 + [0.25, 0.75, 1.75, 2.75, 3.75, 4.75]  # 1 s apart at most
+    assert not any(a.admitted for a in burst[106:])  # the paced queue is 5 s long: parallelism buys nothing
+    clock.advance(4.75)  # the last one is counted
+    assert guard.admit("carol", "10.0.0.1") == Admission(1.0, True)  # 1 s after the last paced attempt, at most
+    clock.advance(1.0)
+    counts = []
+    for _ in range(9):
+        counts.append(guard.failures("x", "10.0.0.1")[1])
+        clock.advance(60)
+    assert counts == [107, 106, 105, 104, 103, 102, 101, 100, 99]  # free again within 8 quiet minutes
+    assert guard.admit("erin", "10.0.0.1") == Admission(0, True)
+
+
+def test_the_documented_rates(clock: Clock) -> None:
+    hour = 3600.0
+    # one principal from one address: 120 an hour after 3 free and 5 more within 8 s
+    assert 120 <= guess_for(clock, LoginGuard(clock), hour, 1, ["admin"], ["10.0.0.1"]) - 8 <= 122
+    # one principal from many addresses, many connections: 120 an hour after 10 free and a ramp
+    many = [f"10.1.{i >> 8}.{i & 255}" for i in range(5000)]
+    assert 120 <= guess_for(clock, LoginGuard(clock), hour, 50, ["admin"], many) - 10 <= 130
+    # one address at many principals, many connections: 3,600 an hour after 100 free
+    victims = [f"victim{i}" for i in range(20_000)]
+    assert 3590 <= guess_for(clock, LoginGuard(clock), hour, 50, victims, ["10.0.0.1"]) - 100 <= 3610
+
+
+@settings(max_examples=30)
+@given(connections=st.sampled_from([1, 2, 10, 100]), principals=st.integers(1, 3000), seconds=st.integers(1, 900))
+def test_parallel_connections_buy_no_guesses_from_one_address(connections: int, principals: int, seconds: int) -> None:
+    clock = Clock()
+    names = [f"user{i}" for i in range(principals)]
+    checked = guess_for(clock, LoginGuard(clock), seconds, connections, names, ["10.0.0.1"])
+    # 100 free, the ramp (0.25 s, 0.5 s), then one a second, and a queue up to max_wait (5 s) ahead
+    assert checked <= 100 + 2 + seconds + 5
+
+
+@settings(max_examples=60)
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(1, 40), st.integers(1, 40), st.floats(0, 90), st.booleans(), st.booleans()),
+        max_size=40,
+    )
+)
+def test_a_lone_guesser_cannot_keep_a_user_out(steps: list[tuple[int, int, float, bool, bool]]) -> None:
+    """Whatever one client (one connection at a time) guesses from an address,
+    a principal that has not failed from there, or is trusted there, logs in
+    from there after at most ``pace`` (1 s)."""
+    clock = Clock()
+    guard = LoginGuard(clock)
+    login(guard, clock, "owner", "10.0.0.1")
+    victims = itertools.count()
+    for k, (guesses, spread, pause, newcomer, owner) in enumerate(steps):
+        first = next(victims)
+        for j in range(guesses):  # at `spread` principals in turn; a refusal is answered after max_wait
+            attempt(guard, clock, f"victim{first + j % spread}", "10.0.0.1")
+        clock.advance(pause)
+        for name in [f"newcomer{k}"] * newcomer + ["owner"] * owner:
+            admission = login(guard, clock, name, "10.0.0.1")
+            assert admission.admitted and admission.wait <= 1.0, (name, admission, guard.failures(name, "10.0.0.1"))
+
+
+def test_stats_count_what_the_guard_did(clock: Clock) -> None:
+    guard = LoginGuard(clock)
+    assert guard.stats() == {
+        "login_admitted": 0, "login_succeeded": 0, "login_failures": 0, "login_delayed": 0, "login_refused": 0,
+        "login_refused_pair": 0, "login_refused_address": 0, "login_refused_principal": 0,
+        "login_pairs": 0, "login_addresses": 0, "login_principals": 0, "login_trusted": 0,
+    }
+    for _ in range(9):
+        guard.admit("admin", "10.0.0.1")  # all at once: 7 admitted (4 of them wait), 2 refused by the pair
+    for i in range(15):
+        guard.admit("root", f"10.0.1.{i}")  # 10 free, then 4 wait on the principal's count, 1 is refused
+    clock.advance(10)
+    login(guard, clock, "alice", "10.0.0.1")
+    assert guard.stats() == {
+        "login_admitted": 22, "login_succeeded": 1, "login_failures": 21, "login_delayed": 8, "login_refused": 3,
+        "login_refused_pair": 2, "login_refused_address": 0, "login_refused_principal": 1,
+        "login_pairs": 15, "login_addresses": 15, "login_principals": 2, "login_trusted": 1,
+    }
+    guard.admit("victim", "10.0.0.1")
+    for i in range(120):
+        guard.admit(f"user{i}", "10.0.0.1")  # new principals, all at once: beyond the paced queue
+    assert guard.stats()["login_refused_address"] == 120 - (100 - 8) - 6

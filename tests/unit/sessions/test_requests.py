@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from sessions import requests as check
+from sessions.authorization import authorize
 from sessions.limits import Limits
 from sessions.registry import SessionRegistry
 from sessions.security import PermissionDenied, SecurityStore
@@ -23,6 +24,7 @@ def registry(*commands: list[Any], limits: Limits | None = None) -> SessionRegis
             ["set_global_permissions", "WRITER", ["MODIFY_SECURITY", "VIEW_SESSION"]],
             ["set_default_path_permissions", "READER", ["READ_TOPIC", "SELECT_TOPIC"]],
             ["set_path_permissions", "OWNER", "ts", ["EDIT_OWN_TIME_SERIES_EVENTS", "UPDATE_TOPIC"]],
+            ["set_default_path_permissions", "UPDATER", ["UPDATE_TOPIC"]],
             *commands,
         ]
     )
@@ -30,6 +32,7 @@ def registry(*commands: list[Any], limits: Limits | None = None) -> SessionRegis
     r.open("w", "writer", {}, frozenset({"WRITER"}))
     r.open("r", "reader", {}, frozenset({"READER"}))
     r.open("o", "owner", {}, frozenset({"OWNER"}))
+    r.open("w2", "updater", {}, frozenset({"UPDATER"}))
     return r
 
 
@@ -61,11 +64,13 @@ def test_bad_set_arguments_say_what(args: tuple[Any, ...], error: type[Exception
 def test_permissions_are_checked_on_the_path() -> None:
     r = registry()
     with pytest.raises(PermissionDenied, match="UPDATE_TOPIC is needed on 'a'"):
-        check.set_value(r, "r", "a", b"", False, max_size=10)
+        authorize(r, "r", "set", ["a", b"", False])
     with pytest.raises(PermissionDenied, match="MODIFY_TOPIC is needed on 'a'"):
-        check.add_topic(r, "r", "a", "STRING")
+        authorize(r, "r", "add", ["/a/", "STRING"])
     with pytest.raises(PermissionDenied, match="MODIFY_SECURITY"):
-        check.security_commands(r, "r", [])
+        authorize(r, "r", "security_update", [[]])
+    with pytest.raises(PermissionDenied, match="MODIFY_TOPIC is needed on 'a'"):  # the one path add_if_missing adds
+        check.set_value(r, "w2", "a", b"", False, None, True, max_size=10)
 
 
 def test_remove_goes_by_selector_only_when_every_topic_below_is_permitted() -> None:
@@ -75,7 +80,7 @@ def test_remove_goes_by_selector_only_when_every_topic_below_is_permitted() -> N
     assert not check.remove_plan(r, "w", "?a//").direct  # a/locked differs: list, then remove
     assert not check.remove_plan(r, "w", "*.*").direct
     with pytest.raises(PermissionDenied):
-        check.remove_plan(r, "w", ">a/locked")
+        authorize(r, "w", "remove", [">a/locked"])
     assert not check.remove_plan(r, "r", "?x//").direct  # no MODIFY_TOPIC at the prefix: list first
     with pytest.raises(SelectorError):
         check.remove_plan(r, "w", "?a//b")
@@ -118,12 +123,13 @@ def test_bad_session_targets(target: Any, fragment: str) -> None:
 
 
 def test_session_targets_and_property_changes() -> None:
+    r = registry()
     assert check.session_target(["filter", "TIER is '1'"]) == ("filter", "TIER is '1'")
-    assert check.property_changes({"TIER": "2", "OLD": None}) == {"TIER": "2", "OLD": None}
+    assert check.property_changes(r, {"TIER": "2", "OLD": None}) == {"TIER": "2", "OLD": None}
     with pytest.raises(check.RequestError, match=r"only user properties"):
-        check.property_changes({"$Principal": "x"})
+        check.property_changes(r, {"$Principal": "x"})
     with pytest.raises(check.RequestError, match="string value or nil"):
-        check.property_changes({"TIER": 2})
+        check.property_changes(r, {"TIER": 2})
 
 
 # -- limits on what a request may name (issue 11) ------------------------------------------
@@ -137,7 +143,7 @@ PATH_CHECKS: list[tuple[str, Any]] = [
     ("append", lambda r, p: check.append_event(r, "w", p, b"", False)),
     ("edit", lambda r, p: check.edit_event(r, "w", p, 1, b"", False)),
     ("range_query", lambda r, p: check.query_events(r, "w", p, "start", 0, "end", 0, "values")),
-    ("tree branch", lambda r, p: check.tree_branch(r, "w", p, check.P.MODIFY_TOPIC)),
+    ("tree branch", lambda r, p: check.tree_branch(r, p)),
     ("tree session branch", lambda r, p: check.tree_table(r, "w", p, [["all", "t"]])),
     ("tree topic branch", lambda r, p: check.tree_table(r, "w", "s", [["all", "t"], ["all", p]])),
     ("security path", lambda r, p: check.security_commands(r, "w", [["set_path_permissions", "X", p, []]])),
