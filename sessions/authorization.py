@@ -217,32 +217,32 @@ def authorize(registry: SessionRegistry, session_id: str, op: str, args: Sequenc
     (:class:`~sessions.security.PermissionDenied`). An unknown ``op`` is the
     caller's to refuse (``UNKNOWN_OPERATION``) before it gets here."""
     rule = MATRIX[op]
-    check_arguments(op, rule, args)
+    if not rule.required <= len(args) <= len(rule.arguments):
+        check_arguments(op, rule, args)
     if not rule.needs:
         return
     roles = registry.sessions[session_id].roles
-    evaluator = registry.permissions
+    has = registry.permissions.has
     for need in rule.needs:
-        path = _location(registry, need, args)
-        if path is _NOWHERE:
-            continue
-        if not any(evaluator.has(roles, p, path) for p in need.permissions):
+        where = need.where
+        if where is Where.SERVER:
+            path: str | None = None
+        elif where is Where.PATH:
+            path = registry.limits.path(args[need.argument])
+        else:
+            path = _selected(registry, need, args[need.argument])
+            if path is None:
+                continue  # the core checks each topic instead
+        for permission in need.permissions:
+            if has(roles, permission, path):
+                break
+        else:
             raise PermissionDenied(need.permissions[0], path)
 
 
-_NOWHERE = "\x00"
-
-
-def _location(registry: SessionRegistry, need: Need, args: Sequence[Any]) -> str | None:
-    """Where ``need`` is checked: ``None`` for a global permission, a path, or
-    ``_NOWHERE`` when the core checks each topic instead."""
-    if need.where is Where.SERVER:
-        return None
-    value = args[need.argument]
-    if need.where is Where.PATH:
-        return registry.limits.path(value)
+def _selected(registry: SessionRegistry, need: Need, value: Any) -> str | None:
+    """The path a selector need is checked at, or ``None`` when it names several."""
     selector = registry.limits.selector(expect(value, str, "selector"))
     if need.where is Where.SELECTOR_PREFIX:
         return selector.path_prefix
-    literal = selector.literal_path
-    return _NOWHERE if literal is None else literal
+    return selector.literal_path
