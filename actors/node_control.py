@@ -85,6 +85,9 @@ class NodeControl:
     def act(self, action: str, name: str | None, seconds: float, force: bool, nodes: list[Node]) -> dict[str, Any]:
         if action not in ACTIONS:
             raise NodeActionError("INVALID_REQUEST", f"unknown node action {action!r} (one of {', '.join(ACTIONS)})")
+        if action == "pause" and not 0 < seconds <= MAX_PAUSE:  # NaN fails every comparison
+            raise NodeActionError(
+                "INVALID_REQUEST", f"pause for more than 0 and at most {MAX_PAUSE:g} seconds, not {seconds:g}")
         if action == "add":
             return self._add(name, nodes)
         if action == "restart-gcs":
@@ -108,8 +111,6 @@ class NodeControl:
                 f"{action} node {name}: it holds the controller and Ray's head; without GCS fault tolerance "
                 "the instance stops with it; force it if you mean it",
             )
-        if action == "pause" and not 0 < seconds <= MAX_PAUSE:
-            raise NodeActionError("INVALID_REQUEST", f"pause for 0 < seconds <= {MAX_PAUSE:.0f}, not {seconds}")
         strategy = NodeAffinitySchedulingStrategy(node.id, soft=False)
         done: dict[str, Any] = ray.get(
             _launch.options(scheduling_strategy=strategy).remote(action, seconds), timeout=LAUNCH_TIMEOUT

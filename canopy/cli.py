@@ -46,7 +46,9 @@ series' event value type the same way. ``hub publish`` takes JSON text, or plain
 when VALUE is not JSON. VALUE is read strictly: JSON text may not hold ``NaN``
 or ``Infinity``, and a number beyond a 64-bit float (``1e400``) is refused
 rather than read as infinity; a DOUBLE may be ``nan``, ``inf`` or ``-inf``
-only when spelled out (after ``--``: ``canopy topic set --type DOUBLE -- p -inf``).
+only when spelled out. VALUE, and an option's argument, may start with ``-``
+(``canopy topic set --type DOUBLE p -inf``; see :class:`_Parser`); only one that
+starts with ``--`` has to follow ``--``.
 ``--json`` prints one JSON object per line
 (``{"path", "type", "value"}``, plus ``"properties"`` when asked and
 ``"event"`` for subscriptions; BINARY values in base64), always strict JSON
@@ -141,18 +143,27 @@ def _parse_json(text: str) -> Any:
         raise _invalid(text, "JSON", f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects") from None
 
 
+def _spells_non_finite(text: str) -> bool:
+    """``nan``, ``inf``, ``-Infinity`` and the like, in any case."""
+    return text.strip().lstrip("+-").lower() in ("nan", "inf", "infinity")
+
+
 def _parse_value(text: str, type_name: str) -> Any:
     kind = type_name.upper()
     try:
         if kind == "STRING":
             return text
         if kind == "INT64":
+            if _spells_non_finite(text):
+                raise ValueError(f"{text.strip()} is not a finite number (INT64 has no NaN or infinity)")
             return int(text)
         if kind == "DOUBLE":
-            if text.strip().lstrip("+-").lower() in ("nan", "inf", "infinity"):
+            if _spells_non_finite(text):
                 return float(text)  # spelled out: a DOUBLE topic holds them
             return _finite(text.strip())
         if kind == "JSON":
+            if _spells_non_finite(text):
+                raise ValueError(f"{text.strip()} is not JSON (JSON has no NaN or infinity)")
             return _parse_json(text)
         if kind == "BINARY":
             return base64.b64decode(text, validate=True)
@@ -649,6 +660,37 @@ def _seconds(text: str) -> float:
     return seconds
 
 
+#: the longest ``cluster pause-node`` the server carries out (``actors.node_control.MAX_PAUSE``,
+#: which the client cannot import; tests/unit/canopy/test_cli_arguments.py keeps them equal)
+MAX_PAUSE = 3600.0
+
+
+def _pause_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= MAX_PAUSE:  # NaN fails every comparison
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds, more than 0 and at most {MAX_PAUSE:g}, got {text!r}")
+    return seconds
+
+
+class _Parser(argparse.ArgumentParser):
+    """The ``canopy`` parser and, through ``add_subparsers``, each verb's.
+
+    A word that starts with one ``-`` and is not an option of the verb is an operand or an
+    option's argument, not an unknown option: VALUE may be ``-inf``, ``-1e5``, ``-0x1`` or
+    text such as ``-x`` (argparse takes only plain negative numbers so), and so may a
+    password. canopy has no one-letter options but ``-h``, so no option is lost; a word
+    starting with ``--`` is still an option, and ``--`` still ends the options."""
+
+    def _parse_optional(self, arg_string: str) -> Any:
+        if arg_string[:1] == "-" and arg_string[1:2] not in ("", "-") and arg_string not in self._option_string_actions:
+            return None  # an operand
+        return super()._parse_optional(arg_string)
+
+
 def _reconnect_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reconnect-timeout", type=_seconds, default=60.0, metavar="SECONDS",
@@ -658,7 +700,7 @@ def _reconnect_option(parser: argparse.ArgumentParser) -> None:
 
 def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
     """The ``canopy`` parser: the verbs of ``extensions`` (listed first), then the client verbs."""
-    parser = argparse.ArgumentParser(prog="canopy", description="canopy real-time data broker")
+    parser: argparse.ArgumentParser = _Parser(prog="canopy", description="canopy real-time data broker")
     parser.add_argument("--version", action="version", version=f"canopy {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     for extend in extensions:
@@ -832,7 +874,8 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
     for p in (kill, pause):
         p.add_argument("node", help="the node's name, as `canopy cluster status` shows it")
         p.add_argument("--force", action="store_true", help="also on a real cluster, or the controller's node")
-    pause.add_argument("--seconds", type=float, required=True)
+    pause.add_argument("--seconds", type=_pause_seconds, required=True,
+                       help=f"how long it stays frozen (more than 0, at most {MAX_PAUSE:g})")
     add = cluster.add_parser(
         "add-node", parents=[client],
         help="start a simulated node (--local-nodes clusters); a dead node's name starts it again",
@@ -843,7 +886,7 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
         help="kill Ray's GCS (the head's control store) and start it again, as when the head restarts "
              "(--local-nodes clusters with gcs_redis_address)",
     )
-    gcs.add_argument("--seconds", type=float, default=2.0, help="how long it stays down (default: 2)")
+    gcs.add_argument("--seconds", type=_seconds, default=2.0, help="how long it stays down (default: 2)")
     for p in (status, kill, pause, add, gcs):
         p.set_defaults(run=_cluster)
 

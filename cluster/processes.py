@@ -21,6 +21,9 @@ from pathlib import Path
 
 #: the helper waits this long before signalling, so that the request that launched it is answered
 DELAY = 0.5
+#: the helper's working directory: the one holding the ``cluster`` package, which ``python -m``
+#: imports first (the calling worker's may hold anything: it is where ``ray start`` ran)
+HOME = str(Path(__file__).resolve().parents[1])
 
 
 def stat(pid: int) -> list[str]:
@@ -100,7 +103,7 @@ def launch(action: str, root: int, seconds: float = 0.0) -> int:
         raise ValueError(f"unknown action {action!r}")
     started = subprocess.run(
         [sys.executable, "-m", "cluster.processes", "detach", action, str(root), str(seconds)],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=True,
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=True, cwd=HOME,
     )
     return int(started.stdout)
 

@@ -38,6 +38,7 @@ stops what is left of the embedded Ray when serve is gone, however it went
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import fcntl
@@ -51,7 +52,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -64,6 +65,9 @@ CONTROLLER_TIMEOUT = 30.0
 EXIT_FAILED = 3
 
 RAY_TOKEN_FILE = "ray-auth-token"  # in the data directory, when ~/.ray cannot hold Ray's token
+#: the directory holding canopy's packages (``cluster``, ``actors``, ``sessions``, ...): serve's
+#: working directory, so the one that Ray's workers import from first (see :func:`_working_in`)
+CODE_ROOT = Path(__file__).resolve().parents[1]
 
 
 class ServeError(RuntimeError):
@@ -448,25 +452,64 @@ def _init_ray(config: ServerConfig) -> Any:
 
 
 def serve(config: ServerConfig, out: Callable[[str], None] = print) -> int:
-    """Run canopy until interrupted or until part of it dies; return the process exit status."""
+    """Run canopy until interrupted or until part of it dies; return the process exit status.
+
+    serve works in :data:`CODE_ROOT`, not in the directory it was started in (see
+    :func:`_working_in`); the configuration's relative paths name files of the latter."""
     from actors import tls  # no Ray: the certificate and key are checked before anything starts
 
-    config = tls.check(config)
-    data_dir = Path(config.data_dir).resolve()
+    config = _absolute_paths(tls.check(config))
+    data_dir = Path(config.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = _lock(data_dir)
     record = ServerRecord(data_dir)
     guard = None
     try:
-        _replace_stale(data_dir, out)
-        config = _recorded_partitions(config, data_dir, out)
-        if config.address is None:
-            _check_port(config.host, config.port)
-            guard = watchdog.start(data_dir)
-        return _run(config, data_dir, record, guard, out)
+        with _working_in(CODE_ROOT):
+            _replace_stale(data_dir, out)
+            config = _recorded_partitions(config, data_dir, out)
+            if config.address is None:
+                _check_port(config.host, config.port)
+                guard = watchdog.start(data_dir)
+            return _run(config, data_dir, record, guard, out)
     finally:
         record.close()
         lock.close()  # the watchdog, waiting for this lock, now sweeps and exits
+
+
+def _absolute_paths(config: ServerConfig) -> ServerConfig:
+    """``config`` with its local paths made absolute, against the directory serve was started in
+    (the TLS files are already: :func:`actors.tls.check`); so is ``$RAY_AUTH_TOKEN_PATH``."""
+    history = config.history_dir
+    if history and "://" not in history:  # not a URI (s3://, gs://, ...)
+        history = str(Path(history).resolve())
+    token = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if token and not os.path.isabs(os.path.expanduser(token)):
+        os.environ["RAY_AUTH_TOKEN_PATH"] = os.path.abspath(token)
+    return dataclasses.replace(config, data_dir=str(Path(config.data_dir).resolve()), history_dir=history)
+
+
+@contextlib.contextmanager
+def _working_in(directory: Path) -> Iterator[None]:
+    """Run the block with ``directory`` as the working directory, then go back.
+
+    Ray puts the driver's working directory at the front of every worker's ``sys.path``
+    (the job's ``py_driver_sys_path``, recorded when the driver connects), and the processes
+    serve starts inherit it: the embedded or simulated Ray nodes, so every worker and what a
+    worker starts with ``python -m`` (Spark's Python workers), and the watchdog; ``python -m``
+    imports first from it. In the user's directory a stray ``sessions.py`` took the place of
+    canopy's ``sessions`` package in every actor."""
+    try:
+        started_in: str | None = os.getcwd()
+    except FileNotFoundError:  # removed since: nothing to go back to
+        started_in = None
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        if started_in is not None:
+            with contextlib.suppress(OSError):
+                os.chdir(started_in)
 
 
 def _run(

@@ -156,6 +156,28 @@ def test_json_output_is_strict_json(server: Server) -> None:
     ok(cli("topic", "remove", "?cli-nf//", url=url))
 
 
+def test_values_may_start_with_a_dash(server: Server) -> None:
+    url = server.url
+    ok(cli("topic", "set", "cli-dash/d", "-inf", "--type", "DOUBLE", url=url))  # no -- needed
+    ok(cli("topic", "set", "cli-dash/e", "-1e5", "--type", "DOUBLE", url=url))
+    ok(cli("topic", "set", "cli-dash/s", "-x", "--type", "STRING", url=url))
+    fetched = [json.loads(line) for line in ok(cli("topic", "fetch", "?cli-dash//", "--json", url=url)).splitlines()]
+    assert {r["path"]: r["value"] for r in fetched} == {"cli-dash/d": "-Infinity", "cli-dash/e": -1e5, "cli-dash/s": "-x"}
+    ok(cli("topic", "add", "cli-dash/i", "--type", "INT64", url=url))
+    result = cli("topic", "set", "cli-dash/i", "-inf", url=url)  # the value parser's error, not argparse's
+    assert result.returncode == 1
+    assert result.stderr == ("canopy: INVALID_VALUE: VALUE '-inf' is not a valid INT64 value: -inf is not a finite "
+                             "number (INT64 has no NaN or infinity)\n")
+    ok(cli("topic", "remove", "?cli-dash//", url=url))
+
+
+def test_pause_seconds_are_checked_before_anything_is_sent() -> None:
+    for seconds in ("NaN", "inf", "-1", "0", "86400"):
+        result = cli("cluster", "pause-node", "node-1", "--seconds", seconds, "--url", "ws://127.0.0.1:1")
+        assert result.returncode == 2, result.stderr  # a usage error: nothing was sent (no server there)
+        assert f"--seconds: expected a number of seconds, more than 0 and at most 3600, got '{seconds}'" in result.stderr
+
+
 def test_usage_errors_exit_2() -> None:
     assert cli("topic").returncode == 2
     assert cli("topic", "add", "x").returncode == 2

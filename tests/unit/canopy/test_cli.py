@@ -55,6 +55,9 @@ def test_nan_is_a_double_when_spelled_out() -> None:
         (nested(5000), "JSON", "nested deeper than 256 levels"),
         ("{", "JSON", "Expecting property name"),
         ("12x", "INT64", "invalid literal"),
+        ("-inf", "INT64", "-inf is not a finite number"),
+        ("NaN", "INT64", "NaN is not a finite number"),
+        ("-inf", "JSON", "-inf is not JSON"),
     ],
 )
 def test_bad_values_are_one_invalid_value_error(text: str, kind: str, fragment: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +74,15 @@ def test_a_gone_process_has_no_arguments_and_is_not_alive() -> None:
     gone.wait()
     assert processes.arguments(gone.pid) == [] and not processes.alive(gone.pid)
     assert processes.arguments(processes.os.getpid())
+
+
+def test_the_helper_imports_canopy_not_the_callers_working_directory(
+    tree: subprocess.Popen[bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a worker of a joined Ray runs where `ray start` ran, and `python -m` imports from there first
+    (tmp_path / "cluster.py").write_text("raise ImportError('the cluster.py of the working directory')\n")
+    monkeypatch.chdir(tmp_path)
+    below = processes.descendants(tree.pid)
+    processes.launch("kill", tree.pid)
+    tree.wait(10 + processes.DELAY)
+    wait_for(lambda: not any(processes.alive(p) for p in below), 10, "the helper to kill the tree")
