@@ -622,6 +622,10 @@ def format_status(status: dict[str, Any]) -> list[str]:
     for g in status.get("gateways", []):
         state = "lost with its node" if g.get("lost") else (
             f"{g.get('sessions')} sessions" if g.get("answering") else "not answering")
+        guard = g.get("guard") or {}
+        if g.get("answering") and guard:  # what clients tried: see the README's security section
+            state += (f", {g.get('connections')} connections; logins failed {guard.get('login_failures', 0)}, "
+                      f"refused {guard.get('login_refused', 0)}; unexpected errors {guard.get('unexpected_errors', 0)}")
         lines.append(f"  {g['gateway']:<12} {str(g.get('node')):<16} {str(g.get('url')):<24} {state}")
     return lines
 
