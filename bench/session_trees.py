@@ -133,7 +133,9 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="canopy-trees-bench-") as data:
         port = free_port()
-        proc = start_server(data, port, ["--queue-limit", "100000"])
+        # every session comes from 127.0.0.1: lift the per-address connection limit (1,000) above them
+        proc = start_server(data, port, ["--queue-limit", "100000", "--max-connections-per-address",
+                                         str(args.sessions + 10)])
         try:
             results = asyncio.run(run(f"ws://127.0.0.1:{port}", data, args.sessions))
         finally:
