@@ -146,7 +146,12 @@ counts as proceed); ``cancel`` ends the request with ERROR ``CANCELLED``
 and nothing is subscribed (see :mod:`sessions.missing_topics`).
 ``missing_topic_fwd`` is a secondary's fan-out link passing on such a request
 of one of its sessions (its id and properties, and the servers it came
-through); SELECT_TOPIC on the selector's path prefix.
+through); SERVER_LINK and SELECT_TOPIC on the selector's path prefix (the
+properties reach the handlers with ``$ForwardedBy``, the link's principal).
+
+What every request needs, and how many arguments it takes, is the
+authorization matrix (:mod:`sessions.authorization`); a wrong count is
+``INVALID_REQUEST`` naming the arguments.
 
 ``fanout_add`` (CONTROL_SERVER) takes a connection definition (a map:
 ``name``, ``primaries``, ``links``, ``principal``, ``password``,
@@ -524,7 +529,13 @@ def _decode_one(item: Any) -> Message:
         cid = _expect(item[1], int, "correlation id")
         if cid <= 0:
             raise ValueError("correlation id must be positive")
-        return Request(cid, _expect(item[2], str, "operation"), _expect(item[3], list, "args"))
+        args = _expect(item[3], list, "args")
+        for arg in args:  # most requests (set, append) hold no array or map: no walk
+            if type(arg) is list or type(arg) is dict:
+                if _nests_deeper_than(args, MAX_ARGS_DEPTH):
+                    raise ValueError(f"args nest arrays and maps deeper than {MAX_ARGS_DEPTH} levels")
+                break
+        return Request(cid, _expect(item[2], str, "operation"), args)
     if code == VALUE:
         return Value(_expect(item[1], int, "alias"), _expect(item[2], bytes, "value"))
     if code == RESPONSE:
@@ -593,14 +604,42 @@ def _resume(value: Any) -> Resume | None:
     return Resume(value[0], value[1])
 
 
+#: how deep msgpack's C unpacker nests arrays and maps (its fixed stack); one more
+#: level is its StackError, which says nothing
+MSGPACK_MAX_DEPTH = 1024
+#: how deep a request's args may nest arrays and maps (real ones nest three or four):
+#: deeper ones, down to :data:`MSGPACK_MAX_DEPTH`, would reach code that recurses
+#: once per level (pickling for Ray, ``repr``) near Python's limit
+MAX_ARGS_DEPTH = 32
+
+
+def _nests_deeper_than(args: list[Any], levels: int) -> bool:
+    """Whether ``args`` holds arrays and maps more than ``levels`` deep (``args``
+    itself is level 0); walks with its own stack."""
+    stack: list[tuple[Any, int]] = [(args, 0)]
+    while stack:
+        container, depth = stack.pop()
+        for value in container.values() if type(container) is dict else container:
+            if type(value) is list or type(value) is dict:
+                if depth >= levels:
+                    return True
+                stack.append((value, depth + 1))
+    return False
+
+
 def unpack_frame(data: bytes) -> list[Any]:
     """The raw message arrays of a frame, unchecked; see :func:`decode_item`.
 
-    A frame that is not a msgpack array raises :class:`ProtocolError`.
+    A frame that is not a msgpack array, or nests arrays and maps deeper than
+    :data:`MSGPACK_MAX_DEPTH`, raises :class:`ProtocolError`.
     """
     try:
         items = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
-    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as e:
+    except msgpack.StackError:
+        raise ProtocolError(
+            f"frame nests arrays and maps deeper than {MSGPACK_MAX_DEPTH} levels (msgpack's limit)"
+        ) from None
+    except (msgpack.ExtraData, msgpack.FormatError, ValueError) as e:
         raise ProtocolError(f"frame is not msgpack: {e}") from None
     except Exception as e:  # msgpack raises a few other types on hostile input
         raise ProtocolError(f"frame is not msgpack: {type(e).__name__}: {e}") from None

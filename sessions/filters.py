@@ -12,7 +12,9 @@ The language (grammar in ``filter.lark``)::
     all                           every session
     not F      F and G      F or G      ( F )
 
-``and`` binds tighter than ``or``; operators are case-insensitive, keys and
+``and`` binds tighter than ``or``; ``not``, ``and`` and ``or`` may nest at most
+:data:`MAX_FILTER_DEPTH` deep (redundant parentheses do not count, and a chain
+``F and G and H`` is one level); operators are case-insensitive, keys and
 values case-sensitive; values take single or double quotes with backslash
 escapes (``'it\\'s'``). Fixed properties start with ``$`` (``$Principal``,
 ``$Country``, ...); roles are tested with ``hasRoles``, which reads the
@@ -31,15 +33,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from topics.errors import SelectorError, excerpt
 from topics.selectors import Regex, compile_regex
 
-__all__ = ["FilterSyntaxError", "SessionFilter", "parse_filter"]
+__all__ = ["MAX_FILTER_DEPTH", "FilterSyntaxError", "SessionFilter", "parse_filter"]
 
 ROLES_KEY = "$Roles"
+#: how deep ``not``, ``and`` and ``or`` may nest inside one another: building,
+#: printing and evaluating the syntax tree recurse once per level
+MAX_FILTER_DEPTH = 32
 
 
 class FilterSyntaxError(ValueError):
@@ -339,6 +344,26 @@ def _expected(names: Any) -> str:
     return "; expected " + ", ".join(shown)
 
 
+_OPERATORS = frozenset({"negation", "conjunction", "disjunction"})
+
+
+def _too_deep(tree: Tree[Token]) -> Tree[Token] | None:
+    """The first operator (in the text) nested deeper than :data:`MAX_FILTER_DEPTH`, or ``None``.
+
+    Walks with its own stack: the parse tree may be as deep as the text is long.
+    """
+    stack: list[tuple[Tree[Token], int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if node.data in _OPERATORS:
+            depth += 1
+            if depth > MAX_FILTER_DEPTH:
+                return node
+        # reversed: the leftmost child comes off the stack first
+        stack.extend((child, depth) for child in reversed(node.children) if isinstance(child, Tree))
+    return None
+
+
 @lru_cache(maxsize=1024)
 def parse_filter(text: str) -> SessionFilter:
     """Parse a session filter or raise :class:`FilterSyntaxError`."""
@@ -347,7 +372,16 @@ def parse_filter(text: str) -> SessionFilter:
     if not text.strip():
         raise FilterSyntaxError("empty filter (use 'all' for every session)", text, 1, 1)
     try:
-        tree = _Build().transform(_PARSER.parse(text))
+        parsed = _PARSER.parse(text)  # LALR: a loop over an explicit stack, never recursion
+        deep = _too_deep(parsed)
+        if deep is not None:
+            raise FilterSyntaxError(
+                f"'not', 'and' and 'or' may nest at most {MAX_FILTER_DEPTH} deep",
+                text,
+                deep.meta.line,
+                deep.meta.column,
+            )
+        tree = _Build().transform(parsed)
     except UnexpectedEOF as e:
         lines = text.splitlines() or [""]
         raise FilterSyntaxError(

@@ -15,7 +15,8 @@ PERSISTENT                      true, false
 PRIORITY                        low, default, high
 PUBLISH_VALUES_ONLY             true, false
 REMOVAL                         non-empty text (a removal policy)
-SCHEMA                          JSON text
+SCHEMA                          JSON text, nested at most
+                                :data:`~topics.types.MAX_JSON_DEPTH` deep
 TIDY_ON_UNSUBSCRIBE             true, false
 TIME_SERIES_EVENT_VALUE_TYPE    STRING, INT64, DOUBLE, JSON, BINARY
 TIME_SERIES_RETAINED_RANGE      ``limit N`` and/or ``last N(ms|s|h)``; N up to
@@ -38,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from topics.errors import SpecificationError, TopicTypeError
-from topics.types import EVENT_VALUE_TYPES, TopicType
+from topics.types import EVENT_VALUE_TYPES, TopicType, check_json_text_depth
 
 COMPRESSION = "COMPRESSION"
 CONFLATION = "CONFLATION"
@@ -239,6 +240,7 @@ def _non_empty(name: str, value: str) -> str:
 
 def _json_text(name: str, value: str) -> str:
     try:
+        check_json_text_depth(value)  # an InvalidValueError, so a ValueError
         json.loads(value)
     except ValueError as e:
         raise SpecificationError(f"property {name} must be JSON text: {e}") from None

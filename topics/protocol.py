@@ -502,7 +502,9 @@ class FrameReader:
         try:
             for item in self._unpacker:
                 yield _decode_frame(item)
-        except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+        except msgpack.StackError:  # the C unpacker's fixed stack: 1,024 levels
+            raise ProtocolError("a frame nests arrays and maps deeper than msgpack's 1024 levels") from None
+        except (msgpack.ExtraData, msgpack.FormatError) as e:
             raise ProtocolError(f"the stream is not msgpack: {e}") from None
 
 

@@ -18,7 +18,8 @@ told apart by the first character of the expression:
     contain ``////``.
 ``#sel1////sel2////...``
     Selector set: matches what any member matches. Nested sets are
-    flattened and duplicate members dropped.
+    flattened and duplicate members dropped; sets may nest at most
+    :data:`MAX_SELECTOR_DEPTH` deep (``##>a`` nests two).
 
 A trailing ``/`` on a ``?`` or ``*`` expression selects only the
 *descendants* of the matched paths; a trailing ``//`` selects the matched
@@ -60,6 +61,7 @@ from topics import paths
 from topics.errors import PathError, SelectorError
 
 __all__ = [
+    "MAX_SELECTOR_DEPTH",
     "FullPathSelector",
     "PathSelector",
     "Qualifier",
@@ -75,6 +77,9 @@ __all__ = [
 ]
 
 SET_DELIMITER = "////"
+#: how deep selector sets may nest inside one another; parsing recurses once per
+#: level, so this keeps a hostile ``'#' * 2000 + '>a'`` far from Python's limit
+MAX_SELECTOR_DEPTH = 32
 _RESERVED_FIRST = frozenset("$%&<")
 _META = frozenset(".^$*+?{}[]\\|()")
 _QUANTIFIERS = frozenset("*+?{")
@@ -404,7 +409,9 @@ def _has_top_level_alternation(regex: str) -> bool:
 # the regular expression engine (RE2)
 
 # Users' patterns run on RE2, whose matching time is linear in the text
-# (Python's re backtracks: "(?:(?:[^!]*)*)*!" takes exponential time).
+# (Python's re backtracks: "(?:(?:[^!]*)*)*!" takes exponential time), and
+# which parses and compiles with explicit stacks: deeply nested groups cost
+# program memory (bounded below), never Python or C recursion.
 # Matching calls the extension's RE2 object directly: the module's
 # re-compatible wrapper maps UTF-8 offsets back to characters and builds a
 # match object, 4-8x the cost of the direct call, which is itself 3-5x
@@ -641,10 +648,11 @@ def _parse_cached(expression: str) -> Selector:
         raise SelectorError(
             f"control character U+{ord(bad.group()):04X}", expression, bad.start()
         )
-    return _parse(expression, expression, 0)
+    return _parse(expression, expression, 0, 0)
 
 
-def _parse(text: str, whole: str, offset: int) -> Selector:
+def _parse(text: str, whole: str, offset: int, depth: int) -> Selector:
+    """Parse ``text``, found at ``offset`` in ``whole`` inside ``depth`` selector sets."""
     if not text:
         raise SelectorError("empty selector expression", whole, offset)
     head = text[0]
@@ -655,7 +663,9 @@ def _parse(text: str, whole: str, offset: int) -> Selector:
     if head == "*":
         return _parse_full(text[1:], whole, offset + 1)
     if head == "#":
-        return _parse_set(text[1:], whole, offset + 1)
+        if depth >= MAX_SELECTOR_DEPTH:
+            raise SelectorError(f"selector sets may nest at most {MAX_SELECTOR_DEPTH} deep", whole, offset)
+        return _parse_set(text[1:], whole, offset + 1, depth + 1)
     if head in _RESERVED_FIRST:
         raise SelectorError(
             f"an expression may not start with {head!r} (reserved); "
@@ -726,7 +736,7 @@ def _parse_full(body: str, whole: str, offset: int) -> Selector:
     return FullPathSelector(body, qualifier, _compile(body, whole, offset))
 
 
-def _parse_set(body: str, whole: str, offset: int) -> Selector:
+def _parse_set(body: str, whole: str, offset: int, depth: int) -> Selector:
     if not body:
         raise SelectorError("a selector set needs at least one member", whole, offset)
     members: list[Selector] = []
@@ -736,7 +746,7 @@ def _parse_set(body: str, whole: str, offset: int) -> Selector:
         part = body[pos:end]
         if not part:
             raise SelectorError("empty member in selector set", whole, offset + pos)
-        members.append(_parse(part, whole, offset + pos))
+        members.append(_parse(part, whole, offset + pos, depth))
         if match is not None:
             pos = match.end()
     return SelectorSet(members)

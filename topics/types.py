@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import io
 import math
+import re
 import reprlib
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "encode",
     "validate",
     "accept",
+    "check_json_text_depth",
     "encode_any",
     "infer",
 ]
@@ -47,8 +49,11 @@ INT64_MAX = 2**63 - 1
 _CBOR_INT_MIN = -(2**64)
 _CBOR_INT_MAX = 2**64 - 1
 #: the most arrays and objects a JSON value may nest: deep enough for any real
-#: document, shallow enough that no decoder on the way (cbor2 stops at 400, Python's
-#: json at its recursion limit, about 1,000) fails first
+#: document, shallow enough that nothing on the way recurses near Python's limit
+#: (about 1,000 frames; ``json.loads``, ``copy.deepcopy``, pickle and ``repr`` all
+#: recurse once or twice per level). Decoders are stopped at it before they recurse
+#: further: cbor2 by its ``max_depth`` (else 400), JSON text by
+#: :func:`check_json_text_depth` (``json.loads`` would run into RecursionError).
 MAX_JSON_DEPTH = 256
 
 
@@ -136,6 +141,37 @@ def _check_json(value: object, depth: int = 0) -> None:
     raise InvalidValueError(f"not a JSON value: {_describe(value)}")
 
 
+# a JSON string (to its closing quote, or to the end of unterminated text) or a bracket
+_JSON_NESTING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
+
+
+def check_json_text_depth(text: str) -> None:
+    """Raise :class:`InvalidValueError` if JSON ``text`` opens more than
+    :data:`MAX_JSON_DEPTH` arrays and objects inside one another.
+
+    Call it before ``json.loads``, which recurses once per level and would
+    raise RecursionError on ``'[' * 100000``. Brackets inside strings do not
+    count. Text that is not JSON is left for the decoder to refuse, with its
+    own message, unless it nests too deeply before its first error.
+    """
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return  # too few brackets to nest too deeply
+    depth = 0
+    for token in _JSON_NESTING.finditer(text):
+        bracket = token.group()
+        if bracket in ("[", "{"):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise InvalidValueError(
+                    f"JSON text nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects "
+                    f"at position {token.start()}"
+                )
+        elif bracket in ("]", "}"):
+            depth -= 1
+            if depth < 0:
+                return  # not JSON: the decoder stops here, before any deeper nesting
+
+
 def _dumps(value: object) -> bytes:
     try:
         return bytes(cbor2.dumps(value))
@@ -179,8 +215,14 @@ def _loads(data: bytes) -> object:
         raise InvalidValueError("empty value: expected one CBOR data item")
     stream = io.BytesIO(data)
     try:
-        item = cbor2.CBORDecoder(stream, allow_duplicate_keys=False).decode()
+        # max_depth: cbor2 counts the arrays, maps and tags around an item, so a JSON
+        # value within MAX_JSON_DEPTH always decodes (and _check_json has the last word)
+        item = cbor2.CBORDecoder(stream, allow_duplicate_keys=False, max_depth=MAX_JSON_DEPTH).decode()
     except (cbor2.CBORDecodeError, RecursionError, ValueError) as e:
+        if "nesting depth" in str(e):  # cbor2's words for exceeding max_depth
+            raise InvalidValueError(
+                f"CBOR data item nested deeper than {MAX_JSON_DEPTH} levels of arrays, maps and tags"
+            ) from None
         raise InvalidValueError(f"malformed CBOR: {e}") from None
     if stream.tell() != len(data):
         raise InvalidValueError(

@@ -26,15 +26,21 @@ The chain, per seed 000:
    insert reads the whole value of a JSON, STRING, INT64 or DOUBLE topic (or
    the part at its ``key`` pointer) and puts it at its ``at`` pointer; when
    that fails (no topic, another type, no such key, missing parent, scalar
-   parent, bad index) the ``default`` constant is put there instead, if
-   there is one, else the value goes on unchanged. A failing patch, or an
-   ``as <value()>`` pointer that selects nothing, makes no reference topic.
+   parent, bad index, a result nested deeper than
+   :data:`~topics.types.MAX_JSON_DEPTH`) the ``default`` constant is put
+   there instead, if there is one, else the value goes on unchanged. A
+   failing patch, or an ``as <value()>`` pointer that selects nothing, makes
+   no reference topic.
 4. *Type.* The ``type`` clause converts the value
    (:func:`topics.conversions.convert`); a value that does not convert makes
    no reference topic. To TIME_SERIES the value becomes an event to append.
 5. *Properties.* Copied from the source except PERSISTENT, REMOVAL,
    VALIDATE_VALUES and SLAVE_MASTER_TOPIC, then the ``with properties``
    pairs; a retained range can only narrow the source's.
+
+Values stay within :data:`~topics.types.MAX_JSON_DEPTH` all along the
+chain (inserts and patch operations that would go deeper fail), so nothing
+that walks them recurses further than that.
 
 A source without a value (not yet set) mirrors as a reference topic without
 a value when the view does not read values, and makes nothing otherwise.
@@ -60,9 +66,9 @@ from topics.properties import (
     TimeSeriesRange,
 )
 from topics.specification import TopicSpecification
-from topics.types import TopicType
+from topics.types import MAX_JSON_DEPTH, TopicType
 from views.patch import PatchFailed, apply_patch
-from views.pointer import MISSING, InsertError, insert_at, is_scalar, resolve
+from views.pointer import MISSING, InsertError, insert_at, is_scalar, nests_deeper_than, resolve
 from views.spec import NO_DEFAULT, Expand, Insert, Patch, PathPart, Scalar, Template, ValueStep, ViewSpec
 
 __all__ = ["Output", "Source", "derive"]
@@ -281,6 +287,8 @@ def _insert(spec: ViewSpec, step: Insert, source_path: str, value: Any, lookup: 
                 item = resolve(item, step.key)
             if isinstance(item, float) and not math.isfinite(item):
                 item = MISSING  # NaN and infinities have no JSON form: the insertion fails
+            elif item is not MISSING and nests_deeper_than(item, MAX_JSON_DEPTH - len(step.at)):
+                item = MISSING  # no topic could hold the result: the insertion fails
     if item is not MISSING:
         try:
             return insert_at(value, step.at, item)

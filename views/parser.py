@@ -9,6 +9,12 @@ offending line under a caret)::
     └── ViewSemanticError   it parses but means nothing valid: a bad selector,
                             pointer, directive, property, number, duplicate clause
 
+The grammar has no recursive rule, so the parse tree is as flat as the clause
+list. What nests is inside free text and bounded there, each excess being a
+:class:`ViewSemanticError` that names its limit: selector sets in the source
+selector (:data:`~topics.selectors.MAX_SELECTOR_DEPTH`) and the JSON of a
+patch (:data:`~topics.types.MAX_JSON_DEPTH`).
+
 Choices where the seed is silent:
 
 * Clauses after ``to`` may come in any order. ``insert``, ``patch`` and

@@ -13,7 +13,13 @@ Differences from a plain RFC 6902 implementation:
   (as operation 0), even for an empty patch.
 * ``remove`` of the whole document (path ``""``) fails.
 * ``NaN``/``Infinity`` and repeated member names are not accepted in patch
-  text (RFC 6902 A.13 treats a repeated ``"op"`` as an invalid patch).
+  text (RFC 6902 A.13 treats a repeated ``"op"`` as an invalid patch), nor
+  is text nesting arrays and objects deeper than
+  :data:`~topics.types.MAX_JSON_DEPTH`.
+* An operation whose result would nest deeper than
+  :data:`~topics.types.MAX_JSON_DEPTH` fails (no topic could hold it), so a
+  document within the limit stays within it and nothing that walks it
+  (``test``'s CBOR encoder among them) goes deeper than that.
 
 Application never mutates its input and is atomic: it returns the fully
 patched document or raises :class:`PatchFailed`. The result shares the parts
@@ -36,6 +42,8 @@ from typing import Any, Final, NoReturn
 
 import cbor2
 
+from topics.errors import InvalidValueError
+from topics.types import MAX_JSON_DEPTH, check_json_text_depth
 from views.pointer import (
     MISSING,
     InsertError,
@@ -43,6 +51,7 @@ from views.pointer import (
     array_index,
     format_pointer,
     insert_at,
+    nests_deeper_than,
     parse_pointer,
     replace_at,
     resolve,
@@ -120,7 +129,8 @@ def parse_patch(text: str) -> tuple[PatchOperation, ...]:
     ``copy`` and a ``"value"`` for ``add``, ``replace`` and ``test``; other
     members are ignored. Raises :class:`PatchSyntaxError` otherwise (with the
     decoder's line and column for text that is not JSON); an object with a
-    repeated member name, ``NaN`` and the infinities count as not JSON.
+    repeated member name, ``NaN``, the infinities and nesting deeper than
+    :data:`~topics.types.MAX_JSON_DEPTH` count as not JSON.
     """
     document = _decode(text)
     if not isinstance(document, list):
@@ -129,7 +139,12 @@ def parse_patch(text: str) -> tuple[PatchOperation, ...]:
 
 
 def _decode(text: str) -> Any:
-    """``json.loads`` that keeps member order and rejects NaN, the infinities and duplicate names."""
+    """``json.loads`` that keeps member order and rejects NaN, the infinities, duplicate
+    names and nesting too deep (before ``json.loads`` recurses into it)."""
+    try:
+        check_json_text_depth(text)
+    except InvalidValueError as e:
+        raise PatchSyntaxError(None, f"invalid JSON: {e}") from None
     try:
         return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_members)
     except json.JSONDecodeError as e:
@@ -241,6 +256,7 @@ class _Failure(Exception):
 
 def _add(document: Any, operation: PatchOperation) -> Any:
     """RFC 6902 4.1, with a copy of the operation's value."""
+    _fits(operation.path, operation.value)
     return _added(document, operation.path, copy.deepcopy(operation.value))
 
 
@@ -252,6 +268,7 @@ def _remove(document: Any, operation: PatchOperation) -> Any:
 def _replace(document: Any, operation: PatchOperation) -> Any:
     """RFC 6902 4.3, with a copy of the operation's value."""
     _existing(document, operation.path, "path")
+    _fits(operation.path, operation.value)
     return replace_at(document, operation.path, copy.deepcopy(operation.value))
 
 
@@ -263,12 +280,27 @@ def _move(document: Any, operation: PatchOperation) -> Any:
         raise _Failure(f"cannot move {_show(source)} into its own child {_show(target)}")
     if target == source:
         return document
+    if len(target) > len(source):  # no deeper than it was, otherwise
+        _fits(target, value)
     return _added(_removed(document, source), target, value)
 
 
 def _copy(document: Any, operation: PatchOperation) -> Any:
     """RFC 6902 4.5: add the value at ``from`` at ``path``."""
-    return _added(document, operation.path, _existing(document, _source(operation), "from"))
+    source, target = _source(operation), operation.path
+    value = _existing(document, source, "from")
+    if len(target) > len(source):  # no deeper than it was, otherwise
+        _fits(target, value)
+    return _added(document, target, value)
+
+
+def _fits(path: tuple[str, ...], value: Any) -> None:
+    """Fail unless ``value`` put at ``path`` nests at most :data:`MAX_JSON_DEPTH` deep."""
+    if nests_deeper_than(value, MAX_JSON_DEPTH - len(path)):
+        raise _Failure(
+            f"the value at {_show(path)} would nest the document deeper than {MAX_JSON_DEPTH} levels"
+            " of arrays and objects"
+        )
 
 
 def _test(document: Any, operation: PatchOperation) -> Any:

@@ -10,7 +10,9 @@ strings.
 Nothing here mutates a document. :func:`insert_at` and :func:`replace_at`
 return a new document that copies only the containers along the pointer and
 shares every other part with the input, so callers must treat documents as
-immutable values.
+immutable values. Nothing here recurses: a pointer may be as long as its
+document is deep, and :func:`nests_deeper_than` measures a document with a
+stack of its own.
 
 Not built on jsonpointer: ``JsonPointer.set(inplace=False)`` deep-copies the
 whole document, its ``resolve`` is 3-7x slower than ``resolve`` here, and a
@@ -34,6 +36,7 @@ __all__ = [
     "format_pointer",
     "insert_at",
     "is_scalar",
+    "nests_deeper_than",
     "parse_pointer",
     "replace_at",
     "resolve",
@@ -138,6 +141,29 @@ def format_pointer(tokens: Sequence[str]) -> str:
 # -- reading --------------------------------------------------------------------------
 
 
+def nests_deeper_than(value: Any, levels: int) -> bool:
+    """Whether ``value`` has more than ``levels`` arrays and objects inside one another.
+
+    A scalar has none, ``[]`` and ``{}`` one, ``[{"a": []}]`` three. Walks the
+    containers only, with its own stack, and stops at the first one too deep.
+    """
+    if levels < 0:
+        return True
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, outside = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if outside >= levels:
+            return True
+        stack.extend((child, outside + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
 def is_scalar(value: Any) -> bool:
     """Whether ``value`` is a JSON scalar: ``str``, ``int``, ``float``, ``bool`` or ``None``."""
     return value is None or isinstance(value, (str, int, float))
@@ -193,19 +219,28 @@ def replace_at(document: Any, tokens: Sequence[str], value: Any) -> Any:
 
 
 def _rebuilt(node: Any, tokens: Sequence[str], value: Any) -> Any:
-    """``node`` with the (existing) value at ``tokens`` swapped for ``value``."""
-    if not tokens:
-        return value
-    head, rest = tokens[0], tokens[1:]
-    if isinstance(node, dict):
-        copy: dict[str, Any] = dict(node)
-        copy[head] = _rebuilt(node[head], rest, value)
-        return copy
-    index = array_index(head)
-    assert isinstance(node, list) and index is not None, "caller checked the path resolves"
-    items = list(node)
-    items[index] = _rebuilt(node[index], rest, value)
-    return items
+    """``node`` with the (existing) value at ``tokens`` swapped for ``value``.
+
+    Copies the containers along the pointer from the deepest up, in a loop.
+    """
+    along: list[tuple[Any, str | int]] = []  # each container on the way, and the key into it
+    for token in tokens:
+        if isinstance(node, dict):
+            along.append((node, token))
+            node = node[token]
+        else:
+            index = array_index(token)
+            assert isinstance(node, list) and index is not None, "caller checked the path resolves"
+            along.append((node, index))
+            node = node[index]
+    for container, key in reversed(along):
+        if isinstance(container, dict):
+            copy: Any = dict(container)
+        else:
+            copy = list(container)
+        copy[key] = value
+        value = copy
+    return value
 
 
 def insert_at(document: Any, tokens: Sequence[str], item: Any) -> Any:

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from canopy import protocol as wire
 
@@ -158,3 +160,64 @@ def test_a_hello_asks_to_resume_and_discarding_keeps_the_correlation_ids_going()
 def test_a_notify_needs_a_string_kind() -> None:
     [bad] = wire.decode(msgpack.packb([[wire.NOTIFY, 5, {}]]))
     assert isinstance(bad, wire.Malformed) and "kind" in bad.reason
+
+
+# -- nesting --------------------------------------------------------------------------
+
+
+def _fetch_frame(nested: bytes) -> bytes:
+    """A frame of one REQUEST 7 ``fetch`` whose second argument is ``nested`` (msgpack
+    bytes: built by hand, since msgpack's packer refuses to nest deeper than 511)."""
+    return b"\x91" + b"\x94\x02\x07\xa5fetch" + b"\x92\xa2>a" + nested
+
+
+@given(st.integers(min_value=0, max_value=5000), st.sampled_from([b"\x91", b"\x81\xa1k"]))
+def test_nesting_past_msgpacks_stack_is_a_protocol_error(depth: int, level: bytes) -> None:
+    """msgpack's C unpacker raises a bare StackError past 1,024 levels; it becomes a
+    ProtocolError that says so. Within them, a REQUEST's args may nest 32 levels."""
+    frame = _fetch_frame(level * depth + b"\xc0")
+    if depth + 3 > wire.MSGPACK_MAX_DEPTH:  # the frame, the message and the args are 3 levels
+        with pytest.raises(wire.ProtocolError, match=f"deeper than {wire.MSGPACK_MAX_DEPTH} levels"):
+            wire.decode(frame)
+        return
+    [message] = wire.decode(frame)
+    if depth <= wire.MAX_ARGS_DEPTH:
+        assert isinstance(message, wire.Request) and message.cid == 7
+        return
+    assert message == wire.Malformed(7, f"args nest arrays and maps deeper than {wire.MAX_ARGS_DEPTH} levels")
+
+
+def test_stack_error_exactly_at_msgpacks_limit() -> None:
+    wire.unpack_frame(b"\x91" * wire.MSGPACK_MAX_DEPTH + b"\xc0")
+    with pytest.raises(wire.ProtocolError, match="frame nests arrays and maps deeper than 1024 levels"):
+        wire.unpack_frame(b"\x91" * (wire.MSGPACK_MAX_DEPTH + 1) + b"\xc0")
+
+
+ARG_VALUES = st.recursive(
+    st.none() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=3) | st.binary(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+@given(st.lists(ARG_VALUES, max_size=4), st.integers(min_value=0, max_value=60), st.booleans())
+def test_request_args_may_nest_up_to_the_limit(args: list[object], extra: int, as_map: bool) -> None:
+    """Args whose deepest array or map is ``extra`` levels further down than ``args``' own."""
+    deep: object = args
+    for _ in range(extra):
+        deep = {"k": deep} if as_map else [deep]
+    request = [deep] if extra else args
+    [message] = wire.decode(msgpack.packb([[wire.REQUEST, 3, "op", request]], use_bin_type=True))
+    if _depth(request) - 1 <= wire.MAX_ARGS_DEPTH:  # args itself is level 0
+        assert message == wire.Request(3, "op", request)
+    else:
+        assert isinstance(message, wire.Malformed) and message.cid == 3
+        assert f"deeper than {wire.MAX_ARGS_DEPTH} levels" in message.reason

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessions.filters import FilterSyntaxError, parse_filter
+from sessions.filters import MAX_FILTER_DEPTH, FilterSyntaxError, parse_filter
 
 ROLES = frozenset({"TRADER", "ADMIN"})
 
@@ -139,3 +139,65 @@ def test_matches_runs_in_linear_time() -> None:
 def test_matches_uses_re2_classes() -> None:
     assert parse_filter("A matches '[[:digit:]]+'").matches({"A": "42"})
     assert not parse_filter("A matches '\\\\d'").matches({"A": "٣"})  # ASCII digits, as in Java
+
+
+# -- nesting -------------------------------------------------------------------------
+
+# each wraps a filter in one more operator: prefix, suffix, what the wrapper does
+# to the value inside (for properties {"a": "1"}), and where in the prefix the
+# operator's syntax tree node starts (its first operand)
+WRAPPERS = {
+    "not": ("not (", ")", lambda inner: not inner, 0),
+    "and": ("has a and (", ")", lambda inner: inner, 0),
+    "or": ("(has b or (", "))", lambda inner: inner, 1),
+}
+
+
+@given(
+    st.lists(st.sampled_from(sorted(WRAPPERS)), min_size=1, max_size=3),
+    st.integers(min_value=1, max_value=4000),
+    st.sampled_from(["all", "not all"]),
+)
+def test_nesting_is_refused_past_the_limit_with_its_position(kinds: list[str], depth: int, core: str) -> None:
+    """``not not ... (a and (b or (...)))`` nested ``depth`` deep (``core`` adds a level if it is a ``not``)."""
+    chosen = [kinds[i % len(kinds)] for i in range(depth)]
+    text = "".join(WRAPPERS[k][0] for k in chosen) + core + "".join(WRAPPERS[k][1] for k in reversed(chosen))
+    levels = depth + (core != "all")
+    if levels <= MAX_FILTER_DEPTH:
+        expected = core == "all"
+        for kind in reversed(chosen):
+            expected = WRAPPERS[kind][2](expected)
+        session_filter = parse_filter(text)
+        assert session_filter.matches({"a": "1"}) is expected
+        assert parse_filter(str(session_filter.tree)).tree == session_filter.tree
+        return
+    with pytest.raises(FilterSyntaxError) as info:
+        parse_filter(text)
+    assert f"may nest at most {MAX_FILTER_DEPTH} deep" in info.value.reason
+    # the error points at the start of the operator one level too deep: a wrapper, or the core's "not"
+    prefix = "".join(WRAPPERS[k][0] for k in chosen[:MAX_FILTER_DEPTH])
+    start = WRAPPERS[chosen[MAX_FILTER_DEPTH]][3] if depth > MAX_FILTER_DEPTH else 0
+    assert (info.value.line, info.value.column) == (1, len(prefix) + start + 1), str(info.value)[:200]
+
+
+def test_deep_not_chains_are_filter_syntax_errors() -> None:
+    with pytest.raises(FilterSyntaxError, match=f"at most {MAX_FILTER_DEPTH} deep") as info:
+        parse_filter("not " * 100_000 + "all")
+    assert (info.value.line, info.value.column) == (1, 4 * MAX_FILTER_DEPTH + 1)
+    assert parse_filter("not " * MAX_FILTER_DEPTH + "all").matches({}) is True
+
+
+def test_long_chains_and_redundant_parentheses_are_not_nesting() -> None:
+    assert parse_filter(" and ".join(["has a"] * 5000)).matches({"a": "1"})
+    assert parse_filter(" or ".join(["has b"] * 5000 + ["has a"])).matches({"a": "1"})
+    assert parse_filter("(" * 5000 + "has a" + ")" * 5000).matches({"a": "1"})
+    and_of_ors = " and ".join(f"(has a or has b{i})" for i in range(2000))
+    assert parse_filter(and_of_ors).matches({"a": "1"})
+
+
+def test_the_limit_is_where_the_deep_operator_starts_on_its_line() -> None:
+    text = "has a and\n  " + "not " * (MAX_FILTER_DEPTH + 1) + "all"
+    with pytest.raises(FilterSyntaxError) as info:
+        parse_filter(text)
+    # the "and" is level 1, so the 32nd "not" (column 3 + 31 * 4) is one too many
+    assert (info.value.line, info.value.column) == (2, 3 + (MAX_FILTER_DEPTH - 1) * 4)

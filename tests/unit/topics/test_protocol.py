@@ -148,6 +148,10 @@ def test_the_reader_refuses_garbage_and_oversized_frames() -> None:
     reader.feed(b"\xc1")  # never used in msgpack
     with pytest.raises(p.ProtocolError, match="not msgpack"):
         list(reader.frames())
+    reader = p.FrameReader()
+    reader.feed(b"\x91" * 100_000 + b"\x01")  # past msgpack's fixed stack: a bare StackError
+    with pytest.raises(p.ProtocolError, match="nests arrays and maps deeper than msgpack's 1024 levels"):
+        list(reader.frames())
     reader = p.FrameReader(max_frame=1024)
     with pytest.raises(p.ProtocolError, match="larger than the stream allows"):
         reader.feed(msgpack.packb([2, 1, [b"x" * 2000]]))

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from topics import paths
 from topics.errors import SelectorError
 from topics.selectors import (
+    MAX_SELECTOR_DEPTH,
     FullPathSelector,
     PathSelector,
     Qualifier,
@@ -577,3 +578,70 @@ def test_escaped_literals_are_literal_segments(text: str) -> None:
     assert selector.literals == (text,)
     assert selector.regexes[0].fullmatch(text) is not None
     assert selector.matches(text)
+
+
+# -- nesting ------------------------------------------------------------------
+
+
+def test_the_hostile_probe_is_a_selector_error_not_a_recursion_error() -> None:
+    """A fetch with this selector (under the 4,096-character limit) cut the connection."""
+    expression = "#" * 2000 + ">a"
+    with pytest.raises(SelectorError) as info:
+        parse_selector(expression)
+    assert info.value.position == MAX_SELECTOR_DEPTH  # the first "#" too many
+    assert f"at most {MAX_SELECTOR_DEPTH} deep" in info.value.reason
+    assert info.value.expression == expression
+
+
+def test_sets_nest_exactly_as_deep_as_the_limit() -> None:
+    assert parse_selector("#" * MAX_SELECTOR_DEPTH + ">a") == parse_selector("#>a")
+    assert parse_selector("#>b////" + "#" * (MAX_SELECTOR_DEPTH - 1) + ">a") == parse_selector("#>b////>a")
+    with pytest.raises(SelectorError, match=f"at most {MAX_SELECTOR_DEPTH} deep at position {7 + MAX_SELECTOR_DEPTH - 1}"):
+        parse_selector("#>b////" + "#" * MAX_SELECTOR_DEPTH + ">a")  # the member's last "#"
+
+
+@given(
+    st.lists(SIMPLE_SELECTORS, min_size=1, max_size=3),
+    st.data(),
+    st.integers(min_value=0, max_value=3000),
+)
+def test_nesting_is_refused_past_the_limit_and_flattened_within_it(
+    members: list[str], data: st.DataObject, extra: int
+) -> None:
+    """One member of a set is wrapped in ``extra`` more sets: ``#m1////###...m2``."""
+    assume(_valid("#" + "////".join(members)))  # "*a//" + "//" is a selector, not a member
+    at = data.draw(st.integers(min_value=0, max_value=len(members) - 1))
+    wrapped = [("#" * extra + m if i == at else m) for i, m in enumerate(members)]
+    expression = "#" + "////".join(wrapped)
+    if 1 + extra <= MAX_SELECTOR_DEPTH:
+        assert parse_selector(expression) == parse_selector("#" + "////".join(members))
+        return
+    with pytest.raises(SelectorError) as info:
+        parse_selector(expression)
+    start = 1 + sum(len(m) + 4 for m in members[:at])
+    assert info.value.position == start + MAX_SELECTOR_DEPTH - 1, str(info.value)
+    assert f"at most {MAX_SELECTOR_DEPTH} deep" in info.value.reason
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(min_value=1, max_value=1500).map(lambda n: "#" * n),
+            st.integers(min_value=1, max_value=300).map(lambda n: "(" * n),
+            st.sampled_from([">a", "?a", "*a", "////", "/", "//", ")", "a", "[", "\\"]),
+        ),
+        max_size=8,
+    ).map("".join)
+)
+def test_no_selector_text_raises_anything_but_a_selector_error(expression: str) -> None:
+    try:
+        parse_selector(expression[:4096])
+    except SelectorError:
+        pass
+
+
+def test_deeply_nested_groups_are_left_to_re2() -> None:
+    """RE2 parses with explicit stacks: nesting costs memory, not recursion."""
+    for depth in (100, 2000):
+        selector = parse_selector("*" + "(" * depth + "a" + ")" * depth + "//")
+        assert selector.matches("a/b") and not selector.matches("b")

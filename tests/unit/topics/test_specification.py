@@ -49,6 +49,7 @@ BAD: list[tuple[Any, Any, str]] = [
     (P.PRIORITY, "urgent", "expected one of low, default, high"),
     (P.REMOVAL, "", "may not be empty"),
     (P.SCHEMA, "{not json", "must be JSON text"),
+    (P.SCHEMA, "[" * 100_000, "must be JSON text: JSON text nested deeper than 256 levels of arrays and objects at position 256"),
     (P.TIME_SERIES_EVENT_VALUE_TYPE, "TIME_SERIES", "expected one of"),
     (P.TIME_SERIES_EVENT_VALUE_TYPE, "RECORD", "expected one of"),
     (P.TIME_SERIES_RETAINED_RANGE, "", "empty range"),

@@ -1,13 +1,26 @@
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import cbor2
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from topics.errors import InvalidValueError, TopicTypeError
-from topics.types import EVENT_VALUE_TYPES, MAX_JSON_DEPTH, TopicType, accept, decode, encode, encode_any, validate
+from topics.types import (
+    EVENT_VALUE_TYPES,
+    MAX_JSON_DEPTH,
+    TopicType,
+    accept,
+    check_json_text_depth,
+    decode,
+    encode,
+    encode_any,
+    validate,
+)
 
 T = TopicType
 
@@ -144,6 +157,72 @@ def test_deep_cbor_is_refused(data: bytes) -> None:
     for value_type in (T.JSON, T.STRING, T.DOUBLE):
         with pytest.raises(InvalidValueError):
             validate(value_type, data)
+
+
+@given(st.integers(min_value=0, max_value=20_000), st.sampled_from(["arrays", "maps", "tags", "indefinite"]))
+def test_cbor_nesting_is_refused_at_the_limit_before_the_decoder_goes_deeper(depth: int, kind: str) -> None:
+    """cbor2 alone stops at 400 levels with a message about itself; its max_depth makes
+    the limit and the message canopy's, for every type."""
+    head = {"arrays": b"\x81", "maps": b"\xa1\x61k", "tags": b"\xc6", "indefinite": b"\x9f"}[kind]
+    tail = b"\xff" * depth if kind == "indefinite" else b""
+    data = head * depth + b"\x01" + tail
+    if depth <= MAX_JSON_DEPTH:
+        if kind == "tags" and depth:
+            with pytest.raises(InvalidValueError, match="not a JSON value"):
+                validate(T.JSON, data)
+        else:
+            assert validate(T.JSON, data) == data
+        return
+    for value_type in (T.JSON, T.STRING, T.INT64):
+        with pytest.raises(InvalidValueError, match=f"nested deeper than {MAX_JSON_DEPTH} levels"):
+            validate(value_type, data)
+
+
+def _json_text(depth: int, opener: str) -> str:
+    """JSON text nesting ``depth`` arrays or objects."""
+    if opener == "{":  # empty objects at the bottom: {"k":{"k":{}}}
+        return '{"k":' * (depth - 1) + "{}" + "}" * (depth - 1) if depth else "1"
+    closer = "]" if opener == "[" else "}"
+    return opener * depth + "1" + closer * depth
+
+
+@given(
+    st.integers(min_value=0, max_value=5000),
+    st.sampled_from(["[", "{", '{"k":']),
+    st.none() | st.sampled_from(["[[[{{", "\\", '\\"[{', "]]}}", '"']),
+    st.booleans(),
+)
+def test_json_text_depth_agrees_with_the_value_limit(depth: int, opener: str, string: str | None, closed: bool) -> None:
+    """Text that ``json.loads`` reads to a value :func:`encode` accepts passes; deeper text
+    is refused before ``json.loads`` recurses (it raised RecursionError at about 1,000
+    levels). Brackets inside strings do not count; unclosed text is left to the decoder."""
+    text = _json_text(depth, opener)
+    if string is not None:  # a string full of brackets and escapes before the value
+        text = "[" + json.dumps(string) + "," + text + "]"
+        depth += 1
+    if not closed:
+        whole, text = text, text.rstrip("]}")
+        closed = text == whole  # nothing to strip ("1"): still JSON
+    try:
+        check_json_text_depth(text)
+    except InvalidValueError as e:
+        assert depth > MAX_JSON_DEPTH
+        assert f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects at position" in str(e)
+        return
+    assert depth <= MAX_JSON_DEPTH
+    if closed:
+        encode(T.JSON, json.loads(text))
+    else:
+        with pytest.raises(ValueError):
+            json.loads(text)
+
+
+def test_json_text_depth_probe() -> None:
+    with pytest.raises(InvalidValueError, match=f"deeper than {MAX_JSON_DEPTH} levels .* at position {MAX_JSON_DEPTH}"):
+        check_json_text_depth("[" * 100_000)
+    check_json_text_depth("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH)
+    check_json_text_depth("]" + "[" * 100_000)  # not JSON at its first character: for the decoder to say
+    check_json_text_depth('"' + "[" * 100_000)  # one unterminated string
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from topics import types as codec
 from topics.specification import TopicSpecification
+from topics.types import MAX_JSON_DEPTH
 from views.evaluate import Source, derive
 from views.parser import parse_view
 
@@ -66,6 +67,29 @@ def test_insert_failures_and_defaults() -> None:
     assert run("map x to r insert t key /nope at /v", source("x", {}), others) == {"r": {}}
     assert run("map x to r insert t at /a/b default 1", source("x", {}), others) == {"r": {}}
     assert run("map x to r insert t at /arr/- ", source("x", {"arr": [1]}), others) == {"r": {"arr": [1, {"k": 5}]}}
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for level in range(depth):
+        value = {"k": value} if level % 2 else [value]
+    return value
+
+
+@given(st.integers(min_value=1, max_value=MAX_JSON_DEPTH), st.integers(min_value=1, max_value=6))
+def test_an_insert_too_deep_for_any_topic_fails(depth: int, at_length: int) -> None:
+    """The inserted value sits inside ``at_length`` objects: together they may nest
+    :data:`MAX_JSON_DEPTH` deep, no more."""
+    at = "/" + "/".join(["o"] * at_length)
+    document: Any = {}
+    for _ in range(at_length - 1):
+        document = {"o": document}
+    others = {"t": source("t", _nested(depth))}
+    found = run(f"map x to r insert t at {at} default 'too deep'", source("x", document), others)
+    inserted = found["r"]
+    for _ in range(at_length):
+        inserted = inserted["o"]
+    assert inserted == (_nested(depth) if at_length + depth <= MAX_JSON_DEPTH else "too deep")
 
 
 def test_consulted_insertion_paths() -> None:

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topics.types import TopicType
+from topics.selectors import MAX_SELECTOR_DEPTH
+from topics.types import MAX_JSON_DEPTH, TopicType
 from views.parser import ViewSemanticError, ViewSpecError, ViewSyntaxError, parse_view
 from views.spec import NO_DEFAULT, Expand, Insert, Patch, PathPart, Scalar, Template, Throttle, ValueStep
 
@@ -135,6 +136,47 @@ def test_errors_say_what_and_where(text: str, line: int, column: int, fragment: 
     assert (e.value.line, e.value.column) == (line, column), str(e.value)
     assert fragment in str(e.value)
     assert "^" in str(e.value).splitlines()[-1]
+
+
+@given(st.integers(min_value=1, max_value=3000), st.sampled_from(["'", '"']))
+def test_nested_selector_sets_in_the_source_are_bounded(depth: int, quote: str) -> None:
+    text = f"map {quote}{'#' * depth}>a{quote} to b"
+    if depth <= MAX_SELECTOR_DEPTH:
+        assert str(parse_view(text).selector) == "#>a"
+        return
+    with pytest.raises(ViewSemanticError) as e:
+        parse_view(text)
+    assert f"selector sets may nest at most {MAX_SELECTOR_DEPTH} deep" in e.value.reason
+    assert (e.value.line, e.value.column) == (1, len("map '") + MAX_SELECTOR_DEPTH + 1)
+
+
+def _nested_patch(depth: int) -> str:
+    """A patch adding a value ``depth`` arrays and objects deep, written without spaces."""
+    levels = [("[", "]") if level % 2 else ('{"k":', "}") for level in range(depth)]
+    value = "".join(o for o, _ in levels) + "1" + "".join(c for _, c in reversed(levels))
+    return f'[{{"op":"add","path":"/x","value":{value}}}]'
+
+
+@given(st.integers(min_value=0, max_value=20_000))
+def test_nested_patch_json_is_bounded(depth: int) -> None:
+    """The patch array and its operation object are two levels: the value may nest
+    ``MAX_JSON_DEPTH - 2`` more."""
+    text = f"map a to b patch '{_nested_patch(depth)}'"
+    if depth + 2 <= MAX_JSON_DEPTH:
+        (step,) = parse_view(text).steps
+        assert isinstance(step, Patch) and step.operations[0].path == ("x",)
+        return
+    with pytest.raises(ViewSemanticError) as e:
+        parse_view(text)
+    assert f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects" in e.value.reason
+    assert (e.value.line, e.value.column) == (1, len("map a to b patch '") + 1)
+
+
+def test_the_hostile_probe_in_a_view_is_a_semantic_error() -> None:
+    with pytest.raises(ViewSemanticError, match=f"at most {MAX_SELECTOR_DEPTH} deep"):
+        parse_view("map '" + "#" * 2000 + ">a' to b")
+    with pytest.raises(ViewSemanticError, match=f"deeper than {MAX_JSON_DEPTH} levels"):
+        parse_view("map a to b patch '" + "[" * 100_000 + "'")
 
 
 def test_semantic_and_syntax_errors_are_distinct() -> None:

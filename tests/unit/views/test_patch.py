@@ -13,10 +13,11 @@ import cbor2
 import jsonpatch
 import jsonpointer
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.views.test_pointer import _containers, _drawn_pointer, _pointers
+from topics.types import MAX_JSON_DEPTH
 from views.patch import (
     OPS,
     PatchFailed,
@@ -25,7 +26,7 @@ from views.patch import (
     apply_patch,
     parse_patch,
 )
-from views.pointer import format_pointer
+from views.pointer import format_pointer, nests_deeper_than
 
 
 def patched(document: Any, patch: list[dict[str, Any]] | str) -> Any:
@@ -387,6 +388,93 @@ def test_non_json_numbers_are_rejected(constant: str) -> None:
 def test_duplicate_members_inside_a_value_are_rejected() -> None:
     with pytest.raises(PatchSyntaxError, match='"k" twice'):
         parse_patch('[{"op": "add", "path": "/a", "value": {"k": 1, "k": 2}}]')
+
+
+def _nested(depth: int, inner: Any = 1) -> Any:
+    """``inner`` inside ``depth`` arrays and objects, alternating."""
+    for level in range(depth):
+        inner = {"k": inner} if level % 2 else [inner]
+    return inner
+
+
+@given(st.integers(min_value=0, max_value=20_000), st.sampled_from(["[", "{", '{"k":']))
+def test_json_text_nesting_is_a_syntax_error_past_the_limit(depth: int, opener: str) -> None:
+    """Unbalanced text too: ``json.loads`` recursed into ``'[' * 100000`` until RecursionError."""
+    deep = opener * depth
+    text = f'[{{"op":"add","path":"/x","value":{deep}'
+    opened = 2 + depth  # the patch array, the operation object, then the value's own
+    if opened <= MAX_JSON_DEPTH:
+        with pytest.raises(PatchSyntaxError, match="invalid JSON at line 1"):  # unterminated
+            parse_patch(text)
+        return
+    with pytest.raises(PatchSyntaxError) as info:
+        parse_patch(text)
+    assert info.value.index is None
+    assert f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects" in info.value.reason
+    position = len('[{"op":"add","path":"/x","value":') + (MAX_JSON_DEPTH - 2) * len(opener)
+    assert info.value.reason.endswith(f"at position {position}")
+
+
+@given(st.integers(min_value=0, max_value=MAX_JSON_DEPTH + 40))
+def test_nested_values_parse_up_to_the_limit(depth: int) -> None:
+    text = json.dumps([{"op": "add", "path": "/x", "value": _nested(depth)}])
+    if depth + 2 > MAX_JSON_DEPTH:
+        with pytest.raises(PatchSyntaxError, match="nested deeper"):
+            parse_patch(text)
+        return
+    assert parse_patch(text)[0].value == _nested(depth)
+
+
+def test_brackets_inside_strings_do_not_nest() -> None:
+    text = json.dumps([{"op": "add", "path": "/x", "value": "[" * 1000 + "\\\"{" * 500}])
+    assert parse_patch(text)[0].value == "[" * 1000 + "\\\"{" * 500
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        PatchOperation("add", ("a", "a", "k"), None, _nested(MAX_JSON_DEPTH - 2)),
+        PatchOperation("replace", ("a",), None, _nested(MAX_JSON_DEPTH)),
+        PatchOperation("copy", ("a", "k"), ()),
+        PatchOperation("move", ("a", "a", "k"), ("b",)),
+    ],
+    ids=lambda o: o.op,
+)
+def test_operations_may_not_nest_the_document_past_the_limit(operation: PatchOperation) -> None:
+    """Nothing then walks the result (``test``'s CBOR encoder crashes far deeper)."""
+    document = {"a": {"a": {}}, "b": _nested(MAX_JSON_DEPTH - 1)}
+    with pytest.raises(PatchFailed, match=f"would nest the document deeper than {MAX_JSON_DEPTH} levels") as info:
+        apply_patch(document, [operation])
+    assert json.dumps(format_pointer(operation.path)) in info.value.reason
+
+
+def test_operations_may_nest_the_document_up_to_the_limit() -> None:
+    document = {"a": {}, "b": _nested(MAX_JSON_DEPTH - 2)}
+    operations = [
+        {"op": "add", "path": "/a/k", "value": _nested(MAX_JSON_DEPTH - 2)},
+        {"op": "copy", "from": "/b", "path": "/a/j"},
+        {"op": "move", "from": "/a/j", "path": "/c"},
+        {"op": "test", "path": "/a/k", "value": _nested(MAX_JSON_DEPTH - 2)},
+    ]
+    result = apply_patch(document, parse_patch(json.dumps(operations)))
+    assert nests_deeper_than(result, MAX_JSON_DEPTH - 1) and not nests_deeper_than(result, MAX_JSON_DEPTH)
+
+
+@settings(max_examples=30)
+@given(st.integers(min_value=1, max_value=40), st.integers(min_value=MAX_JSON_DEPTH - 60, max_value=MAX_JSON_DEPTH - 1))
+def test_copying_the_document_into_itself_stops_at_the_limit(copies: int, start: int) -> None:
+    """Each copy of the whole document to ``/a/c`` nests it two levels deeper."""
+    document: Any = {"a": {}, "n": _nested(start)}
+    depth = 1 + max(1, start)
+    operations = parse_patch('[{"op": "copy", "from": "", "path": "/a/c"}]')
+    for _ in range(copies):
+        if depth + 2 > MAX_JSON_DEPTH:
+            with pytest.raises(PatchFailed, match="would nest the document deeper"):
+                apply_patch(document, operations)
+            break
+        document = apply_patch(document, operations)
+        depth += 2
+    assert nests_deeper_than(document, depth - 1) and not nests_deeper_than(document, depth)
 
 
 # -- properties -----------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonpointer
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from views.pointer import (
@@ -23,6 +23,7 @@ from views.pointer import (
     format_pointer,
     insert_at,
     is_scalar,
+    nests_deeper_than,
     parse_pointer,
     replace_at,
     resolve,
@@ -308,6 +309,43 @@ def test_insert_then_resolve_gives_the_item_and_leaves_input_alone(document: Any
     result = insert_at(document, tokens, item)
     assert resolve(result, tokens) is item
     assert document == before
+
+
+# -- depth --------------------------------------------------------------------------------
+
+
+def _depth(value: Any) -> int:
+    """The oracle: arrays and objects inside one another, by recursion (small values only)."""
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+@given(JSON, st.integers(min_value=-1, max_value=8))
+def test_nests_deeper_than_agrees_with_a_recursive_oracle(document: Any, levels: int) -> None:
+    assert nests_deeper_than(document, levels) is (_depth(document) > levels)
+
+
+def _chain(depth: int) -> Any:
+    value: Any = "leaf"
+    for level in range(depth):
+        value = {"k": value} if level % 2 else [value]
+    return value
+
+
+@settings(max_examples=30)
+@given(st.integers(min_value=0, max_value=50_000))
+def test_deep_documents_and_long_pointers_do_not_recurse(depth: int) -> None:
+    document = _chain(depth)
+    assert nests_deeper_than(document, depth - 1) and not nests_deeper_than(document, depth)
+    path = tuple("k" if level % 2 else "0" for level in reversed(range(depth)))
+    assert resolve(document, path) == "leaf"
+    replaced = replace_at(document, path, "new")
+    assert resolve(replaced, path) == "new" and resolve(document, path) == "leaf"
+    if depth:
+        assert resolve(insert_at(document, path, 1), path) == 1
 
 
 # -- against the RFC 6901 reference implementation (jsonpointer) -----------------------
