@@ -115,27 +115,38 @@ class _Client(Handler):
         #: correlation id -> requests of this connection with it that were handed on and not answered
         self.outstanding: dict[int, int] = {}
         self.protocol_errors = 0
-        #: the client's IP address, and whether the connection counts against the limits
+        #: the client's IP address, whether the connection counts against the limits, and
+        #: why it was refused (over a limit) if it was
         self.address = ""
         self.counted = False
+        self.refusal: str | None = None
 
-    def on_open(self, stream: WebSocketStream) -> None:
+    def on_connected(self, stream: WebSocketStream) -> None:
+        """Counted against the limits from the first byte on (a connection that never
+        finishes its WebSocket handshake counts too), and given ``hello_timeout_ms`` to
+        finish the handshake and send its HELLO."""
         self.stream = stream
         self.address = str(stream.remote_address[0]) if stream.remote_address else ""
-        refusal = self.connections.admit_connection(self.address)
-        if refusal is not None:  # over a connection limit: told why, and closed
-            self.closing = True
-            stream.send(wire.encode_frame([wire.Error(0, "LIMIT_EXCEEDED", refusal)]))
-            stream.close(CLOSE_TRY_AGAIN_LATER, "LIMIT_EXCEEDED")
-            return
-        self.counted = True
-        self.connections.streams.add(stream)
+        self.refusal = self.connections.admit_connection(self.address)
+        if self.refusal is None:
+            self.counted = True
+            self.connections.streams.add(stream)
         self._hello_timer = asyncio.get_running_loop().call_later(self.connections.hello_timeout, self._no_hello)
 
+    def on_open(self, stream: WebSocketStream) -> None:
+        if self.refusal is not None:  # over a connection limit: told why, and closed
+            self.closing = True
+            stream.send(wire.encode_frame([wire.Error(0, "LIMIT_EXCEEDED", self.refusal)]))
+            stream.close(CLOSE_TRY_AGAIN_LATER, "LIMIT_EXCEEDED")
+
     def _no_hello(self) -> None:
-        """A connection that sent no HELLO in time: told why, and closed."""
+        """A connection that sent no HELLO in time: told why, and closed (one that has
+        not finished its handshake, or was refused, is dropped)."""
         stream = self.stream
-        if stream is None or self.early is not None or self.closing:
+        if stream is None or self.early is not None or (self.closing and self.refusal is None):
+            return
+        if not stream.open or self.refusal is not None:
+            stream.abort()
             return
         self.closing = True
         message = f"no HELLO within {self.connections.hello_timeout:g} s of connecting (hello_timeout_ms)"
@@ -397,6 +408,7 @@ class Connections:
     def forget(self, client: _Client) -> None:
         """End the client's session (if it still is the client's)."""
         session_id = client.session_id
+        self._admit.discard(client)  # its waiting requests go with it
         if session_id is None or self.by_session.get(session_id) is not client:
             return
         del self.by_session[session_id]

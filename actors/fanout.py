@@ -38,10 +38,13 @@ from actors.link import PartitionLink
 from actors.supervision import announce_start, new_incarnation
 from fanout.config import FanoutConnection
 from fanout.mirror import Mirror, claim_name, precedence
+from sessions.incidents import IncidentLog
 from sessions.missing_topics import CANCEL, PROCEED
 from topics.protocol import Ok, Operation, RefPut, Result, TopicEvent
 
 log = logging.getLogger("canopy.fanout")
+#: one warning a minute per connection about missing-topic requests the primary did not answer
+UNANSWERED = IncidentLog(60.0, max_keys=1000)
 #: seconds between two timed claims (the apply part of the lag)
 PROBE_EVERY = 0.1
 #: seconds between two round trips to the primary (the rest of the lag)
@@ -257,9 +260,11 @@ class FanoutLink:
             return PROCEED  # no session to the primary: nothing is propagated
         try:
             answer = await session._call("missing_topic_fwd", selector, session_id, properties, servers, hops)
-        except Exception as e:
-            log.warning("fan-out %s: the missing-topic notification for %s got no answer from the primary (%s); "
-                        "proceeding", self.connection.name, selector, e)
+        except Exception as e:  # e.g. PERMISSION_DENIED: the link's principal lacks SERVER_LINK there
+            held = UNANSWERED.record(self.connection.name, time.monotonic())
+            if held is not None:
+                log.warning("fan-out %s: the missing-topic notification for %s got no answer from the primary (%s); "
+                            "proceeding%s", self.connection.name, selector, e, held)
             return PROCEED
         self.forwarded += 1
         return CANCEL if answer == CANCEL else PROCEED

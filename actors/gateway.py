@@ -189,8 +189,8 @@ class Gateway:
         it freed for reuse: without this, the memory of sessions that closed (their
         properties, queues and frames) stayed with the gateway."""
         self._trim = None
-        if _malloc_trim is not None:
-            _malloc_trim(0)
+        if _malloc_trim is not None:  # off the loop: the call walks the heap, releasing the GIL
+            asyncio.get_running_loop().run_in_executor(None, _malloc_trim, 0)
 
     def _send(self, session_id: str, message: bytes) -> None:
         self.registry.send(session_id, message)

@@ -28,6 +28,7 @@ from actors.remote_servers import RemoteConnection
 from fanout.servers import MAX_SERVERS, RemoteServer, RemoteServerError
 from actors.link import PartitionLink
 from actors.supervision import announce_start, new_incarnation
+from sessions.incidents import IncidentLog
 from sessions.security import PathPermission, SecurityStore
 from topics.protocol import Operation, Register, TopicEvent, Unregister, decode_operation, encode_operation
 from topics.selectors import parse_selector
@@ -35,6 +36,8 @@ from views.engine import Changes, ViewDefinition, ViewEngine
 from views.parser import parse_view
 
 log = logging.getLogger("canopy.views")
+#: one warning a minute per remote server about missing-topic requests it did not answer
+UNANSWERED = IncidentLog(60.0, max_keys=1000)
 GATEWAY_ID = "views"
 TICK = 0.5
 
@@ -304,9 +307,11 @@ class ViewEvaluatorActor:
             return "proceed"
         try:
             answer = await session._call("missing_topic_fwd", selector, session_id, properties, servers, hops)
-        except Exception as e:
-            log.warning("remote server %s: the missing-topic notification for %s got no answer (%s); proceeding",
-                        name, selector, e)
+        except Exception as e:  # e.g. PERMISSION_DENIED: the principal lacks SERVER_LINK there
+            held = UNANSWERED.record(name, time.monotonic())
+            if held is not None:
+                log.warning("remote server %s: the missing-topic notification for %s got no answer (%s); "
+                            "proceeding%s", name, selector, e, held)
             return "proceed"
         return "cancel" if answer == "cancel" else "proceed"
 

@@ -51,6 +51,9 @@ WRITE_LOW = 64 * 1024
 class Handler:
     """What a stream tells its owner; override what you need."""
 
+    def on_connected(self, stream: WebSocketStream) -> None:
+        """The TCP (or TLS) connection is there; the opening handshake is to come."""
+
     def on_open(self, stream: WebSocketStream) -> None:
         """The opening handshake completed."""
 
@@ -162,6 +165,7 @@ class WebSocketStream(asyncio.Protocol):
         transport.set_write_buffer_limits(WRITE_HIGH, WRITE_LOW)
         if self._ping_interval is not None:
             self._timer = asyncio.get_running_loop().call_later(self._ping_interval, self._keepalive)
+        self.handler.on_connected(self)
 
     def data_received(self, data: bytes) -> None:
         self._heard = True

@@ -22,7 +22,8 @@ that knows the topics (:mod:`sessions.requests`, :mod:`views.requests`):
 Server-to-server requests (``missing_topic_fwd``: a secondary's fan-out link
 or a remote server connection passing on a request of one of its sessions)
 need SERVER_LINK, a global permission that only the principals those links log
-in as should hold (ADMINISTRATOR has every global permission).
+in as should hold (the shipped ADMINISTRATOR role has it; a security store made
+before SERVER_LINK existed grants it to nobody until an administrator does).
 
 Requests that act only on what the session itself holds (unsubscribing, its
 own missing-topic registrations and notifications) need no permission:

@@ -64,9 +64,12 @@ The rules, per key:
   failures within 8.
 * **Memory.** Each kind of key, and the trusted pairs, hold at most
   ``max_tracked`` (10,000) keys; the key whose failure was counted longest
-  ago is forgotten first. A flood of new addresses therefore pushes out old
+  ago is forgotten first, passing over (among the 64 oldest) keys that are
+  being held back. A flood of new addresses therefore pushes out old
   addresses, never a principal's count (new names push out the names that
-  failed longest ago); names longer than 64 characters are kept as a digest.
+  failed longest ago, and fresh names, with one failure each, push out other
+  fresh names before the count of a principal that is being guessed); names
+  longer than 64 characters are kept as a digest.
   Together about 12 MB at most (64-character names).
 
 What a guesser gets at most, at steady state, however many connections it
@@ -218,13 +221,27 @@ class _Counts:
         if count is None:
             count = self._by_key[key] = _Count(1, at)
             if len(self._by_key) > self.limit:
-                self._by_key.popitem(last=False)
+                self._evict(now)
         else:
             count.failures = min(self._saturation, self._decayed(count, now) + 1)
             count.last = max(count.last, at)  # a paced attempt may be counted before a queued suspect one
             self._by_key.move_to_end(key)
         if paced:
             count.paced = at if count.paced is None else max(count.paced, at)
+
+    def _evict(self, now: float) -> None:
+        """Forget one key: the oldest of the :data:`EVICTION_LOOKAHEAD` oldest that
+        is not being held back (under its free failures, once decayed); only when
+        all of those are held back, the oldest. A flood of fresh names (one
+        failure each) so pushes out other fresh names, not the count of a
+        principal someone is guessing."""
+        keys = iter(self._by_key.items())
+        for _ in range(min(EVICTION_LOOKAHEAD, len(self._by_key) - 1)):
+            key, count = next(keys)
+            if self._decayed(count, now) < self.backoff.free:
+                del self._by_key[key]
+                return
+        self._by_key.popitem(last=False)
 
     def take_back(self, key: Hashable) -> None:
         """Uncount one failure (the attempt turned out to succeed)."""
@@ -237,6 +254,9 @@ class _Counts:
     def clear(self, key: Hashable) -> None:
         self._by_key.pop(key, None)
 
+
+#: how many of the oldest keys an eviction looks through for one that is not being held back
+EVICTION_LOOKAHEAD = 64
 
 _LONGEST_NAME = 64
 

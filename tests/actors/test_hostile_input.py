@@ -62,6 +62,7 @@ async def open_raw(url: str, address: str) -> Any:
 
 async def test_connections_per_address_are_bounded(broker: str) -> None:
     most = BROKER_SETTINGS["max_connections_per_address"]
+    baseline = (await asyncio.to_thread(gateway_stats))["connections"]
     held = [await open_raw(broker, "127.0.0.77") for _ in range(most)]
     try:
         refused = await open_raw(broker, "127.0.0.77")
@@ -82,7 +83,29 @@ async def test_connections_per_address_are_bounded(broker: str) -> None:
     finally:
         for ws in held:
             await ws.close()
-    await await_for(lambda: _address_released(), what="the address's connections uncounted")
+    await await_for(lambda: _address_released(baseline), what="the address's connections uncounted")
+
+
+async def test_connections_that_never_finish_the_handshake_count_and_are_dropped(broker: str) -> None:
+    """A TCP connection that never sends its WebSocket handshake counts against the
+    limits like any other, and is dropped after hello_timeout_ms."""
+    port = int(broker.rsplit(":", 1)[1])
+    most = BROKER_SETTINGS["max_connections_per_address"]
+    silent = [await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.81", 0)) for _ in range(most)]
+    try:
+        refused = await open_raw(broker, "127.0.0.81")
+        (error,) = wire.decode(await asyncio.wait_for(refused.recv(), 10))
+        assert isinstance(error, wire.Error) and error.code == "LIMIT_EXCEEDED", error
+        await refused.close()
+        for reader, _writer in silent:  # each is dropped once its time to say HELLO is up
+            assert await asyncio.wait_for(reader.read(), 15) == b""
+    finally:
+        for _reader, writer in silent:
+            writer.close()
+            await writer.wait_closed()
+    again = await _admitted(broker, "127.0.0.81")
+    assert again is not None
+    await again.close()
 
 
 async def _admitted(url: str, address: str) -> Any:
@@ -95,9 +118,9 @@ async def _admitted(url: str, address: str) -> Any:
     return None
 
 
-async def _address_released() -> bool:
+async def _address_released(baseline: int) -> bool:
     stats = await asyncio.to_thread(gateway_stats)
-    return stats["connections"] <= 5
+    return stats["connections"] <= baseline
 
 
 async def test_a_silent_connection_is_told_why_it_is_closed(broker: str) -> None:
@@ -154,28 +177,37 @@ async def test_requests_cut_off_by_a_close_are_not_failures(broker: str, prefix:
 
 async def test_memory_comes_back_after_sessions_close(broker: str) -> None:
     """Sessions with maximal HELLO properties, opened and closed three times: the
-    gateway's bookkeeping returns to where it was and its memory does not keep growing."""
-    count = 30
+    gateway's bookkeeping returns to where it was, and so does most of the memory
+    the sessions took (the gateway hands it back to the system once they closed)."""
+    count = 90
     baseline = await asyncio.to_thread(gateway_stats)
-    peaks, after = [], []
+    grew = 0
     for round_ in range(3):
-        addresses = [f"127.0.1.{1 + i // 20}" for i in range(count)]  # within the per-address limit
+        before = (await asyncio.to_thread(gateway_stats))["rss_bytes"]
+        addresses = [f"127.0.1.{1 + i // 30}" for i in range(count)]  # within the per-address limit
         sessions = []
         for i, address in enumerate(addresses):
             ws = await open_raw(broker, address)
             await ws.send(wire.ClientProtocol().hello(properties=maximal_properties(f"r{round_}-{i}")))
             assert isinstance(wire.decode(await ws.recv())[0], wire.Welcome)
             sessions.append(ws)
-        peaks.append(await asyncio.to_thread(gateway_stats))
+        peak = (await asyncio.to_thread(gateway_stats))["rss_bytes"]
         for ws in sessions:
             await ws.close()
-        closed = await await_for(
-            lambda: _settled(baseline), what="the sessions' bookkeeping gone", timeout=20)
-        after.append(closed)
-    per_session = (peaks[0]["rss_bytes"] - baseline["rss_bytes"]) / count
-    print(f"gateway memory per session with maximal HELLO properties: {per_session / 1024:.0f} KiB")
-    growth = after[2]["rss_bytes"] - after[0]["rss_bytes"]
-    assert growth < 8 * 1024 * 1024, (growth, [a["rss_bytes"] for a in after])
+        await await_for(lambda: _settled(baseline), what="the sessions' bookkeeping gone", timeout=20)
+        if peak - before > 2 * 1024 * 1024:  # the sessions took memory of their own (not reused free memory)
+            grew += 1
+            await await_for(
+                lambda: _rss_below(before + (peak - before) // 2),
+                what=f"round {round_}: the gateway's memory back from {peak:,} towards {before:,} bytes",
+                timeout=20,
+            )
+    assert grew, "the sessions never took memory of their own: nothing was measured"
+
+
+async def _rss_below(limit: int) -> int | None:
+    rss: int = (await asyncio.to_thread(gateway_stats))["rss_bytes"]
+    return rss if rss <= limit else None
 
 
 async def _settled(baseline: dict[str, Any]) -> dict[str, Any] | None:

@@ -409,3 +409,17 @@ def test_stats_count_what_the_guard_did(clock: Clock) -> None:
     for i in range(120):
         guard.admit(f"user{i}", "10.0.0.1")  # new principals, all at once: beyond the paced queue
     assert guard.stats()["login_refused_address"] == 120 - (100 - 8) - 6
+
+
+def test_a_flood_of_fresh_names_does_not_push_out_a_guessed_principal() -> None:
+    """With room for few keys, names that failed once each push out one another,
+    not the count of a principal that is being held back."""
+    clock = Clock()
+    guard = LoginGuard(clock, max_tracked=20)
+    for _ in range(12):  # "victim" is guessed from many addresses: held back on its own count
+        admission = guard.admit("victim", f"10.0.0.{_}")
+        clock.advance(admission.wait)
+    assert guard.failures("victim", "10.9.9.9")[2] >= 10
+    for i in range(500):  # a flood of fresh names, each failing once
+        guard.admit(f"fresh-{i}", f"10.1.{i // 250}.{i % 250}")
+    assert guard.failures("victim", "10.9.9.9")[2] >= 10
