@@ -11,7 +11,9 @@ Starts a real ``canopy serve`` and measures:
   one address on ``--parallel`` connections at a time for ``--seconds``; how
   many guesses the gateway checked (its ``login_admitted`` counter, from
   ``canopy cluster status``) and refused unchecked, per second, and whether a
-  principal never attacked still logs in promptly from the same address.
+  principal never attacked still logs in promptly from the same address;
+  then one attacker spraying (a new principal name each guess) from another
+  address for as long.
 
     .venv/bin/python bench/hostile.py [--sessions 500] [--seconds 60] [--parallel 20]
 """
@@ -152,6 +154,36 @@ async def guesses(url: str, seconds: float, parallel: int) -> None:
         async with canopy.connect(url, "bystander", "bystander-password"):
             pass
         print(f"  then a principal never attacked, from the same address: logged in in {time.monotonic() - t:.2f} s")
+
+        # spraying: a new name each guess, from one other address
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import ConnectionClosed
+
+        before = await guard_stats(admin)
+        stop = time.monotonic() + seconds
+        tried = 0
+
+        async def sprayer() -> None:
+            nonlocal tried
+            while time.monotonic() < stop:
+                tried += 1
+                ws = await connect(url, max_size=None, local_addr=("127.0.0.2", 0))
+                try:
+                    await ws.send(wire.ClientProtocol().hello(f"name-{tried}", "a-guess"))
+                    await ws.recv()  # AUTHENTICATION_FAILED, after the wait the guard decided
+                except ConnectionClosed:
+                    pass
+                finally:
+                    await ws.close()
+
+        started = time.monotonic()
+        await asyncio.gather(*(sprayer() for _ in range(parallel)))
+        elapsed = time.monotonic() - started
+        after = await guard_stats(admin)
+        checked = after["login_admitted"] - before["login_admitted"]
+        refused = after["login_refused"] - before["login_refused"]
+        print(f"  many principals from one address, {parallel} connections at a time, {elapsed:.0f} s: "
+              f"{checked} guesses checked ({checked / elapsed:.2f}/s; the first 100 free), {refused} refused unchecked")
 
 
 async def main() -> None:
