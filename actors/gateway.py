@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import functools
 import gc
 import logging
@@ -162,6 +164,7 @@ class Gateway:
             "pid": os.getpid(),
             "url": self.url,
             "rss_bytes": _rss_bytes(),
+            "heap_in_use_bytes": _heap_in_use(),
             "connections": len(self.connections.streams),
             "connection_addresses": len(self.connections.per_address),
             "resume_tokens": len(self.connections.tokens),
@@ -493,9 +496,6 @@ def _rss_bytes() -> int:
 
 def _libc_malloc_trim() -> Any:
     """glibc's ``malloc_trim``, or ``None`` where the C library has none."""
-    import ctypes
-    import ctypes.util
-
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         return libc.malloc_trim
@@ -504,3 +504,31 @@ def _libc_malloc_trim() -> Any:
 
 
 _malloc_trim = _libc_malloc_trim()
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _libc_mallinfo2() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        function = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    function.restype = _MallInfo2
+    return function
+
+
+_mallinfo2 = _libc_mallinfo2()
+
+
+def _heap_in_use() -> int:
+    """Bytes the C heap has handed out and not had back (glibc's ``mallinfo2``: every
+    arena's chunks in use and the mmapped ones; 0 where there is no such call). Unlike
+    the resident size it does not depend on how much freed memory the heap keeps."""
+    if _mallinfo2 is None:
+        return 0
+    info = _mallinfo2()
+    return int(info.uordblks + info.hblkhd)
