@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,67 +124,59 @@ async def guard_stats(admin: Any) -> dict[str, int]:
     return guard
 
 
+async def attack(admin: Any, seconds: float, parallel: int, guess: Callable[[int], Awaitable[None]]) -> str:
+    """``parallel`` loops calling ``guess(n)`` (n counts the guesses) for ``seconds``: what the guard did."""
+    before = await guard_stats(admin)
+    stop = time.monotonic() + seconds
+    made = 0
+
+    async def loop() -> None:
+        nonlocal made
+        while time.monotonic() < stop:
+            made += 1
+            await guess(made)
+
+    started = time.monotonic()
+    await asyncio.gather(*(loop() for _ in range(parallel)))
+    elapsed = time.monotonic() - started
+    after = await guard_stats(admin)
+    checked = after["login_admitted"] - before["login_admitted"]
+    refused = after["login_refused"] - before["login_refused"]
+    return (f"{parallel} connections at a time, {elapsed:.0f} s: {made} guesses, {checked} checked "
+            f"({checked / elapsed:.2f}/s), {refused} refused unchecked")
+
+
 async def guesses(url: str, seconds: float, parallel: int) -> None:
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    async def victim(n: int) -> None:
+        try:
+            await canopy.connect(url, "victim", f"guess-{n}", reconnect_timeout=0)
+        except errors.AuthenticationError:
+            pass
+
+    async def spray(n: int) -> None:  # a new name each guess, from another address
+        ws = await connect(url, max_size=None, local_addr=("127.0.0.2", 0))
+        try:
+            await ws.send(wire.ClientProtocol().hello(f"name-{n}", "a-guess"))
+            await ws.recv()  # AUTHENTICATION_FAILED, after the wait the guard decided
+        except ConnectionClosed:
+            pass
+        finally:
+            await ws.close()
+
     async with canopy.connect(url, *ADMIN) as admin:
         await admin.security.update(
             ["add_principal", "victim", "victim-password", ["CLIENT"]],
             ["add_principal", "bystander", "bystander-password", ["CLIENT"]],
         )
-        before = await guard_stats(admin)
-        stop = time.monotonic() + seconds
-        answered = 0
-
-        async def attacker() -> None:
-            nonlocal answered
-            while time.monotonic() < stop:
-                try:
-                    await canopy.connect(url, "victim", f"guess-{answered}", reconnect_timeout=0)
-                except errors.AuthenticationError:
-                    answered += 1
-
-        started = time.monotonic()
-        await asyncio.gather(*(attacker() for _ in range(parallel)))
-        elapsed = time.monotonic() - started
-        after = await guard_stats(admin)
-        checked = after["login_admitted"] - before["login_admitted"]
-        refused = after["login_refused"] - before["login_refused"]
-        print(f"  one principal from one address, {parallel} connections at a time, {elapsed:.0f} s: "
-              f"{answered} answers; {checked} guesses checked ({checked / elapsed:.2f}/s), "
-              f"{refused} refused unchecked")
+        print(f"  one principal from one address: {await attack(admin, seconds, parallel, victim)}")
         t = time.monotonic()
         async with canopy.connect(url, "bystander", "bystander-password"):
             pass
         print(f"  then a principal never attacked, from the same address: logged in in {time.monotonic() - t:.2f} s")
-
-        # spraying: a new name each guess, from one other address
-        from websockets.asyncio.client import connect
-        from websockets.exceptions import ConnectionClosed
-
-        before = await guard_stats(admin)
-        stop = time.monotonic() + seconds
-        tried = 0
-
-        async def sprayer() -> None:
-            nonlocal tried
-            while time.monotonic() < stop:
-                tried += 1
-                ws = await connect(url, max_size=None, local_addr=("127.0.0.2", 0))
-                try:
-                    await ws.send(wire.ClientProtocol().hello(f"name-{tried}", "a-guess"))
-                    await ws.recv()  # AUTHENTICATION_FAILED, after the wait the guard decided
-                except ConnectionClosed:
-                    pass
-                finally:
-                    await ws.close()
-
-        started = time.monotonic()
-        await asyncio.gather(*(sprayer() for _ in range(parallel)))
-        elapsed = time.monotonic() - started
-        after = await guard_stats(admin)
-        checked = after["login_admitted"] - before["login_admitted"]
-        refused = after["login_refused"] - before["login_refused"]
-        print(f"  many principals from one address, {parallel} connections at a time, {elapsed:.0f} s: "
-              f"{checked} guesses checked ({checked / elapsed:.2f}/s; the first 100 free), {refused} refused unchecked")
+        print(f"  many principals from one address (the first 100 free): {await attack(admin, seconds, parallel, spray)}")
 
 
 async def main() -> None:
