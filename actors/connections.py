@@ -50,7 +50,7 @@ from canopy.transport import Handler, WebSocketStream
 from sessions.countries import CountryTable
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
 from sessions.incidents import IncidentLog
-from sessions.limits import Limits, PropertyLimitError
+from sessions.limits import Limits, PropertyLimitError, shown
 from sessions.logins import LoginFailure, LoginGuard, describe_failure
 from sessions.registry import Session, SessionRegistry
 from sessions.requests import RequestError
@@ -632,10 +632,6 @@ def _hello(data: Any, limits: Limits) -> wire.Hello:
     for key in hello.properties:
         if key.startswith("$") or not key:
             raise RequestError(
-                "INVALID_PROPERTIES", f"user session property {_shown(key)!r} may not be empty or start with '$'")
+                "INVALID_PROPERTIES", f"user session property {shown(key)!r} may not be empty or start with '$'")
     limits.properties(hello.properties)
     return hello
-
-
-def _shown(text: str, most: int = 40) -> str:
-    return text if len(text) <= most else f"{text[:most]}…"

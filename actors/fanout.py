@@ -250,10 +250,11 @@ class FanoutLink:
 
     async def missing(self, selector: str, session_id: str, properties: dict[str, str], servers: list[str],
                       hops: list[str]) -> str:
-        """A request on this server that seed 003's conditions 2 and 3 let through (the gateway
-        decided: :func:`fanout.mirror.propagates`) is offered here: with a live session to the
-        primary (condition 1) it is forwarded, and the primary answers what its handlers
-        answered (it checks conditions 4 and 5). A session lost while it is out counts as
+        """A request on this server that the missing-topic propagation conditions on this side
+        let through (the request crosses a link and no replica matches it: the gateway decided,
+        :func:`fanout.mirror.propagates`) is offered here: with a live session to the primary
+        it is forwarded, and the primary answers what its handlers answered (it checks the
+        rest: no topic of its own matches, and a handler is registered there). A session lost while it is out counts as
         proceed, with a warning."""
         session = self.session
         if session is None or not session.connected or self.state != "connected":

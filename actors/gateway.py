@@ -44,7 +44,7 @@ from canopy import protocol as wire
 from actors.configuration import NotCommitted
 from canopy.transport import serve_stream
 from sessions.filters import FilterSyntaxError, parse_filter
-from sessions.limits import Limits, PropertyLimitError
+from sessions.limits import Limits, PropertyLimitError, shown
 from fanout.config import FanoutConfigError
 from fanout.servers import RemoteServerError
 from sessions.missing_topics import MissingTopicError
@@ -265,9 +265,9 @@ class Gateway:
         handler = HANDLERS.get(request.op) if request.op in MATRIX else None
         if handler is None:
             known = ", ".join(sorted(MATRIX))
-            shown = request.op if len(request.op) <= 64 else request.op[:64] + "…"
             self.connections.error(
-                sid, request.cid, "UNKNOWN_OPERATION", f"unknown operation {shown!r}; known: {known}", request.op
+                sid, request.cid, "UNKNOWN_OPERATION", f"unknown operation {shown(request.op)!r}; known: {known}",
+                request.op,
             )
             return
         try:
@@ -340,8 +340,6 @@ class Gateway:
         else:
             self.connections.respond(sid, cid, result, op)
         self.connections.wake()
-
-
 
     def _unexpected(self, sid: str, cid: int, op: str, error: Exception) -> None:
         """Answer a request that failed in a way no check foresaw: INTERNAL, with no

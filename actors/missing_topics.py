@@ -19,10 +19,11 @@ it between gateways and sessions.
   (``missing_topic_answered``). Whatever goes wrong on the way (the handler's
   session or gateway gone, no answer in ``missing_topic_timeout_ms``) counts
   as proceed: a request is never stuck, and never cancelled but by a handler.
-* **Fan-out** (seed 003): a request whose selector's path prefix intersects
+* **Fan-out**: a request whose selector's path prefix intersects
   a fan-out link's is also offered to that link's actor
   (:meth:`actors.fanout.FanoutLinkActor.missing`), which forwards it to its
-  primary when the seed's conditions hold there; the primary treats it as
+  primary when the missing-topic propagation conditions hold there (listed
+  in the README's fan-out section); the primary treats it as
   its own request (its handlers, its own fan-out links: tiers), with the
   chain of servers growing by one at each hop. The request goes on once
   every handler said proceed and ends at the first cancel; a link that
@@ -179,7 +180,7 @@ class MissingTopics:
 
     def covers(self, selector: Selector) -> bool:
         """Whether a request for ``selector`` may have anybody to wait for: a handler here,
-        or a fan-out link it may be propagated through (seed 003)."""
+        or a fan-out link it may be propagated through."""
         return self.handlers.covers(selector) or any(
             crosses(selector, link) for _name, _handle, links in self.fanouts for link in links
         ) or any(crosses(selector, f) for _name, f in self.remote_filters)
@@ -194,7 +195,7 @@ class MissingTopics:
     ) -> tuple[str, bool]:
         """Offer a request of ``session_id`` for ``selector`` to the handlers: the one registered
         here when it ``matched`` no topic here, and, through the fan-out links, the primaries
-        where seed 003's conditions hold (on this side: :func:`fanout.mirror.propagates` over the
+        where the missing-topic propagation conditions hold (on this side: :func:`fanout.mirror.propagates` over the
         replicas among ``matched``; the link's actor checks its session, the primary the rest).
         Answer PROCEED or CANCEL once they decided, and whether any was asked.
 

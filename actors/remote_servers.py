@@ -1,4 +1,4 @@
-"""Connections to remote servers, for remote topic views (seed 000, ``from NAME``).
+"""Connections to remote servers, for remote topic views (``from NAME`` in a view specification).
 
 The view evaluator holds one :class:`RemoteConnection` per remote server that some
 view needs and that is defined (:mod:`fanout.servers`): a client session

@@ -7,8 +7,8 @@ over the same streams. It owns the topic views: validates, numbers (precedence),
 commits them to the replicated configuration log (:mod:`actors.configuration`)
 before applying them, and restores them from it at start. Timers release throttled values and the delayed claims of delayed
 views, which wait in a :class:`~actors.delay_store.DelayStore` on disk
-(``delay_store/`` in the data directory; emptied at start, as seed 000 says
-delayed events are not persisted over a restart).
+(``delay_store/`` in the data directory; emptied at start: a view's delayed
+events are not kept over a restart).
 """
 
 from __future__ import annotations

@@ -31,13 +31,14 @@ from topics import paths
 from topics.errors import PathError, SelectorError
 from topics.selectors import PathSelector, Selector, SplitPathSelector, parse_selector
 
-__all__ = ["Limits", "PropertyLimitError"]
+__all__ = ["Limits", "PropertyLimitError", "shown"]
 
 #: characters of a refused path or selector the error shows
 _SHOWN = 40
 
 
-def _shown(text: str) -> str:
+def shown(text: str) -> str:
+    """``text``, or its start and its length when it is long: how errors show what a client sent."""
     return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(text):,} characters)"
 
 
@@ -74,13 +75,13 @@ class Limits:
         if len(path) > self.max_path_length:
             raise PathError(
                 f"path has {len(path):,} characters; at most {self.max_path_length:,} (max_path_length)",
-                _shown(path),
+                shown(path),
             )
         segments = paths.depth(path)
         if segments > self.max_path_segments:
             raise PathError(
                 f"path has {segments:,} segments; at most {self.max_path_segments:,} (max_path_segments)",
-                _shown(path),
+                shown(path),
             )
 
     def properties(self, properties: Mapping[Any, Any], *, extra: int = 0) -> None:
@@ -94,11 +95,11 @@ class Limits:
         for name, value in properties.items():
             if len(name) > self.max_property_name_length:
                 raise PropertyLimitError(
-                    f"session property name {_shown(name)!r} has {len(name):,} characters; at most "
+                    f"session property name {shown(name)!r} has {len(name):,} characters; at most "
                     f"{self.max_property_name_length:,} (max_property_name_length)")
             if value is not None and len(value) > self.max_property_value_length:
                 raise PropertyLimitError(
-                    f"session property {_shown(name)!r} has a value of {len(value):,} characters; at most "
+                    f"session property {shown(name)!r} has a value of {len(value):,} characters; at most "
                     f"{self.max_property_value_length:,} (max_property_value_length)")
 
     def selector(self, text: Any) -> Selector:
@@ -125,7 +126,7 @@ class Limits:
             raise SelectorError(
                 f"selector has {len(text):,} characters; at most {self.max_selector_length:,} "
                 "(max_selector_length)",
-                _shown(text),
+                shown(text),
                 self.max_selector_length,
             )
 
@@ -136,11 +137,11 @@ class Limits:
                 try:
                     self.check_path(member.path)
                 except PathError as e:
-                    raise SelectorError(e.reason, _shown(expression), 0) from None
+                    raise SelectorError(e.reason, shown(expression), 0) from None
             elif isinstance(member, SplitPathSelector) and len(member.patterns) > self.max_path_segments:
                 raise SelectorError(
                     f"split-path pattern has {len(member.patterns):,} segments; at most "
                     f"{self.max_path_segments:,} (max_path_segments)",
-                    _shown(expression),
+                    shown(expression),
                     0,
                 )

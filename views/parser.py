@@ -1,4 +1,4 @@
-"""Parse topic view specifications (grammar in ``view.lark``, seed 000).
+"""Parse topic view specifications (grammar in ``view.lark``).
 
 :func:`parse_view` returns a :class:`~views.spec.ViewSpec` or raises a
 :class:`ViewSpecError` that says what is wrong and where (line, column, the
@@ -15,14 +15,14 @@ list. What nests is inside free text and bounded there, each excess being a
 selector (:data:`~topics.selectors.MAX_SELECTOR_DEPTH`) and the JSON of a
 patch (:data:`~topics.types.MAX_JSON_DEPTH`).
 
-Choices where the seed is silent:
+Choices the reference system's documentation leaves open:
 
 * Clauses after ``to`` may come in any order. ``insert``, ``patch`` and
   ``as <value()>`` form the processing chain in the order written; every
   other clause may appear once.
 * Selectors and templates may be quoted with single or double quotes.
 * ``default`` takes a quoted string, a number, ``true``, ``false`` or ``null``.
-* Only the properties the seed's table marks as settable may be set:
+* Only the properties a view may set on its reference topics may be set:
   COMPRESSION, CONFLATION, DONT_RETAIN_VALUE, PUBLISH_VALUES_ONLY,
   TIDY_ON_UNSUBSCRIBE, TIME_SERIES_RETAINED_RANGE and
   TIME_SERIES_SUBSCRIPTION_RANGE.
