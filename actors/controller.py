@@ -110,6 +110,10 @@ class Liveness:
     def poll(self, actors: dict[str, Any]) -> list[tuple[str, str, str]]:
         """``[(name, "crashed" | "restarted" | "dead", detail)]`` since the last poll."""
         events: list[tuple[str, str, str]] = []
+        for name in [n for n in self._pending if n not in actors]:
+            # no longer serving (replaced, or moved with its node): its answer, when it
+            # comes, is about an actor nobody asks after (and whose owner forgot it)
+            del self._pending[name]
         for name, handle in actors.items():
             if name not in self._pending and name not in self._dead:
                 self._pending[name] = handle.incarnation.remote()
