@@ -23,7 +23,7 @@ it between gateways and sessions.
   a fan-out link's is also offered to that link's actor
   (:meth:`actors.fanout.FanoutLinkActor.missing`), which forwards it to its
   primary when the missing-topic propagation conditions hold there (listed
-  in the README's fan-out section); the primary treats it as
+  in ARCHITECTURE.md); the primary treats it as
   its own request (its handlers, its own fan-out links: tiers), with the
   chain of servers growing by one at each hop. The request goes on once
   every handler said proceed and ends at the first cancel; a link that

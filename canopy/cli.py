@@ -834,7 +834,7 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
     for p in (t_put, t_get, t_list, t_remove):
         p.set_defaults(run=_tree)
 
-    view = commands.add_parser("view", help="topic views (seed 000)").add_subparsers(dest="action", required=True)
+    view = commands.add_parser("view", help="topic views").add_subparsers(dest="action", required=True)
     v_create = view.add_parser("create", parents=[client], help="create or replace a topic view")
     v_create.add_argument("name")
     v_create.add_argument("specification", nargs="?", help="the view specification (or --file)")

@@ -560,7 +560,7 @@ class Security:
 
 
 class SessionTrees:
-    """Branch mapping tables (``session.session_trees``), seed 002."""
+    """The branch mapping tables of session trees (``session.session_trees``)."""
 
     def __init__(self, session: Session) -> None:
         self._s = session
@@ -617,7 +617,7 @@ class Sessions:
 
 @dataclass(frozen=True)
 class TopicView:
-    """A topic view as the server holds it (seed 001)."""
+    """A topic view as the server holds it."""
 
     name: str
     specification: str
@@ -638,7 +638,7 @@ class TopicView:
 
 
 class TopicViews:
-    """Topic views (``session.views``), seeds 000 and 001: MODIFY_TOPIC_VIEWS
+    """Topic views (``session.views``): MODIFY_TOPIC_VIEWS
     and SELECT_TOPIC on the source selector's path prefix to create, replace
     or remove; READ_TOPIC_VIEWS to list."""
 

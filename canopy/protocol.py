@@ -79,7 +79,12 @@ closes the WebSocket itself ends its session at once.
 
 Values travel as the bytes the broker stores: one CBOR item for STRING,
 INT64, DOUBLE and JSON topics, raw bytes for BINARY. In requests a value is
-``data`` plus ``raw`` (true for bytes meant literally).
+``data`` plus ``raw`` (true for bytes meant literally; for ``set`` and ``append``
+also ``"text"``: the value as text, UTF-8 for STRING, decimal for INT64 and
+DOUBLE, JSON text for JSON, the bytes for BINARY, which is what MQTT
+publishes carry; a text value set on a TIME_SERIES topic is appended).
+``set``'s ``retain`` (default true) false delivers the value to the
+subscribers without keeping it as the topic's value.
 
 Operations and their arguments (results in the RESPONSE):
 
@@ -87,7 +92,8 @@ Operations and their arguments (results in the RESPONSE):
 operation       args                                             result
 ==============  ===============================================  ==================
 add             path, type, properties (map|nil)                 "CREATED"|"EXISTS"
-set             path, data, raw, type (str|nil), add_if_missing  "CREATED"|nil
+set             path, data, raw, type (str|nil), add_if_missing, "CREATED"|nil
+                retain
 remove          selector                                         topics removed
 fetch           selector, with_values, with_properties,          [[path, type,
                 types (array|nil), limit (int|nil)               props|nil, value|nil,

@@ -113,9 +113,10 @@ def _encoded(spec: TopicSpecification, value: Any) -> bytes | None:
 
 
 def crosses(selector: Selector, link: Selector) -> bool:
-    """Whether a request selector intersects a link, by path prefix only (seed 003: one
-    prefix lies at or under the other; regular expressions are not looked at). A selector
-    with no prefix (``*.*``) crosses nothing, as no missing-topic handler hears of it."""
+    """Whether a request selector intersects a link, by path prefix only, as the
+    missing-topic propagation conditions (ARCHITECTURE.md) judge it: one prefix lies at or
+    under the other; regular expressions are not looked at. A selector with no prefix
+    (``*.*``) crosses nothing, as no missing-topic handler hears of it."""
     mine, theirs = selector.path_prefix, link.path_prefix
     if not mine:
         return False
@@ -123,11 +124,11 @@ def crosses(selector: Selector, link: Selector) -> bool:
 
 
 def propagates(selector: Selector, links: list[Selector], replicas: Iterable[str]) -> bool:
-    """Seed 003's conditions 2 and 3 for one fan-out connection: the request selector
-    intersects one of its links, and no topic replicated on this server (by any
-    connection: ``replicas``, the paths the request matched here that are replicas)
-    matches both the selector and such a link. Conditions 1 (a live session), 4 and 5
-    (on the primary) are checked where they can be."""
+    """The missing-topic propagation conditions 2 and 3 (ARCHITECTURE.md) for one fan-out
+    connection: the request selector intersects one of its links, and no topic replicated
+    on this server (by any connection: ``replicas``, the paths the request matched here
+    that are replicas) matches both the selector and such a link. Conditions 1 (a live
+    session), 4 and 5 (on the primary) are checked where they can be."""
     crossing = [link for link in links if crosses(selector, link)]
     if not crossing:
         return False

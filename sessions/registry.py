@@ -608,7 +608,7 @@ class SessionRegistry:
         live: list[int] = []
         for event in events:
             if isinstance(event, Changed):
-                self._value(event.path, event.value)
+                self._value(event.path, event.value, event.retained)
             elif isinstance(event, Appended):
                 self._event(event)
             elif isinstance(event, Snapshot):
@@ -676,11 +676,13 @@ class SessionRegistry:
                     if session is not None:
                         self._subscribe_view(session, session_path, path, fresh)
 
-    def _value(self, path: str, value: bytes) -> None:
+    def _value(self, path: str, value: bytes, retained: bool = True) -> None:
+        """Deliver a topic's new value; a value not ``retained`` (an MQTT publish without
+        the retain flag) leaves the cached one as it was."""
         state = self._topics.get(path)
         if state is None:
             return
-        if not state.spec.dont_retain_value:
+        if retained and not state.spec.dont_retain_value:
             self.cache.set_value(path, value, check=False)
         sessions, dirty, policy = self.sessions, self._dirty, state.policy
         for view in list(state.views.values()):

@@ -49,7 +49,7 @@ from topics.errors import InvalidValueError
 from topics.protocol import AddTopic, AppendEvent, EditEvent, FetchTopics, QueryEvents, SetValue
 from topics.selectors import Selector
 from topics.specification import TopicSpecification
-from topics.types import TopicType
+from topics.types import TEXT, TopicType
 
 __all__ = [
     "FetchPlan", "RemovePlan", "RequestError", "add_topic", "append_event", "edit_event", "expect",
@@ -97,19 +97,25 @@ def add_topic(r: SessionRegistry, sid: str, path: Any, type_name: Any, propertie
 
 def set_value(
     r: SessionRegistry, sid: str, path: Any, data: Any, raw: Any, type_name: Any = None,
-    add_if_missing: Any = False, *, max_size: int,
+    add_if_missing: Any = False, retain: Any = True, *, max_size: int,
 ) -> SetValue:
+    """A set request checked: ``raw`` is the value's form (true: raw bytes, false: one CBOR
+    item, ``"text"``: text, as MQTT carries it); ``retain`` false delivers the value without
+    keeping it (see :meth:`topics.store.TopicStore.set`)."""
     path = r.limits.path(path)
     expect(data, bytes, "value")
-    expect(raw, bool, "raw")
+    if raw != TEXT:
+        expect(raw, bool, "raw")
     expect(add_if_missing, bool, "add_if_missing")
+    expect(retain, bool, "retain")
     if type_name is not None:
         type_name = TopicType.parse(expect(type_name, str, "type")).value
     if len(data) > max_size:
         raise InvalidValueError("value larger than the maximum frame size")
     if add_if_missing:
         r.check(sid, P.MODIFY_TOPIC, path)
-    return SetValue(path, data, raw, type_name, add_if_missing)
+    author = r.sessions[sid].principal if raw == TEXT else ""
+    return SetValue(path, data, raw, type_name, add_if_missing, retain, author)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Conversions between topic types (seed 000, "Reference topic type mapping").
+"""Conversions between topic types (the reference topic type mapping of topic views).
 
 A topic view's ``type`` clause converts the current value of its processing
 chain to another topic type. The rules, cell by cell:

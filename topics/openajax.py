@@ -1,4 +1,4 @@
-"""OpenAjax Hub 2.0 dotted topic names (seed 004) and their place in the topic tree.
+"""OpenAjax Hub 2.0 dotted topic names (OpenAjax names) and their place in the topic tree.
 
 A *name* is one or more non-empty tokens separated by ``.``. For
 subscribing, a *pattern* may use wildcard tokens: ``*`` matches exactly one
@@ -9,7 +9,7 @@ and publishing to a name with a wildcard is rejected.
 Names live in the topic tree under a configurable *root branch*: each token
 becomes one path segment, so with root ``hub`` the name ``org.example.a``
 is the topic ``hub/org/example/a``. Because of that mapping canopy adds one
-rule the seed leaves open: a token may not contain ``/`` (it would silently
+rule the OpenAjax Hub 2.0 specification leaves open: a token may not contain ``/`` (it would silently
 become two segments) nor a control character (topic paths forbid them).
 """
 

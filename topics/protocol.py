@@ -98,11 +98,16 @@ class AddTopic(NamedTuple):
 
 
 class SetValue(NamedTuple):
+    """Set a topic's value; ``raw`` and ``retain`` as :meth:`topics.store.TopicStore.set` says
+    (``author``: who appends, when a text value goes to a TIME_SERIES topic)."""
+
     path: str
     data: bytes
-    raw: bool
+    raw: bool | str
     type: str | None = None
     add_if_missing: bool = False
+    retain: bool = True
+    author: str = ""
 
 
 class RemoveTopics(NamedTuple):
@@ -200,9 +205,12 @@ _OPERATIONS: tuple[type[Any], ...] = (
     QueryEvents, RefPut, RefReserve, RefDrop, RefDropView,
 )
 _OP_CODE: dict[type[Any], int] = {cls: code for code, cls in enumerate(_OPERATIONS, 1)}
+_SET = _OP_CODE[SetValue]
 
 
 def encode_operation(op: Operation) -> list[Any]:
+    if type(op) is SetValue and op.retain and not op.author:
+        return [_SET, *op[:5]]  # the common set: its defaults stay off the wire
     return [_OP_CODE[type(op)], *op]
 
 
@@ -340,8 +348,12 @@ class Added(NamedTuple):
 
 
 class Changed(NamedTuple):
+    """A topic's new value; ``retained`` false: delivered, not kept (an MQTT publish without
+    the retain flag): caches keep the value they had."""
+
     path: str
     value: bytes
+    retained: bool = True
 
 
 class Removed(NamedTuple):
@@ -359,6 +371,7 @@ TopicEvent = Snapshot | End | Added | Changed | Removed | Appended
 _EVENTS: tuple[type[Any], ...] = (Snapshot, End, Added, Changed, Removed, Appended)
 _EV_CODE: dict[type[Any], int] = {cls: code for code, cls in enumerate(_EVENTS, 1)}
 _APPENDED = _EV_CODE[Appended]
+_CHANGED = _EV_CODE[Changed]
 
 
 def _event_wire(e: Event) -> list[Any]:
@@ -372,9 +385,12 @@ def _event_of(fields: list[Any]) -> Event:
 
 
 def encode_event(event: TopicEvent) -> list[Any]:
-    if type(event) is Appended:
-        return [_APPENDED, event.path, _event_wire(event.event)]
-    return [_EV_CODE[type(event)], *event]
+    kind = type(event)
+    if kind is Appended:
+        return [_APPENDED, event.path, _event_wire(event.event)]  # type: ignore[union-attr]
+    if kind is Changed and event.retained:  # type: ignore[union-attr]
+        return [_CHANGED, event.path, event.value]  # type: ignore[union-attr]
+    return [_EV_CODE[kind], *event]
 
 
 def decode_event(item: Any) -> TopicEvent:

@@ -1,7 +1,7 @@
 """Topic selectors: parsing, matching and path prefixes.
 
-The selector language (see ``conformance/selectors.md``) has four forms,
-told apart by the first character of the expression:
+The selector language has four forms, told apart by the first character of
+the expression (its specification cases are ``tests/unit/topics/test_selectors.py``):
 
 ``>path``
     Exactly the topic at ``path``. Leading, trailing and repeated ``/`` are

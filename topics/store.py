@@ -19,7 +19,7 @@ its TIME_SERIES_SUBSCRIPTION_RANGE selects (default: the newest event).
 Appends and edits without a timestamp take the injected clock's time, or
 the newest event's if the clock is behind it, so they never go backwards.
 
-Reference topics (topic views, seed 000) arrive as *claims*: a view with
+Reference topics (topic views) arrive as *claims*: a view with
 a precedence (lower wins: the view created first) claims a path with a
 specification and a value (:class:`~topics.protocol.RefPut`; a TIME_SERIES claim carries
 a :class:`~topics.protocol.RefEvent` to append, or ``None`` when nothing
@@ -181,7 +181,9 @@ class TopicStore:
         #: path -> precedence of the claim whose reference topic is bound there
         self.references: dict[str, int] = {}
         self._handlers: dict[type[Any], Callable[[str, Any], Any]] = {
-            SetValue: lambda _, op: self.set(op.path, op.data, op.raw, op.type, op.add_if_missing),
+            SetValue: lambda _, op: self.set(
+                op.path, op.data, op.raw, op.type, op.add_if_missing, op.retain, op.author
+            ),
             AddTopic: lambda _, op: self.add(op.path, op.type, op.properties),
             RemoveTopics: lambda _, op: self.remove(op.selector),
             FetchTopics: lambda _, op: self.fetch(op.selector, op.with_values, op.with_properties, op.types, op.limit),
@@ -278,12 +280,25 @@ class TopicStore:
         self,
         path: str,
         data: bytes,
-        raw: bool,
+        raw: bool | str,
         type_name: str | None = None,
         add_if_missing: bool = False,
+        retain: bool = True,
+        author: str = "",
     ) -> str | None:
+        """Set the value of the topic at ``path`` (adding a topic of ``type_name``, else of
+        the type the value suggests, when ``add_if_missing``).
+
+        ``raw`` is the value's form: ``False`` one CBOR item, ``True`` raw bytes (BINARY),
+        or :data:`~topics.types.TEXT` the value as text (:func:`~topics.types.from_text`:
+        what an MQTT publish carries); a text value for a TIME_SERIES topic is appended as
+        an event by ``author``, and a topic added for one is BINARY unless ``type_name``
+        says otherwise. With ``retain`` false the value is delivered to the subscribers
+        (:class:`Changed` with ``retained`` false) but is not kept, journaled or replicated:
+        the topic keeps the value it had (a topic added for it has none)."""
         if not isinstance(data, (bytes, bytearray)):
             raise InvalidValueError(f"a value travels as bytes, got {type(data).__name__}")
+        text = raw == values.TEXT
         wanted = TopicType.parse(type_name) if type_name is not None else None
         self._writable(path)
         topic = self.tree.get(path)
@@ -291,10 +306,10 @@ class TopicStore:
         if topic is None:
             if not add_if_missing:
                 raise NoSuchTopicError(f"no topic at {path!r}")
-            topic_type = wanted or values.infer(data, raw=raw)
+            topic_type = wanted or (TopicType.BINARY if text else values.infer(data, raw=bool(raw)))
             if topic_type is TopicType.TIME_SERIES:
                 raise InvalidValueError("a TIME_SERIES topic cannot be created by setting a value")
-            stored = values.accept(topic_type, data, raw=raw)
+            stored = _accepted(topic_type, data, raw)
             spec = TopicSpecification.of(topic_type)
             topic, created = self.tree.add(path, spec)
         else:
@@ -304,18 +319,28 @@ class TopicStore:
                     f"topic {topic.path!r} is a {spec.type.value} topic, not {wanted.value}"
                 )
             if spec.type is TopicType.TIME_SERIES:
+                if text:
+                    self.append(topic.path, data, raw, None, author)
+                    return None
                 raise InvalidValueError(
                     f"topic {topic.path!r} is a TIME_SERIES topic: append events instead of setting a value"
                 )
-            stored = values.accept(spec.type, data, raw=raw)
+            stored = _accepted(spec.type, data, raw)
         changes = self._changes
         if created:
-            self._store(topic, stored)
+            kept = stored if retain else None
+            if kept is not None:
+                self._store(topic, kept)
             wire = _spec_wire(spec)
             if changes is not None:
-                self._record(TopicAdded(topic.path, spec.type.value, wire, stored), spec.persistent)
-            self._emit(topic.path, Added(topic.path, spec.type.value, wire, stored))
+                self._record(TopicAdded(topic.path, spec.type.value, wire, kept), spec.persistent)
+            self._emit(topic.path, Added(topic.path, spec.type.value, wire, kept))
+            if not retain:
+                self._emit(topic.path, Changed(topic.path, stored, False))
             return CREATED
+        if not retain:
+            self._emit(topic.path, Changed(topic.path, stored, False))
+            return None
         self._store(topic, stored)
         if changes is not None:
             if spec.persistent:
@@ -408,10 +433,10 @@ class TopicStore:
         return max(now, latest.timestamp) if latest is not None else now
 
     def append(
-        self, path: str, data: bytes, raw: bool, timestamp: int | None = None, author: str = ""
+        self, path: str, data: bytes, raw: bool | str, timestamp: int | None = None, author: str = ""
     ) -> EventMeta:
         topic, log, event_type = self._series(path)
-        stored = values.accept(event_type, data, raw=raw)
+        stored = _accepted(event_type, data, raw)
         if timestamp is None:
             timestamp = self._now(log)
         event = log.append(stored, timestamp, author)
@@ -683,3 +708,10 @@ class TopicStore:
 
     def gateways(self) -> list[str]:
         return sorted(self._registrations)
+
+
+def _accepted(value_type: TopicType, data: bytes, raw: bool | str) -> bytes:
+    """What to store of a value received in the form ``raw`` says (see :meth:`TopicStore.set`)."""
+    if raw == values.TEXT:
+        return values.from_text(value_type, data)
+    return values.accept(value_type, data, raw=bool(raw))

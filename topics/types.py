@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import io
+import json
 import math
 import re
 import reprlib
@@ -320,3 +321,93 @@ def encode_any(value: Any, value_type: TopicType | None = None) -> tuple[bytes, 
     if not isinstance(value, float):  # a non-finite float is fine for DOUBLE topics
         _check_json(value)
     return _dumps(value), False
+
+
+#: ``raw`` as a value's form: the value as text, for protocols whose payloads are text
+#: (MQTT): see :func:`from_text`
+TEXT = "text"
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
+_DOUBLE_WORDS = {"nan": math.nan, "+nan": math.nan, "-nan": math.nan, "inf": math.inf, "+inf": math.inf,
+                 "-inf": -math.inf, "infinity": math.inf, "+infinity": math.inf, "-infinity": -math.inf}
+_DOUBLE_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def from_text(value_type: TopicType, data: bytes) -> bytes:
+    """The stored bytes of a value given as text (an MQTT payload).
+
+    STRING: UTF-8 text. INT64: an optionally signed decimal integer. DOUBLE: a decimal
+    number (``1``, ``-2.5``, ``6.02e23``) or ``NaN``/``Infinity``/``inf`` with an optional sign,
+    any case. JSON: JSON text (UTF-8). BINARY: the bytes as they are. Surrounding ASCII
+    whitespace is allowed around numbers and JSON, not strings. An empty payload is no
+    value: ``null`` for STRING, INT64, DOUBLE and JSON, no bytes for BINARY. Anything else
+    raises :class:`InvalidValueError` saying why.
+    """
+    t = _value_type(value_type)
+    if t is TopicType.BINARY:
+        return bytes(data)
+    if not data:
+        return b"\xf6"
+    try:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidValueError(f"a {t.value} value is UTF-8 text; byte {e.start} is not") from None
+    if t is TopicType.STRING:
+        return _dumps(text)
+    if t is TopicType.JSON:
+        check_json_text_depth(text)
+        try:
+            value = json.loads(text, parse_constant=_no_constant)
+        except ValueError as e:
+            raise InvalidValueError(f"not JSON text: {e}") from None
+        except RecursionError:
+            raise InvalidValueError("JSON text nested too deeply") from None
+        return encode(t, value)
+    number = text.strip(" \t\r\n")
+    if t is TopicType.INT64:
+        if not _INT_TEXT.fullmatch(number):
+            raise InvalidValueError(f"an INT64 value is a decimal integer, not {shown_text(text)}")
+        return encode(t, int(number))
+    word = _DOUBLE_WORDS.get(number.lower())
+    if word is not None:
+        return _dumps(word)
+    if len(number) > 400 or not _DOUBLE_TEXT.fullmatch(number):
+        raise InvalidValueError(f"a DOUBLE value is a decimal number, NaN or Infinity, not {shown_text(text)}")
+    parsed = float(number)
+    if math.isinf(parsed):
+        raise InvalidValueError(f"{shown_text(text)} is too large for a DOUBLE")
+    return encode(t, parsed)
+
+
+def _no_constant(word: str) -> None:
+    raise ValueError(f"{word} is not JSON")
+
+
+def to_text(value_type: TopicType, data: bytes | None) -> bytes:
+    """A stored value as text (:func:`from_text`'s reverse): UTF-8 for STRING, decimal for
+    INT64, the shortest decimal that reads back the same for DOUBLE (``NaN``, ``Infinity``,
+    ``-Infinity``), compact JSON for JSON, the bytes for BINARY; no value (``None`` or a
+    ``null`` STRING, INT64 or DOUBLE) is an empty payload."""
+    t = _value_type(value_type)
+    if data is None:
+        return b""
+    if t is TopicType.BINARY:
+        return bytes(data)
+    value = decode(t, data)
+    if t is TopicType.JSON:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    if value is None:
+        return b""
+    if t is TopicType.STRING:
+        return str(value).encode()
+    if t is TopicType.DOUBLE:
+        if math.isnan(value):
+            return b"NaN"
+        if math.isinf(value):
+            return b"Infinity" if value > 0 else b"-Infinity"
+        return repr(value).encode()
+    return str(value).encode()
+
+
+def shown_text(text: str, limit: int = 40) -> str:
+    """``text`` quoted for an error message, cut at ``limit`` characters."""
+    return repr(text if len(text) <= limit else text[:limit] + "…")

@@ -9,7 +9,7 @@ from changes (:func:`views.evaluate.derive`), and turns the difference into
 reference-topic claims for the partitions (:class:`~topics.protocol.RefPut`,
 ``RefDrop``, ``RefReserve``, ``RefDropView``): only what changed is sent.
 
-Rules kept here (seed 000):
+Rules kept here (topic views, ARCHITECTURE.md):
 
 * Precedence: every view has a number fixed at its first creation (lower
   wins); replacing a view keeps it, and its claims are replaced in place
@@ -280,6 +280,8 @@ class ViewEngine:
         topics = self._topics_of(server)
         for event in events:
             if isinstance(event, Changed):
+                if not event.retained:
+                    continue  # delivered, not a value (an MQTT publish without retain): views derive from values
                 known = topics.get(event.path)
                 if known is not None:
                     source = Source(event.path, known.specification, event.value)

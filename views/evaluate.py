@@ -1,4 +1,4 @@
-"""Evaluate a topic view for one source topic (seed 000), as a pure function.
+"""Evaluate a topic view for one source topic, as a pure function.
 
 :func:`derive` takes a :class:`~views.spec.ViewSpec`, a :class:`Source`
 (the source topic as the view sees it) and a ``lookup`` for the topics that
@@ -7,7 +7,7 @@ to (:class:`Output`, first-wins on duplicate paths) together with the
 insertion paths it consulted (so the caller can re-derive when one of them
 changes).
 
-The chain, per seed 000:
+The chain, as topic views define it:
 
 1. *Which sources count.* A view that reads values (``scalar``/``expand``
    directives, ``insert``, ``patch``, ``as <value()>``) takes only JSON

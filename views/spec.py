@@ -1,4 +1,4 @@
-"""The syntax tree of a topic view specification (seed 000).
+"""The syntax tree of a topic view specification (topic views).
 
 :func:`views.parser.parse_view` turns the text into a :class:`ViewSpec`;
 everything here is immutable and holds already-checked values (parsed

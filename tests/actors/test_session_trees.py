@@ -1,4 +1,4 @@
-"""Session trees (seed 002) through the client: sessions of different tiers see
+"""Session trees through the client: sessions of different tiers see
 different data at the same session path, and every trigger re-evaluates."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ async def setup_prices(admin: canopy.Session, prefix: str) -> str:
     return f"{prefix}/market/prices/fish/cod"
 
 
-async def test_the_seed_prices_example(broker: str, prefix: str) -> None:
+async def test_the_specification_prices_example(broker: str, prefix: str) -> None:
     async with canopy.connect(broker, *ADMIN) as admin:
         path = await setup_prices(admin, prefix)
         assert await admin.session_trees.get_table(f"{prefix}/market/prices") == mappings(prefix)

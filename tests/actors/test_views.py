@@ -1,4 +1,4 @@
-"""Topic views (seeds 000 and 001) end to end through the client: every seed
+"""Topic views end to end through the client: every specification
 example, lifecycle, conflicts, throttle, delay, security and errors."""
 
 from __future__ import annotations

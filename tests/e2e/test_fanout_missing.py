@@ -1,8 +1,9 @@
-"""Missing-topic notifications with fan-out (seed 003), between real `canopy serve` processes.
+"""Missing-topic notifications with fan-out, between real `canopy serve` processes.
 
 Four servers: P and P2 are primaries; S is a secondary of both (and has a connection to P
 whose password is wrong, so never a session); T is a secondary of S (three tiers).
-Each of the seed's five conditions is shown necessary by a request where it alone is false.
+Each of the five missing-topic propagation conditions (ARCHITECTURE.md) is shown necessary by a
+request where it alone is false.
 """
 
 from __future__ import annotations
@@ -118,14 +119,14 @@ class Recorder:
         return [n.selector for n in self.heard]
 
 
-def test_the_seed_003_flow(servers: Servers) -> None:
+def test_the_missing_topic_propagation_flow(servers: Servers) -> None:
     """A, A/B, A/C on the primary; a subscription to A/D on the secondary; the primary's
     handler creates it; the secondary's subscriber receives it."""
 
     async def flow() -> None:
         async with (
             canopy.connect(servers.p.url, *ADMIN) as control,
-            canopy.connect(servers.s.url, properties={"app": "seed-003"}) as user,
+            canopy.connect(servers.s.url, properties={"app": "propagation"}) as user,
         ):
             handler = Recorder(control, create=True)
             async with await control.missing_topics.add_handler("A", handler):
@@ -134,12 +135,12 @@ def test_the_seed_003_flow(servers: Servers) -> None:
                 assert (event.kind, event.path, event.value) == ("subscribed", "A/D", "made on P")
             [n] = handler.heard
             assert (n.selector, n.servers, n.session_id, n.path) == (">A/D", ("S", "P"), user.session_id, "A")
-            assert n.properties["app"] == "seed-003" and n.properties["$SessionId"] == user.session_id
+            assert n.properties["app"] == "propagation" and n.properties["$SessionId"] == user.session_id
 
     asyncio.run(flow())
 
 
-def test_each_condition_of_seed_003_is_necessary(servers: Servers) -> None:
+def test_each_missing_topic_propagation_condition_is_necessary(servers: Servers) -> None:
     async def conditions() -> None:
         async with canopy.connect(servers.p.url, *ADMIN) as control, canopy.connect(servers.s.url) as user:
             handler = Recorder(control)

@@ -1,4 +1,4 @@
-"""Remote topic views (seed 000): ``map ?a// from Server1 to b/<path(1)>`` between two
+"""Remote topic views: ``map ?a// from Server1 to b/<path(1)>`` between two
 `canopy serve` processes, with the remote server definitions of the local one."""
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def test_overlapping_links_are_found_by_path_prefix() -> None:
     assert overlapping({"a": ["A/B"], "b": ["A/C"]}) == []
 
 
-def test_seed_003_conditions_2_and_3() -> None:
+def test_missing_topic_propagation_conditions_2_and_3() -> None:
     from fanout.mirror import crosses, propagates
     from topics.selectors import parse_selector as sel
 

@@ -12,7 +12,7 @@ ROLES = frozenset({"TRADER", "ADMIN"})
 @pytest.mark.parametrize(
     ("text", "properties", "expected"),
     [
-        # the seed's examples
+        # the specification's examples
         ("USER_TIER is '1' or $Country is 'DE'", {"USER_TIER": "1"}, True),
         ("USER_TIER is '1' or $Country is 'DE'", {"$Country": "DE"}, True),
         ("USER_TIER is '1' or $Country is 'DE'", {"USER_TIER": "2", "$Country": "FR"}, False),

@@ -27,7 +27,7 @@ def registry(*entries: tuple[str, str, str]) -> HandlerRegistry:
 @pytest.mark.parametrize(
     ("selector", "expected"),
     [
-        ("a/d", "h-a"),          # seed 003: a handler on A hears of a subscription to A/D
+        ("a/d", "h-a"),          # a handler on A hears of a subscription to A/D
         (">a/d", "h-a"),
         ("?a/d/", "h-a"),
         ("a/b/c", "h-ab"),       # the most specific prefix wins

@@ -18,7 +18,7 @@ PRICES = BranchMappingTable.of(
 )
 
 
-def test_the_seed_example() -> None:
+def test_the_specification_example() -> None:
     trees = SessionTrees().put(PRICES)
     tier2 = trees.resolution_for({"USER_TIER": "2", "$Principal": "bob"}, frozenset())
     assert tier2.resolve("market/prices/fish/cod") == "backend/standard_prices/fish/cod"

@@ -1,4 +1,4 @@
-"""Seed 000, "Reference topic type mapping": every cell of the table."""
+"""The reference topic type mapping of topic views: every cell of the table."""
 
 from __future__ import annotations
 

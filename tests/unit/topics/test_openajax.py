@@ -1,4 +1,5 @@
-"""Seed 004: every example name, valid and invalid, and what the wildcards match."""
+"""OpenAjax names: every example name of the OpenAjax Hub 2.0 specification, valid and
+invalid, and what the wildcards match."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ VALID_PATTERNS = [
     "org.example.*.log",
 ]
 
-# (pattern, name, matches?) from the seed's prose and table
+# (pattern, name, matches?) from the OpenAjax Hub 2.0 specification's prose and table
 MATCHES = [
     ("*", "ABC", True),
     ("*", "a.b", False),

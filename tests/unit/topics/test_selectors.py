@@ -23,7 +23,7 @@ from topics.selectors import (
     parse_selector,
 )
 
-# conformance/selectors.md: does the selector match alpha/beta? alpha/beta/gamma?
+# The selector language's specification cases: does the selector match alpha/beta? alpha/beta/gamma?
 VECTORS = [
     (">alpha/beta", True, False),
     (">/alpha/beta/", True, False),

@@ -1,4 +1,4 @@
-"""Pure evaluation of a view for one source topic (seed 000 rules)."""
+"""Pure evaluation of a view for one source topic (the topic view rules)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The topic view DSL parser: every specification in seeds 000/001, errors, round trips."""
+"""The topic view DSL parser: every example specification of topic views, errors, round trips."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from topics.types import MAX_JSON_DEPTH, TopicType
 from views.parser import ViewSemanticError, ViewSpecError, ViewSyntaxError, parse_view
 from views.spec import NO_DEFAULT, Expand, Insert, Patch, PathPart, Scalar, Template, Throttle, ValueStep
 
-SEED_SPECS = [
+SPECIFICATION_EXAMPLES = [
     "map ?a// to b/<path(1)>",
     "map ?A//\nfrom Server1\nto <path(1)>\nas <value(/foo)>\n# Join 2 topics\ninsert Topic2 at /T2\ninsert Topic3 at /T3\nthrottle to 1 update every minute\n",
     "map ?foo/bar// to /foo/bar/All/<path(3)>",
@@ -43,14 +43,14 @@ SEED_SPECS = [
 ]
 
 
-@pytest.mark.parametrize("text", SEED_SPECS)
-def test_every_seed_specification_parses_and_round_trips(text: str) -> None:
+@pytest.mark.parametrize("text", SPECIFICATION_EXAMPLES)
+def test_every_specification_example_parses_and_round_trips(text: str) -> None:
     spec = parse_view(text)
     assert parse_view(str(spec)) == spec
 
 
 def test_the_general_example_in_detail() -> None:
-    spec = parse_view(SEED_SPECS[1])
+    spec = parse_view(SPECIFICATION_EXAMPLES[1])
     assert str(spec.selector) == "?A//"
     assert spec.remote == "Server1"
     assert spec.target == Template((PathPart(1),))

@@ -14,7 +14,7 @@ SECOND = 1_000
 HOUR = 3_600 * SECOND
 
 
-# -- seed examples --------------------------------------------------------------------
+# -- specification examples-----------------------------------------------------------------
 
 
 def test_two_updates_every_five_seconds() -> None:
