@@ -172,6 +172,35 @@ class _Client(Handler):
         if self.session_id is not None:
             self.connections.write(self)
 
+    # -- what the connections ask of every kind of connection (see actors/mqtt.py) ------------
+
+    def pause_reading(self) -> None:
+        if self.stream is not None and self.stream.transport is not None:
+            self.stream.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.stream is not None and self.stream.transport is not None:
+            self.stream.transport.resume_reading()
+
+    def respond(self, cid: int, result: Any) -> None:
+        """Answer request ``cid``; the answer counts against the session's budget."""
+        self.connections.registry.send(self.session_id or "", wire.encode(wire.Response(cid, result)))
+
+    def refuse(self, cid: int, code: str, message: str) -> None:
+        self.connections.registry.send(self.session_id or "", wire.encode(wire.Error(cid, code, message)))
+
+    def end(self, code: str, message: str, ws_code: int) -> None:
+        """Tell the client why its session ends, and close (the session is forgotten already)."""
+        if self.stream is not None:
+            self.stream.send(wire.encode_frame([wire.Close(code, message)]))
+            self.stream.close(ws_code, code)
+
+    def kept_on_drop(self) -> bool:
+        """Whether a session whose connection dropped is kept for its client to resume."""
+        stream = self.stream
+        close = stream.protocol.close_rcvd if stream is not None else None
+        return not (close is not None and close.code in CLEAN_CLOSES)
+
     def on_closed(self, stream: WebSocketStream) -> None:
         if self._hello_timer is not None:
             self._hello_timer.cancel()
@@ -213,7 +242,8 @@ class Connections:
         self._after_write = after_write
         self._after_receive = after_receive
         self._closed = closed
-        self.by_session: dict[str, _Client] = {}
+        #: session id -> its connection (a _Client, or another kind: actors/mqtt.py)
+        self.by_session: dict[str, Any] = {}
         #: session id -> resume token, for every session (connected or kept)
         self.tokens: dict[str, str] = {}
         #: session id -> the end of its grace period, for the sessions kept without a connection
@@ -223,7 +253,7 @@ class Connections:
         self._serial = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._wake_scheduled = False
-        self._admit: set[_Client] = set()
+        self._admit: set[Any] = set()
         #: throttles this gateway's password logins
         self.logins = LoginGuard(time.monotonic)
         self.refusals = IncidentLog(REFUSAL_LOG_INTERVAL)
@@ -237,6 +267,8 @@ class Connections:
         self._max_per_address = int(config.get("max_connections_per_address", 1_000))
         #: client address -> its open connections (each counted by :meth:`admit_connection`)
         self.per_address: dict[str, int] = {}
+        #: connections that are not WebSocket streams (MQTT over TCP), counted against the limits too
+        self.others = 0
 
     def handler(self) -> Handler:
         """A handler for a new connection (the server's factory calls it)."""
@@ -246,8 +278,9 @@ class Connections:
         """Count a new connection from ``address``, or say why it is refused: the
         gateway holds ``max_connections`` already, or the address holds
         ``max_connections_per_address``. :meth:`connection_closed` uncounts it."""
-        if len(self.streams) >= self._max_connections:
-            return (f"this gateway holds {len(self.streams):,} connections; at most {self._max_connections:,} "
+        held = len(self.streams) + self.others
+        if held >= self._max_connections:
+            return (f"this gateway holds {held:,} connections; at most {self._max_connections:,} "
                     "(max_connections): try again later")
         held = self.per_address.get(address, 0)
         if held >= self._max_per_address:
@@ -271,7 +304,7 @@ class Connections:
         client_ip = client.address
         try:
             hello = _hello(data, self.registry.limits)
-            roles = await self._authenticate(stream, hello, client_ip)
+            roles = await self.authenticate(lambda: stream.open, hello.principal, hello.password, client_ip)
         except (RequestError, AuthenticationFailed, PropertyLimitError) as e:
             stream.send(wire.encode_frame([wire.Error(0, e.code, str(e))]))
             stream.close(1002 if e.code == "PROTOCOL_ERROR" else 1008, e.code)
@@ -283,7 +316,7 @@ class Connections:
         if resumed is not None:
             session, refresh = resumed
         else:
-            session, refresh = self._open(hello, principal, roles, client_ip), 0
+            session, refresh = self.open(hello.properties, principal, roles, client_ip), 0
         client.session_id = session.id
         self.by_session[session.id] = client
         welcome = wire.Welcome(
@@ -297,17 +330,23 @@ class Connections:
             self.receive(client, message)
         self.wake()
 
-    def _open(self, hello: wire.Hello, principal: str, roles: frozenset[str], client_ip: str) -> Session:
+    def open(
+        self, user_properties: dict[str, str], principal: str, roles: frozenset[str], client_ip: str,
+        transport: str = "WEBSOCKET", **fixed: str,
+    ) -> Session:
+        """Open a session in the registry for an authenticated client: its user properties, and
+        the fixed ones every session has (``fixed`` adds more, e.g. an MQTT client id)."""
         self._serial += 1
         session_id = f"{self.gateway_id}-{self._serial:x}"
         properties = {
-            **hello.properties,
+            **user_properties,
             "$SessionId": session_id,
             "$Principal": principal,
             "$ClientIP": client_ip,
             "$Country": self.countries.lookup(client_ip),
-            "$Transport": "WEBSOCKET",
+            "$Transport": transport,
             "$StartTime": str(int(time.time() * 1000)),
+            **fixed,
         }
         self.tokens[session_id] = secrets.token_urlsafe(32)
         return self.registry.open(session_id, principal, properties, roles)
@@ -340,12 +379,14 @@ class Connections:
         log.info("session %s resumed (a refresh of %d messages)", session.id, refresh)
         return session, refresh
 
-    async def _authenticate(self, stream: WebSocketStream, hello: wire.Hello, address: str) -> frozenset[str]:
-        """The roles for a HELLO, or :class:`AuthenticationFailed`: one answer for
-        a wrong password, an unknown principal and an attempt refused for now
-        (see :mod:`sessions.logins`); failures are logged without the password."""
+    async def authenticate(
+        self, is_open: Callable[[], bool], principal: str | None, password: str | None, address: str
+    ) -> frozenset[str]:
+        """The roles of a client logging in (``principal`` ``None`` or empty: anonymous), or
+        :class:`AuthenticationFailed`: one answer for a wrong password, an unknown principal
+        and an attempt refused for now (see :mod:`sessions.logins`); failures are logged
+        without the password. ``is_open`` says whether the client is still connected."""
         security = self.registry.security
-        principal = hello.principal
         if not principal:  # anonymous: no password to guess, no scrypt
             try:
                 return security.authenticate(None, None)
@@ -358,11 +399,11 @@ class Connections:
         if not admission.admitted:
             self._log_refusal(principal, address, LoginFailure.REFUSED, known=principal in security.principals)
             raise AuthenticationFailed.wrong_credentials(principal)
-        if not stream.open:  # gone while it waited: stays counted, no scrypt spent
+        if not is_open():  # gone while it waited: stays counted, no scrypt spent
             raise AuthenticationFailed.wrong_credentials(principal)
         try:
             async with self._scrypt:  # each check takes tens of ms and 16 MB: a few at a time, off the loop
-                roles = await asyncio.to_thread(security.authenticate, principal, hello.password)
+                roles = await asyncio.to_thread(security.authenticate, principal, password)
         except AuthenticationFailed:
             log.warning(
                 describe_failure(principal, address, LoginFailure.WRONG_CREDENTIALS, known=principal in security.principals)
@@ -379,7 +420,7 @@ class Connections:
         if suffix is not None:
             log.warning(describe_failure(principal, address, reason, known=known) + suffix)
 
-    def close(self, client: _Client, code: str, message: str, ws_code: int) -> None:
+    def close(self, client: Any, code: str, message: str, ws_code: int) -> None:
         """End a session: drop its queue, tell the client why, close.
 
         A client that is not reading cannot take the CLOSE message; the
@@ -388,11 +429,8 @@ class Connections:
         if client.closing:
             return
         client.closing = True
-        stream = client.stream
         self.forget(client)
-        if stream is not None:
-            stream.send(wire.encode_frame([wire.Close(code, message)]))
-            stream.close(ws_code, code)
+        client.end(code, message, ws_code)
 
     async def close_all(self, timeout: float = 6.0) -> None:
         for session_id in list(self.kept):
@@ -405,7 +443,7 @@ class Connections:
         if lost:
             await asyncio.wait(lost, timeout=timeout)
 
-    def forget(self, client: _Client) -> None:
+    def forget(self, client: Any) -> None:
         """End the client's session (if it still is the client's)."""
         session_id = client.session_id
         self._admit.discard(client)  # its waiting requests go with it
@@ -416,15 +454,13 @@ class Connections:
         self._unregister(self.registry.close(session_id))
         self._closed(session_id)
 
-    def dropped(self, client: _Client) -> None:
+    def dropped(self, client: Any) -> None:
         """A connection is gone. Its session ends with it when the client closed
         it (or the server did); otherwise it is kept for the grace period."""
         session_id = client.session_id
         if session_id is None or self.by_session.get(session_id) is not client:
             return  # no session yet, or ended, or taken over by another connection
-        stream = client.stream
-        close = stream.protocol.close_rcvd if stream is not None else None
-        if client.closing or self._grace <= 0 or (close is not None and close.code in CLEAN_CLOSES):
+        if client.closing or self._grace <= 0 or not client.kept_on_drop():
             self.forget(client)
             return
         del self.by_session[session_id]
@@ -467,19 +503,28 @@ class Connections:
         else:
             for m in messages:
                 if isinstance(m, wire.Request):
-                    if not client.waiting and self._room(client, m):
-                        self._start(client, m, received)
-                    else:
-                        client.waiting.append((m, received))
+                    self.submit(client, m, received)
                 elif isinstance(m, wire.Malformed):
                     self._protocol_error(client, m.cid, m.reason)
                 else:
                     self._protocol_error(client, 0, f"a client may not send {type(m).__name__}")
-            if client.waiting and client.stream is not None and client.stream.transport is not None:
-                # flow control: read no more from a session that has enough requests in hand
-                client.stream.transport.pause_reading()
+            if client.waiting:  # flow control: read no more from a session that has enough requests in hand
+                client.pause_reading()
         self._after_receive()
         self.wake()
+
+    def received(self) -> None:
+        """A connection of another kind (MQTT) handed over what it read: send the requests on."""
+        self._after_receive()
+        self.wake()
+
+    def submit(self, client: Any, request: wire.Request, received: int) -> None:
+        """Hand a session's request to the gateway, or keep it waiting while the session has
+        as many in flight as it may (the caller pauses reading while any wait)."""
+        if not client.waiting and self._room(client, request):
+            self._start(client, request, received)
+        else:
+            client.waiting.append((request, received))
 
     def _protocol_error(self, client: _Client, cid: int, message: str) -> None:
         """Answer a message that is not the protocol; too many close the session."""
@@ -497,25 +542,27 @@ class Connections:
 
     def error(self, session_id: str, cid: int, code: str, message: str, op: str) -> None:
         """Answer a request (of operation ``op``) with an error; every request gets one answer."""
-        if self._answered(session_id, cid, op):
-            self.registry.send(session_id, wire.encode(wire.Error(cid, code, message)))
+        client = self._answered(session_id, cid, op)
+        if client is not None:
+            client.refuse(cid, code, message)
 
     def respond(self, session_id: str, cid: int, result: Any, op: str) -> None:
         """Answer a request (of operation ``op``); the answer counts against the
         session's budget at its encoded size."""
-        if self._answered(session_id, cid, op):
-            self.registry.send(session_id, wire.encode(wire.Response(cid, result)))
+        client = self._answered(session_id, cid, op)
+        if client is not None:
+            client.respond(cid, result)
 
-    def _answered(self, session_id: str, cid: int, op: str) -> bool:
-        """Count an answer to the session's connection; ``False`` when the request
-        came on a connection that is gone (the answer goes nowhere)."""
+    def _answered(self, session_id: str, cid: int, op: str) -> Any:
+        """Count an answer to the session's connection and return the connection; ``None``
+        when the request came on a connection that is gone (the answer goes nowhere)."""
         client = self.by_session.get(session_id)
         if client is None:
-            return False
+            return None
         outstanding = client.outstanding
         count = outstanding.get(cid, 0)
         if count <= 0:
-            return False
+            return None
         if count == 1:
             del outstanding[cid]
         else:
@@ -526,15 +573,15 @@ class Connections:
         if client.waiting and self._room(client, client.waiting[0][0]):
             self._admit.add(client)
             self.wake()
-        return True
+        return client
 
-    def _room(self, client: _Client, request: wire.Request) -> bool:
+    def _room(self, client: Any, request: wire.Request) -> bool:
         """Whether the session may have one more request like this one in flight."""
         if client.in_flight >= self._max_in_flight:
             return False
         return request.op not in WIDE or client.wide_in_flight < self._max_wide
 
-    def _start(self, client: _Client, request: wire.Request, received: int) -> None:
+    def _start(self, client: Any, request: wire.Request, received: int) -> None:
         client.in_flight += 1
         client.outstanding[request.cid] = client.outstanding.get(request.cid, 0) + 1
         if request.op in WIDE:
@@ -550,8 +597,8 @@ class Connections:
             while client.waiting and self._room(client, client.waiting[0][0]):
                 request, received = client.waiting.popleft()
                 self._start(client, request, received)
-            if not client.waiting and client.stream is not None and client.stream.transport is not None:
-                client.stream.transport.resume_reading()
+            if not client.waiting:
+                client.resume_reading()
         if admit:
             self._after_receive()
 
@@ -580,7 +627,7 @@ class Connections:
                 self._end_kept(session_id, f"{code}: {message}")
         self._after_write()
 
-    def write(self, client: _Client, frames: dict[tuple[int, ...], tuple[bytes, list[object]]] | None = None) -> None:
+    def write(self, client: Any, frames: dict[tuple[int, ...], tuple[bytes, list[object]]] | None = None) -> None:
         """Write the session's queue until it is empty or the socket is full.
 
         ``frames`` remembers the frames of one write pass by the identity of
@@ -588,9 +635,14 @@ class Connections:
         same objects, in the same order) share the encoded frame too. It
         holds the messages, so that no identity is reused during the pass.
         """
-        stream = client.stream
         session = self.registry.sessions.get(client.session_id or "")
-        if stream is None or session is None or client.closing:
+        if session is None or client.closing:
+            return
+        if not isinstance(client, _Client):
+            client.write(session)  # its own protocol
+            return
+        stream = client.stream
+        if stream is None:
             return
         queue = session.queue
         while not stream.paused and len(queue):

@@ -533,6 +533,7 @@ class ControllerActor:
             "partitions": self.replicas.count,
             "gateways": self.gateway_info,
             "urls": [g["url"] for g in self.gateway_info],
+            "mqtt_urls": [g["mqtt"] for g in self.gateway_info if g.get("mqtt")],
             "nodes": sorted(self.replicas.nodes),
             "started_at": self.started_at,
             "controller_host": socket.gethostname(),

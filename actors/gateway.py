@@ -133,6 +133,11 @@ class Gateway:
         )
         self.server: asyncio.Server | None = None
         self.url = ""
+        from actors.mqtt import MQTTServer
+
+        self.mqtt = MQTTServer(self.connections, config)
+        self.mqtt_server: asyncio.Server | None = None
+        self.mqtt_url = ""
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -149,12 +154,32 @@ class Gateway:
         self.url = f"{'wss' if context is not None else 'ws'}://{self.host}:{port}"
         if not self.config.get("server_name") and not self.config.get("port"):
             self.missing.server_name = f"{self.host}:{port}"  # a port chosen at run time: the one bound
+        mqtt_port = self._mqtt_port()
+        if mqtt_port is not None:
+            self.mqtt_server = await asyncio.get_running_loop().create_server(self.mqtt.protocol, self.host, mqtt_port)
+            self.mqtt_url = f"mqtt://{self.host}:{self.mqtt_server.sockets[0].getsockname()[1]}"
         gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
-        return {"gateway": self.gateway_id, "url": self.url, "host": self.host, "port": port}
+        return {"gateway": self.gateway_id, "url": self.url, "host": self.host, "port": port, "mqtt": self.mqtt_url}
+
+    def _mqtt_port(self) -> int | None:
+        """Where this gateway serves MQTT over TCP: ``mqtt_port`` plus the offset of its own
+        port from ``port`` (the same port with ``gateway_ports = "same"``; one chosen at run
+        time when ``port`` is 0), or ``None``: ``mqtt_port`` is 0, MQTT is off."""
+        base = int(self.config.get("mqtt_port") or 0)
+        if not base:
+            return None
+        if self.config.get("gateway_ports") == "same":
+            return base
+        if not self.config.get("port"):
+            return 0
+        return base + (self.port - int(self.config["port"]))
 
     async def stop(self) -> None:
         if self.server is not None:
             self.server.close()
+        if self.mqtt_server is not None:
+            self.mqtt_server.close()
+        self.mqtt.close_all()
         await self.connections.close_all()
         self.link.close()
 
@@ -177,6 +202,7 @@ class Gateway:
             "groups": len(self.registry.groups),
             "interest": len(self.registry.interest),
             "cached_topics": len(self.registry.cache),
+            **self.mqtt.stats(),
             **self.link.stats(),
             **self.missing.stats(),
         }

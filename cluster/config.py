@@ -168,6 +168,28 @@ class ServerConfig:
         8080, "gateway port; gateway k of a multi-node cluster listens on port + k (see gateway_ports)",
         low=0, high=65535,
     )
+    mqtt_port: int = setting(
+        1883, "MQTT (3.1.1 and 5.0) over TCP; gateway k listens on mqtt_port + k like the gateway port (every "
+        "gateway on mqtt_port with gateway_ports = 'same'; a port chosen at run time when port is 0); "
+        "0 turns it off", low=0, high=65535, env="CANOPY_MQTT_PORT",
+    )
+    mqtt_create_type: str = setting(
+        "BINARY", "type of the topic an MQTT publish to a path with no topic adds (STRING, INT64, DOUBLE, JSON "
+        "or BINARY)", check=lambda v: None if v in ("STRING", "INT64", "DOUBLE", "JSON", "BINARY") else
+        f"must be STRING, INT64, DOUBLE, JSON or BINARY, got {v!r}", metavar="TYPE",
+    )
+    mqtt_receive_maximum: int = setting(
+        64, "QoS 1 and 2 messages an MQTT session may have unacknowledged each way (MQTT 5's Receive "
+        "Maximum); more wait in the session's queue", low=1, high=65535, metavar="N",
+    )
+    mqtt_max_subscriptions: int = setting(
+        100, "topic filters one MQTT session may subscribe to", low=1, high=100_000, metavar="N",
+    )
+    mqtt_max_keep_alive: int = setting(
+        300, "longest keep-alive an MQTT client may ask for, in seconds (0 from the client: this); a longer "
+        "one is answered with this as the Server Keep Alive (MQTT 5) or refused (3.1.1)", low=1, high=65535,
+        metavar="S",
+    )
     gateway_ports: str = setting(
         "offset", "where a multi-node cluster's gateways listen: 'offset' (gateway k on port + k, for nodes "
         "that share an address, as --local-nodes and containers on one host's network do) or 'same' "

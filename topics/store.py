@@ -292,8 +292,9 @@ class TopicStore:
         ``raw`` is the value's form: ``False`` one CBOR item, ``True`` raw bytes (BINARY),
         or :data:`~topics.types.TEXT` the value as text (:func:`~topics.types.from_text`:
         what an MQTT publish carries); a text value for a TIME_SERIES topic is appended as
-        an event by ``author``, and a topic added for one is BINARY unless ``type_name``
-        says otherwise. With ``retain`` false the value is delivered to the subscribers
+        an event by ``author``, a topic added for one is BINARY unless ``type_name``
+        says otherwise, and ``type_name`` is only the type of a topic to add (a text value
+        converts to the type of the topic that is there). With ``retain`` false the value is delivered to the subscribers
         (:class:`Changed` with ``retained`` false) but is not kept, journaled or replicated:
         the topic keeps the value it had (a topic added for it has none)."""
         if not isinstance(data, (bytes, bytearray)):
@@ -314,7 +315,7 @@ class TopicStore:
             topic, created = self.tree.add(path, spec)
         else:
             spec = topic.specification
-            if wanted is not None and wanted is not spec.type:
+            if wanted is not None and wanted is not spec.type and not text:
                 raise InvalidValueError(
                     f"topic {topic.path!r} is a {spec.type.value} topic, not {wanted.value}"
                 )

@@ -326,67 +326,154 @@ def encode_any(value: Any, value_type: TopicType | None = None) -> tuple[bytes, 
 #: ``raw`` as a value's form: the value as text, for protocols whose payloads are text
 #: (MQTT): see :func:`from_text`
 TEXT = "text"
-_INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
-_DOUBLE_WORDS = {"nan": math.nan, "+nan": math.nan, "-nan": math.nan, "inf": math.inf, "+inf": math.inf,
-                 "-inf": -math.inf, "infinity": math.inf, "+infinity": math.inf, "-infinity": -math.inf}
-_DOUBLE_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# ASCII whitespace, allowed around INT64 and DOUBLE text (``echo 42 | mosquitto_pub -s``
+# sends ``42\n``): space, tab, LF, CR, VT, FF; what ``bytes.strip()`` strips
+_ASCII_SPACE = b" \t\n\r\x0b\x0c"
+_INT_TEXT = re.compile(rb"[+-]?[0-9]+")
+# 2**63 has 19 digits: an integer with more significant digits is outside the INT64 range
+_INT64_DIGITS = 19
+# a JSON integer with more digits is outside CBOR's 64 bits (2**64 has 20 digits; JSON
+# allows no leading zeros); checked before int() converts it, which refuses over 4300 digits
+_CBOR_INT_DIGITS = 20
+# the DOUBLE words, lower case, with the sign they may have
+_DOUBLE_WORDS = {b"nan": math.nan, b"+nan": math.nan, b"-nan": math.nan, b"inf": math.inf, b"+inf": math.inf,
+                 b"-inf": -math.inf, b"infinity": math.inf, b"+infinity": math.inf, b"-infinity": -math.inf}
+# no nested quantifiers: matching (and failing) takes time linear in the text's length
+_DOUBLE_TEXT = re.compile(rb"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_SHOWN = 40
 
 
 def from_text(value_type: TopicType, data: bytes) -> bytes:
-    """The stored bytes of a value given as text (an MQTT payload).
+    """The stored bytes of a value given as text (an MQTT payload); the one rule for
+    every protocol whose values are text (:mod:`mqtt.mapping` delegates here).
 
-    STRING: UTF-8 text. INT64: an optionally signed decimal integer. DOUBLE: a decimal
-    number (``1``, ``-2.5``, ``6.02e23``) or ``NaN``/``Infinity``/``inf`` with an optional sign,
-    any case. JSON: JSON text (UTF-8). BINARY: the bytes as they are. Surrounding ASCII
-    whitespace is allowed around numbers and JSON, not strings. An empty payload is no
-    value: ``null`` for STRING, INT64, DOUBLE and JSON, no bytes for BINARY. Anything else
-    raises :class:`InvalidValueError` saying why.
+    An empty text is no value: CBOR ``null`` for STRING, INT64, DOUBLE and JSON, no
+    bytes for BINARY. Otherwise:
+
+    STRING
+        UTF-8 text, strictly decoded; a byte order mark is kept.
+    INT64
+        ``[+-]?[0-9]+`` in ASCII (leading zeros allowed), within the INT64 range.
+    DOUBLE
+        ``[+-]?([0-9]+(.[0-9]*)?|.[0-9]+)([eE][+-]?[0-9]+)?`` in ASCII, or ``NaN``,
+        ``Infinity`` or ``inf`` in any letter case with an optional sign. A number beyond
+        the float range (``1e999``) is refused; one below it rounds to zero.
+    JSON
+        Strict JSON text in UTF-8 (no byte order mark): no ``NaN`` or ``Infinity``, no
+        member name twice in an object, numbers within a float's range and integers
+        within CBOR's 64 bits, nested at most :data:`MAX_JSON_DEPTH` deep; stored as
+        :func:`encode` stores the value, member order kept.
+    BINARY
+        The bytes as they are.
+
+    INT64 and DOUBLE text may be surrounded by ASCII whitespace (space, tab, CR, LF,
+    VT, FF); nothing else is tolerated (no ``_`` separators, no non-ASCII digits, no
+    hex). Anything else raises :class:`InvalidValueError` saying why, as does
+    TIME_SERIES (give the event value type).
     """
     t = _value_type(value_type)
+    data = bytes(data)
     if t is TopicType.BINARY:
-        return bytes(data)
+        return data
     if not data:
         return b"\xf6"
-    try:
-        text = bytes(data).decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InvalidValueError(f"a {t.value} value is UTF-8 text; byte {e.start} is not") from None
     if t is TopicType.STRING:
-        return _dumps(text)
+        return _dumps(_utf8(t, data))
     if t is TopicType.JSON:
-        check_json_text_depth(text)
-        try:
-            value = json.loads(text, parse_constant=_no_constant)
-        except ValueError as e:
-            raise InvalidValueError(f"not JSON text: {e}") from None
-        except RecursionError:
-            raise InvalidValueError("JSON text nested too deeply") from None
-        return encode(t, value)
-    number = text.strip(" \t\r\n")
+        return encode(t, _json_text(_utf8(t, data)))
+    number = data.strip(_ASCII_SPACE)
     if t is TopicType.INT64:
-        if not _INT_TEXT.fullmatch(number):
-            raise InvalidValueError(f"an INT64 value is a decimal integer, not {shown_text(text)}")
-        return encode(t, int(number))
+        if _INT_TEXT.fullmatch(number) is None:
+            raise InvalidValueError(
+                f"an INT64 value as text must be a decimal integer (ASCII digits with an optional sign), "
+                f"got {_shown_bytes(data)}"
+            )
+        if len(number.lstrip(b"+-").lstrip(b"0")) > _INT64_DIGITS:
+            raise InvalidValueError(f"{_shown_bytes(number)} is outside the INT64 range")
+        return encode(t, int(number))  # encode refuses the rest of the values out of range
     word = _DOUBLE_WORDS.get(number.lower())
     if word is not None:
         return _dumps(word)
-    if len(number) > 400 or not _DOUBLE_TEXT.fullmatch(number):
-        raise InvalidValueError(f"a DOUBLE value is a decimal number, NaN or Infinity, not {shown_text(text)}")
+    if _DOUBLE_TEXT.fullmatch(number) is None:
+        raise InvalidValueError(
+            f"a DOUBLE value as text must be a decimal number, NaN or Infinity, got {_shown_bytes(data)}"
+        )
     parsed = float(number)
     if math.isinf(parsed):
-        raise InvalidValueError(f"{shown_text(text)} is too large for a DOUBLE")
-    return encode(t, parsed)
+        raise InvalidValueError(f"{_shown_bytes(number)} is outside the DOUBLE range")
+    return _dumps(parsed)
+
+
+def _utf8(t: TopicType, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidValueError(
+            f"a {t.value} value as text must be UTF-8: {e.reason} at byte {e.start} of {_shown_bytes(data)}"
+        ) from None
+
+
+def _json_text(text: str) -> Any:
+    """The value of strict JSON ``text`` (see :func:`from_text`); its depth is checked
+    before ``json.loads`` recurses."""
+    if text.startswith("\ufeff"):
+        raise InvalidValueError("not JSON text: it starts with a byte order mark")
+    check_json_text_depth(text)
+    try:
+        return json.loads(
+            text, parse_constant=_no_constant, parse_float=_json_float, parse_int=_json_int,
+            object_pairs_hook=_json_object,
+        )
+    except json.JSONDecodeError as e:
+        raise InvalidValueError(f"not JSON text: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except InvalidValueError:
+        raise
+    except RecursionError:  # check_json_text_depth should have stopped it first
+        raise InvalidValueError(f"JSON text nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as e:  # from the hooks below
+        raise InvalidValueError(f"not JSON text: {e}") from None
 
 
 def _no_constant(word: str) -> None:
-    raise ValueError(f"{word} is not JSON")
+    raise ValueError(f"{word} is not a JSON number")
+
+
+def _json_float(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise InvalidValueError(f"JSON number {shown_text(text)} is outside the range of a 64-bit float")
+    return number
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > _CBOR_INT_DIGITS:
+        raise InvalidValueError(f"JSON integer {shown_text(text)} is outside the 64-bit CBOR range")
+    return int(text)
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in members:
+            raise ValueError(f"an object has the member {shown_text(name)} twice")
+        members[name] = value
+    return members
 
 
 def to_text(value_type: TopicType, data: bytes | None) -> bytes:
-    """A stored value as text (:func:`from_text`'s reverse): UTF-8 for STRING, decimal for
-    INT64, the shortest decimal that reads back the same for DOUBLE (``NaN``, ``Infinity``,
-    ``-Infinity``), compact JSON for JSON, the bytes for BINARY; no value (``None`` or a
-    ``null`` STRING, INT64 or DOUBLE) is an empty payload."""
+    """A stored value as text, :func:`from_text`'s reverse: UTF-8 for STRING; decimal
+    for INT64 (``-12``); ``repr(float)`` for DOUBLE (``1.5``, ``1e+300``, ``-0.0``),
+    ``NaN``, ``Infinity``, ``-Infinity``; compact JSON for JSON (``","`` and ``":"``
+    separators, non-ASCII characters as they are; JSON ``null`` is ``null``); the bytes
+    for BINARY. No value (``None``, or a ``null`` STRING, INT64 or DOUBLE) is the empty
+    text.
+
+    So ``to_text(t, from_text(t, x)) == x`` for every text ``x`` already in the spelling
+    ``to_text`` writes, and ``from_text(t, to_text(t, v))`` is ``v`` for every stored
+    value ``v`` (NaN for NaN), except the empty STRING, whose empty text reads back as
+    ``null``. Raises :class:`InvalidValueError` when ``data`` is not a valid value of
+    ``value_type``, and for TIME_SERIES (give the event value type).
+    """
     t = _value_type(value_type)
     if data is None:
         return b""
@@ -408,6 +495,15 @@ def to_text(value_type: TopicType, data: bytes | None) -> bytes:
     return str(value).encode()
 
 
-def shown_text(text: str, limit: int = 40) -> str:
+def shown_text(text: str, limit: int = _SHOWN) -> str:
     """``text`` quoted for an error message, cut at ``limit`` characters."""
     return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+def _shown_bytes(data: bytes, limit: int = _SHOWN) -> str:
+    """Text given as ``data`` quoted for an error message, cut at ``limit`` characters;
+    as bytes (``b'\\xff'``) if it is not UTF-8."""
+    try:  # a character is at most 4 bytes: more than 4 * limit bytes are more than limit characters
+        return shown_text(data[: 4 * limit + 4].decode("utf-8"), limit)
+    except UnicodeDecodeError:
+        return repr(data if len(data) <= limit else data[:limit] + b"...")

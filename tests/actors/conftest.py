@@ -20,6 +20,8 @@ BROKER_SETTINGS = {
     "hello_timeout_ms": 2000, "max_connections_per_address": 40,
 }
 ADMIN_PASSWORD = "test-admin-password"
+#: what the broker fixture's controller said when it started (its gateways' URLs, MQTT's too)
+BROKER_INFO: dict[str, Any] = {}
 #: connect(...) arguments of the administrator
 ADMIN = ("admin", ADMIN_PASSWORD)
 
@@ -58,6 +60,7 @@ def broker(ray_node: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         config.as_dict(), ray.get_runtime_context().get_node_id()
     )
     info = ray.get(controller.start.remote(), timeout=120)
+    BROKER_INFO.update(info)
     try:
         yield info["urls"][0]
     finally:
@@ -69,3 +72,11 @@ def broker(ray_node: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 def prefix(request: pytest.FixtureRequest) -> str:
     """A topic branch of this test's own."""
     return f"t/{request.node.name.replace('[', '_').replace(']', '_')}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="session")
+def mqtt_address(broker: str) -> tuple[str, int]:
+    """(host, port) of the broker's MQTT listener (MQTT over TCP)."""
+    url = BROKER_INFO["mqtt_urls"][0]
+    host, port = url.removeprefix("mqtt://").rsplit(":", 1)
+    return host, int(port)

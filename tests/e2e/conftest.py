@@ -28,6 +28,7 @@ class Server:
     ) -> None:
         self.port = port if port is not None else free_port()
         self.url = f"ws://127.0.0.1:{self.port}"
+        self.mqtt_port = self.port + 4
         self.data_dir = data_dir
         self.lines: list[str] = []
         self.proc = subprocess.Popen(
@@ -41,6 +42,8 @@ class Server:
                 # RAY_AUTH_MODE left out: serve runs its embedded Ray with token authentication, its default
                 **{k: v for k, v in os.environ.items() if k not in ("CANOPY_ADMIN_PASSWORD", "RAY_AUTH_MODE")},
                 **({"CANOPY_ADMIN_PASSWORD": ADMIN_PASSWORD} if admin_password else {}),
+                # MQTT in this test's own span of ports (gateway k on port + k, its MQTT on port + 4 + k)
+                "CANOPY_MQTT_PORT": str(self.mqtt_port),
             },
         )
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -1,7 +1,7 @@
 """The pure packages import no Ray, no asyncio, no PySpark and do no I/O; the client stands alone.
 
 The layers, each importing only those before it: topics <- sessions <- views
-<- canopy (the client) <- replication/fanout/history (distributed logic) <-
+<- mqtt (the MQTT codec and mapping) <- canopy (the client) <- replication/fanout/history (distributed logic) <-
 actors (the Ray shells) <- cluster; the actors may use cluster's small leaf
 modules (names, partitioning, settings, node names, pure placement).
 The client installs without the server extra, so nothing it imports may need
@@ -22,7 +22,7 @@ from typing import NamedTuple
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PURE = ["topics", "sessions", "views"]
+PURE = ["topics", "sessions", "views", "mqtt"]
 FORBIDDEN = {
     "ray",
     "asyncio",
@@ -48,12 +48,13 @@ TRANSITIVE = FORBIDDEN - {"time", "threading"}
 
 
 # Each project package, and the project packages above it in the layering.
-LAYERS = ["topics", "sessions", "views", "canopy", "replication", "fanout", "history", "actors", "cluster"]
+LAYERS = ["topics", "sessions", "views", "mqtt", "canopy", "replication", "fanout", "history", "actors", "cluster"]
 ABOVE = {
     "topics": LAYERS[1:],
     "sessions": LAYERS[2:],
     "views": LAYERS[3:],
-    "canopy": LAYERS[4:],
+    "mqtt": LAYERS[4:],
+    "canopy": LAYERS[5:],
     "replication": ["actors", "cluster"],
     "fanout": ["actors", "cluster"],
     "history": ["actors", "cluster"],
@@ -134,7 +135,7 @@ def test_the_client_needs_only_the_base_dependencies() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     loaded: dict[str, list[str]] = json.loads(out.stdout)
-    server = sorted(m for m in loaded if m in SERVER_ONLY or m in LAYERS[4:-1] or m in ("sessions", "views"))
+    server = sorted(m for m in loaded if m in SERVER_ONLY or m in LAYERS[5:-1] or m in ("sessions", "views", "mqtt"))
     assert server == [], f"the client imports server-side modules: {server}"
     foreign = {m: d for m, d in loaded.items() if d and not {x.lower() for x in d} & (base | {"canopy"})}
     assert foreign == {}, f"the client imports modules outside its base dependencies {sorted(base)}: {foreign}"

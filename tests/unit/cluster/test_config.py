@@ -143,7 +143,8 @@ def _sample(s: Setting) -> Any:
 
 
 #: string settings whose values have a syntax of their own
-SAMPLES = {"journal_fsync": "always", "gcs_redis_address": "127.0.0.1:6379", "gateway_ports": "same"}
+SAMPLES = {"journal_fsync": "always", "gcs_redis_address": "127.0.0.1:6379", "gateway_ports": "same",
+           "mqtt_create_type": "JSON"}
 #: settings that cannot go with the others' samples (gcs_redis_address: with no address only;
 #: gateway_ports = "same": not with local_nodes)
 APART = {"gcs_redis_address", "gateway_ports"}

@@ -1,0 +1,645 @@
+"""The gateway's MQTT front door: MQTT 3.1.1 and 5.0 clients over TCP, as canopy sessions.
+
+Each TCP connection is an :class:`MQTTConnection` (an :class:`asyncio.Protocol`): bytes go
+through the sans-I/O codec (:class:`mqtt.codec.Reader`), and each packet becomes what a
+native client would have sent. CONNECT authenticates the username and password as a
+canopy principal (anonymous without a username) and opens a session in the gateway's
+registry (:meth:`actors.connections.Connections.open`), with the MQTT 5 user properties as
+session properties and ``$Transport`` ``MQTT``; PUBLISH becomes a ``set`` request with the
+payload as text (``raw = "text"``, converted to the topic's type where the topic lives:
+:func:`topics.types.from_text`), SUBSCRIBE a ``subscribe`` request per topic filter
+(:func:`mqtt.mapping.selector_of`), UNSUBSCRIBE ``unsubscribe``. The requests go through the
+gateway's dispatcher, so the authorization matrix, the session's request limits and its
+budget apply as to every session; the answers come back as PUBACK, PUBREC, SUBACK and
+UNSUBACK reason codes. What the session's queue delivers (a topic's value when a
+subscription first sees it, then every update and time series event) is written as PUBLISH
+packets: the first as a retained message, at the highest QoS of the session's subscriptions
+that match the topic, QoS 1 and 2 ones at most ``mqtt_receive_maximum`` (or the client's
+Receive Maximum, if lower) unacknowledged at a time; the rest wait in the session's queue,
+where the topics' conflation policies and the session's byte budget bound them.
+
+Every session ends with its connection (a clean start; sessions kept across connections are
+yet to come); a will is published when the connection ends without a DISCONNECT. A
+malformed packet closes the connection (MQTT 5: after a DISCONNECT with the codec's reason
+code). Keep-alive: a client silent for one and a half times its keep-alive is cut off
+(MQTT-3.1.2-24).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import Any
+
+from actors.connections import Connections
+from canopy import protocol as wire
+from mqtt import codec as m
+from mqtt.mapping import MappingError, has_topic_name, path_of, selector_of, topic_of
+from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
+from sessions.incidents import IncidentLog
+from sessions.limits import PropertyLimitError
+from sessions.security import AuthenticationFailed, PathPermission
+from topics.selectors import Selector
+from topics.specification import TopicSpecification
+from topics.types import TEXT, to_text
+
+log = logging.getLogger("canopy.mqtt")
+
+#: the largest Topic Alias a client may use towards the gateway (MQTT 5's Topic Alias Maximum)
+TOPIC_ALIAS_MAXIMUM = 64
+WRITE_HIGH = 256 * 1024
+WRITE_LOW = 64 * 1024
+#: seconds between two log lines about one client's refused QoS 0 publishes
+REFUSED_LOG_INTERVAL = 10.0
+#: canopy error code -> the MQTT 5 reason code of a refused publish or subscription
+REASONS = {
+    "PERMISSION_DENIED": 0x87, "INVALID_VALUE": 0x99, "NO_SUCH_TOPIC": 0x87, "REFERENCE_TOPIC": 0x87,
+    "LIMIT_EXCEEDED": 0x97, "INVALID_SELECTOR": 0x8F, "INVALID_PATH": 0x90,
+}
+#: MQTT 3.1.1 CONNACK return codes for a refused login
+V311_BAD_CREDENTIALS, V311_NOT_AUTHORIZED, V311_UNSUPPORTED, V311_IDENTIFIER_REJECTED = 4, 5, 1, 2
+
+
+class MQTTServer:
+    """The MQTT clients of one gateway: the protocol factory of its TCP listener."""
+
+    def __init__(self, connections: Connections, config: dict[str, Any]) -> None:
+        self.connections = connections
+        self.config = config
+        self.create_type = str(config.get("mqtt_create_type", "BINARY"))
+        self.receive_maximum = int(config.get("mqtt_receive_maximum", 64))
+        self.max_subscriptions = int(config.get("mqtt_max_subscriptions", 100))
+        self.max_keep_alive = int(config.get("mqtt_max_keep_alive", 300))
+        self.max_packet_size = int(config["max_frame_size"])
+        self.open: set[MQTTConnection] = set()
+        #: client identifier -> its connection (a second CONNECT with the identifier takes over)
+        self.clients: dict[str, MQTTConnection] = {}
+        self.refused = IncidentLog(REFUSED_LOG_INTERVAL)
+        self.publishes_refused = 0
+        self._assigned = 0
+
+    def protocol(self) -> MQTTConnection:
+        return MQTTConnection(self)
+
+    def assign_client_id(self) -> str:
+        self._assigned += 1
+        return f"canopy-{self.connections.gateway_id}-{self._assigned:x}"
+
+    def close_all(self) -> None:
+        for connection in list(self.open):
+            if connection.session_id is None:
+                connection.abort()
+
+    def stats(self) -> dict[str, Any]:
+        return {"mqtt_connections": len(self.open), "mqtt_publishes_refused": self.publishes_refused}
+
+
+class MQTTConnection(asyncio.Protocol):
+    """One MQTT client: its packets in, its session's deliveries out."""
+
+    def __init__(self, server: MQTTServer) -> None:
+        self.server = server
+        self.connections = server.connections
+        self.reader = m.Reader(server.max_packet_size)
+        self.transport: asyncio.Transport | None = None
+        self.version = m.MQTT_3_1_1
+        self.address = ""
+        self.counted = False
+        self.session_id: str | None = None
+        self.client_id = ""
+        self.closing = False
+        self.disconnected = False  # a DISCONNECT came: no will
+        self.will: m.Will | None = None
+        # what Connections keeps for every session's connection
+        self.in_flight = 0
+        self.wide_in_flight = 0
+        self.waiting: deque[tuple[wire.Request, int]] = deque()
+        self.outstanding: dict[int, int] = {}
+        self._cid = 0
+        #: request cid -> what it was for: ("publish", qos, packet id), ("subscribe", packet id, index), ...
+        self.pending: dict[int, tuple[Any, ...]] = {}
+        self.subacks: dict[int, list[int]] = {}
+        self.unsubacks: dict[int, list[int]] = {}
+        self.acks_left: dict[int, int] = {}
+        #: topic filter -> (its selector, its options)
+        self.subscriptions: dict[str, tuple[Selector, m.SubscriptionOptions]] = {}
+        #: delivery alias -> [session path, topic name, value type, QoS, retained message wanted]
+        self.topics: dict[int, list[Any]] = {}
+        self.inbound_aliases: dict[int, str] = {}
+        self.received_qos2: set[int] = set()
+        #: packet id -> the QoS 1 or 2 PUBLISH sent and not acknowledged (True once PUBREC came)
+        self.inflight: dict[int, bool] = {}
+        self.send_quota = server.receive_maximum
+        self.client_max_packet = m.MAX_PACKET_SIZE
+        self._next_pid = 0
+        self.backlog: deque[object] = deque()
+        self.paused = False
+        self.keep_alive = 0.0
+        self.last_heard = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(WRITE_HIGH, WRITE_LOW)
+        peer = transport.get_extra_info("peername")
+        self.address = str(peer[0]) if peer else ""
+        self.server.open.add(self)
+        refusal = self.connections.admit_connection(self.address)
+        if refusal is not None:
+            log.info("MQTT connection from %s refused: %s", self.address, refusal)
+            transport.abort()
+            return
+        self.counted = True
+        self.connections.others += 1
+        self._timer = asyncio.get_running_loop().call_later(self.connections.hello_timeout, self._no_connect)
+
+    def _no_connect(self) -> None:
+        if self.session_id is None and not self.closing:
+            self.abort()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_heard = time.monotonic()
+        try:
+            packets = self.reader.feed(data)
+        except m.MQTTError as e:
+            for packet in e.packets:
+                if self.closing:
+                    break
+                self._packet(packet)
+            self._malformed(e)
+            self.connections.received()
+            return
+        for packet in packets:
+            if self.closing:
+                break
+            try:
+                self._packet(packet)
+            except Exception as e:  # a bug, or input no check foresaw: this connection ends, no other
+                log.exception("MQTT packet %s of %s failed unexpectedly", type(packet).__name__, self.address)
+                self._disconnect(0x83, f"the server could not handle this {type(packet).__name__.upper()}: {e}")
+        self.connections.received()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        session = self.connections.registry.sessions.get(self.session_id or "")
+        if session is not None:
+            self.write(session)
+            self.connections.wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.open.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.counted:
+            self.counted = False
+            self.connections.others -= 1
+            self.connections.connection_closed(self.address)
+        if self.server.clients.get(self.client_id) is self:
+            del self.server.clients[self.client_id]
+        if self.session_id is not None and not self.disconnected and self.will is not None:
+            self._publish_will(self.will)
+        self.connections.received()  # the will's request goes out
+        self.connections.dropped(self)
+        self.connections.wake()
+
+    # -- what Connections asks of a session's connection --------------------------------------
+
+    def pause_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.closing:
+            self.transport.resume_reading()
+
+    def kept_on_drop(self) -> bool:
+        return False
+
+    def end(self, code: str, message: str, ws_code: int) -> None:
+        """The session ended (its queue over its budget, the server stopping): say why, close."""
+        reason = 0x8B if code == "SERVER_SHUTDOWN" else 0x97 if code in ("QUEUE_LIMIT", "LIMIT_EXCEEDED") else 0x80
+        self._disconnect(reason, f"{code}: {message}")
+
+    def respond(self, cid: int, result: Any) -> None:
+        self._answered(cid, 0x00, "")
+
+    def refuse(self, cid: int, code: str, message: str) -> None:
+        self._answered(cid, REASONS.get(code, 0x80), f"{code}: {message}")
+
+    def write(self, session: Any) -> None:
+        """Write what the session's queue holds, as far as the socket and the QoS window allow."""
+        if self.transport is None or self.closing:
+            return
+        queue = session.queue
+        while not self.paused:
+            if not self.backlog:
+                if not len(queue):
+                    return
+                self.backlog.extend(queue.take())
+                if not self.backlog:
+                    return
+            item = self.backlog[0]
+            if not self._deliver(item):
+                return  # the QoS window is full: on when the client acknowledges
+            self.backlog.popleft()
+
+    # -- packets in ---------------------------------------------------------------------------
+
+    def _packet(self, packet: m.Packet) -> None:
+        if self.session_id is None:
+            if isinstance(packet, m.Connect):
+                if self.transport is not None:
+                    self.transport.pause_reading()  # nothing more until the session is open
+                self.connections.spawn(self._connect(packet))
+            else:
+                self.abort()  # MQTT-3.1.0-1: the first packet is CONNECT
+            return
+        if isinstance(packet, m.Publish):
+            self._publish(packet)
+        elif isinstance(packet, m.Puback):
+            self._acknowledged(packet.packet_id)
+        elif isinstance(packet, m.Pubrec):
+            if packet.reason_code >= 0x80:
+                self._acknowledged(packet.packet_id)
+            elif packet.packet_id in self.inflight:
+                self.inflight[packet.packet_id] = True
+                self._send(m.Pubrel(packet.packet_id))
+            else:
+                self._send(m.Pubrel(packet.packet_id, 0x92 if self.version == m.MQTT_5 else 0))
+        elif isinstance(packet, m.Pubcomp):
+            self._acknowledged(packet.packet_id)
+        elif isinstance(packet, m.Pubrel):
+            known = packet.packet_id in self.received_qos2
+            self.received_qos2.discard(packet.packet_id)
+            self._send(m.Pubcomp(packet.packet_id, 0 if known or self.version != m.MQTT_5 else 0x92))
+        elif isinstance(packet, m.Subscribe):
+            self._subscribe(packet)
+        elif isinstance(packet, m.Unsubscribe):
+            self._unsubscribe(packet)
+        elif isinstance(packet, m.Pingreq):
+            self._send(m.Pingresp())
+        elif isinstance(packet, m.Disconnect):
+            self.disconnected = packet.reason_code != 0x04  # 0x04: disconnect with will message
+            self.closing = True
+            if self.transport is not None:
+                self.transport.close()
+        else:  # CONNECT again, or a packet only a server sends
+            self._disconnect(0x82, f"a client may not send {type(packet).__name__.upper()} now")
+
+    async def _connect(self, connect: m.Connect) -> None:
+        self.version = connect.protocol_level
+        v5 = self.version == m.MQTT_5
+        client_id = connect.client_id
+        assigned = None
+        if not client_id:
+            if not connect.clean_start and not v5:
+                self._refuse_connect(V311_IDENTIFIER_REJECTED, 0x85, "an empty client identifier needs a clean session")
+                return
+            client_id = assigned = self.server.assign_client_id()
+        user = {k: v for k, v in connect.properties.user_properties} if v5 else {}
+        try:
+            for key in user:
+                if not key or key.startswith("$"):
+                    raise PropertyLimitError(f"user property {key!r} may not be empty or start with '$'")
+            self.connections.registry.limits.properties(user)
+            password = connect.password.decode() if connect.password is not None else None
+        except (PropertyLimitError, UnicodeDecodeError) as e:
+            self._refuse_connect(V311_NOT_AUTHORIZED, 0x99 if isinstance(e, UnicodeDecodeError) else 0x83, str(e))
+            return
+        try:
+            roles = await self.connections.authenticate(
+                lambda: not self.closing, connect.username, password, self.address
+            )
+        except AuthenticationFailed as e:
+            bad = connect.username is not None
+            self._refuse_connect(
+                V311_BAD_CREDENTIALS if bad else V311_NOT_AUTHORIZED, 0x86 if bad else 0x87, str(e)
+            )
+            return
+        if self.closing or self.transport is None:
+            return
+        previous = self.server.clients.get(client_id)
+        if previous is not None and previous is not self:
+            previous._disconnect(0x8E, "another connection took over this client identifier")
+        self.server.clients[client_id] = self
+        self.client_id = client_id
+        principal = connect.username or ""
+        session = self.connections.open(
+            user, principal, roles, self.address, "MQTT", **{"$ClientId": client_id}
+        )
+        self.session_id = session.id
+        self.connections.by_session[session.id] = self
+        self.will = connect.will
+        keep_alive = connect.keep_alive
+        properties = connect.properties
+        if v5:
+            if properties.receive_maximum:
+                self.send_quota = min(self.send_quota, properties.receive_maximum)
+            if properties.maximum_packet_size:
+                self.client_max_packet = properties.maximum_packet_size
+        server_keep_alive = None
+        if keep_alive == 0 or keep_alive > self.server.max_keep_alive:
+            if v5:
+                server_keep_alive = keep_alive = self.server.max_keep_alive
+        self.keep_alive = keep_alive * 1.5
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.keep_alive:
+            self._timer = asyncio.get_running_loop().call_later(self.keep_alive, self._check_alive)
+        if v5:
+            ack = m.Connack(False, 0, m.Properties(
+                receive_maximum=self.server.receive_maximum, maximum_packet_size=self.server.max_packet_size,
+                topic_alias_maximum=TOPIC_ALIAS_MAXIMUM, assigned_client_identifier=assigned,
+                server_keep_alive=server_keep_alive, retain_available=1, wildcard_subscription_available=1,
+                subscription_identifier_available=0, shared_subscription_available=0,
+            ))
+        else:
+            ack = m.Connack(False, 0)
+        self._send(ack)
+        self.transport.resume_reading()
+
+    def _refuse_connect(self, v311_code: int, v5_code: int, why: str) -> None:
+        if self.transport is None or self.closing:
+            return
+        v5 = self.version == m.MQTT_5
+        ack = m.Connack(False, v5_code, m.Properties(reason_string=why[:200])) if v5 else m.Connack(False, v311_code)
+        self._send(ack)
+        self.closing = True
+        self.transport.close()
+
+    def _check_alive(self) -> None:
+        self._timer = None
+        if self.closing or self.transport is None:
+            return
+        silent = time.monotonic() - self.last_heard
+        if silent >= self.keep_alive:
+            self._disconnect(0x8D, f"nothing heard for {silent:.1f} s (keep-alive)")
+            return
+        self._timer = asyncio.get_running_loop().call_later(self.keep_alive - silent, self._check_alive)
+
+    def _request(self, op: str, args: list[Any], what: tuple[Any, ...]) -> None:
+        self._cid += 1
+        cid = self._cid
+        self.pending[cid] = what
+        self.connections.submit(self, wire.Request(cid, op, args), time.perf_counter_ns())
+        if self.waiting:
+            self.pause_reading()
+
+    def _publish(self, p: m.Publish) -> None:
+        topic = p.topic
+        alias = p.properties.topic_alias if self.version == m.MQTT_5 else None
+        if alias is not None:
+            if not 0 < alias <= TOPIC_ALIAS_MAXIMUM:
+                self._disconnect(0x94, f"topic alias {alias} is not between 1 and {TOPIC_ALIAS_MAXIMUM}")
+                return
+            if topic:
+                self.inbound_aliases[alias] = topic
+            else:
+                known = self.inbound_aliases.get(alias)
+                if known is None:
+                    self._disconnect(0x82, f"topic alias {alias} was never given a topic name")
+                    return
+                topic = known
+        if p.qos == 2 and p.packet_id in self.received_qos2:
+            self._send(m.Pubrec(p.packet_id or 0))  # a resend of one already taken: once only
+            return
+        try:
+            path = path_of(topic)
+        except MappingError as e:
+            self._publish_refused(p, 0x90, str(e))
+            return
+        registry = self.connections.registry
+        sid = self.session_id or ""
+        may_add = registry.has(sid, PathPermission.MODIFY_TOPIC, path)
+        self._request(
+            "set", [path, p.payload, TEXT, self.server.create_type if may_add else None, may_add, p.retain],
+            ("publish", p.qos, p.packet_id, topic),
+        )
+
+    def _publish_refused(self, p: m.Publish, reason: int, why: str) -> None:
+        if p.qos == 0 or self.version != m.MQTT_5:
+            # QoS 0 has no answer, and MQTT 3.1.1 none that refuses (MQTT-3.3.5-2): acknowledged, counted
+            self.server.publishes_refused += 1
+            suffix = self.server.refused.record(self.session_id or "", time.monotonic())
+            if suffix is not None:
+                log.warning("MQTT publish of session %s to %r refused: %s%s", self.session_id, p.topic, why, suffix)
+            if p.qos == 1:
+                self._send(m.Puback(p.packet_id or 0))
+            elif p.qos == 2:
+                self._send(m.Pubrec(p.packet_id or 0))
+                self.received_qos2.add(p.packet_id or 0)
+            return
+        properties = m.Properties(reason_string=why[:200])
+        if p.qos == 1:
+            self._send(m.Puback(p.packet_id or 0, reason, properties))
+        else:
+            self._send(m.Pubrec(p.packet_id or 0, reason, properties))
+
+    def _subscribe(self, s: m.Subscribe) -> None:
+        codes = self.subacks[s.packet_id] = [0x80] * len(s.subscriptions)
+        self.acks_left[s.packet_id] = 1  # until every filter is handed on: answers may come at once
+        for index, (topic_filter, options) in enumerate(s.subscriptions):
+            if topic_filter.startswith("$share/"):
+                codes[index] = 0x9E  # shared subscriptions: not yet
+                continue
+            if topic_filter not in self.subscriptions and len(self.subscriptions) >= self.server.max_subscriptions:
+                codes[index] = 0x97
+                continue
+            try:
+                selector = selector_of(topic_filter)
+            except MappingError:
+                codes[index] = 0x8F
+                continue
+            # in force at once: the topics it brings may come before the answer does
+            before = self.subscriptions.get(topic_filter)
+            self.subscriptions[topic_filter] = (selector, options)
+            self._matched()
+            self.acks_left[s.packet_id] += 1
+            self._request(
+                "subscribe", [str(selector)], ("subscribe", s.packet_id, index, topic_filter, before, options)
+            )
+        self.acks_left[s.packet_id] -= 1
+        self._suback_if_done(s.packet_id)
+
+    def _suback_if_done(self, packet_id: int) -> None:
+        if self.acks_left.get(packet_id):
+            return
+        self.acks_left.pop(packet_id, None)
+        codes = self.subacks.pop(packet_id)
+        if self.version != m.MQTT_5:
+            codes = [c if c <= 2 else 0x80 for c in codes]
+        self._send(m.Suback(packet_id, tuple(codes)))
+
+    def _unsubscribe(self, u: m.Unsubscribe) -> None:
+        codes = self.unsubacks[u.packet_id] = [0x11] * len(u.filters)
+        self.acks_left[-u.packet_id] = 1  # until every filter is handed on
+        for index, topic_filter in enumerate(u.filters):
+            found = self.subscriptions.pop(topic_filter, None)
+            if found is None:
+                continue
+            self._matched()
+            if any(sel == found[0] for sel, _ in self.subscriptions.values()):
+                codes[index] = 0  # another filter maps to the same selector: it stays
+                continue
+            self.acks_left[-u.packet_id] += 1
+            self._request("unsubscribe", [str(found[0])], ("unsubscribe", u.packet_id, index))
+        self.acks_left[-u.packet_id] -= 1
+        self._unsuback_if_done(u.packet_id)
+
+    def _unsuback_if_done(self, packet_id: int) -> None:
+        if self.acks_left.get(-packet_id):
+            return
+        self.acks_left.pop(-packet_id, None)
+        codes = self.unsubacks.pop(packet_id)
+        self._send(m.Unsuback(packet_id, tuple(codes) if self.version == m.MQTT_5 else ()))
+
+    def _answered(self, cid: int, reason: int, why: str) -> None:
+        what = self.pending.pop(cid, None)
+        if what is None or self.closing:
+            return
+        kind = what[0]
+        if kind == "publish":
+            _, qos, packet_id, topic = what
+            if reason:
+                self._publish_refused(m.Publish(topic, b"", qos, False, False, packet_id), reason, why)
+            elif qos == 1:
+                self._send(m.Puback(packet_id))
+            elif qos == 2:
+                self.received_qos2.add(packet_id)
+                self._send(m.Pubrec(packet_id))
+        elif kind == "subscribe":
+            _, packet_id, index, topic_filter, before, options = what
+            if reason:  # refused: the filter is as it was
+                if before is None:
+                    self.subscriptions.pop(topic_filter, None)
+                else:
+                    self.subscriptions[topic_filter] = before
+                self._matched()
+            self.subacks[packet_id][index] = min(options.qos, 2) if reason == 0 else reason
+            self.acks_left[packet_id] -= 1
+            self._suback_if_done(packet_id)
+        elif kind == "unsubscribe":
+            _, packet_id, index = what
+            self.unsubacks[packet_id][index] = 0 if reason == 0 else 0x80
+            self.acks_left[-packet_id] -= 1
+            self._unsuback_if_done(packet_id)
+
+    def _publish_will(self, will: m.Will) -> None:
+        try:
+            path = path_of(will.topic)
+        except MappingError as e:
+            log.info("the will of MQTT session %s was not published: %s", self.session_id, e)
+            return
+        may_add = self.connections.registry.has(self.session_id or "", PathPermission.MODIFY_TOPIC, path)
+        self._request(
+            "set", [path, will.payload, TEXT, self.server.create_type if may_add else None, may_add, will.retain],
+            ("will",),
+        )
+
+    # -- deliveries out -----------------------------------------------------------------------
+
+    def _deliver(self, item: object) -> bool:
+        """Write one queued item; ``False`` when it must wait for the QoS window."""
+        if isinstance(item, Update):
+            return self._out(item.alias, item.value, False)
+        if isinstance(item, Subscribed):
+            self._learn(item)
+            return self._out(item.alias, item.value, True) if item.value is not None else True
+        if isinstance(item, SeriesUpdate):
+            return self._out(item.alias, item.event.value, False)
+        if isinstance(item, Unsubscribed):
+            self.topics.pop(item.alias, None)
+        return True  # a native protocol message (an answer or a notification): not for MQTT
+
+    def _learn(self, item: Subscribed) -> None:
+        spec = TopicSpecification.of(item.type, dict(item.properties))
+        value_type = spec.event_type or spec.type
+        name = topic_of(item.path) if has_topic_name(item.path) else ""
+        self.topics[item.alias] = [item.path, name, value_type, *self._match(item.path)]
+
+    def _match(self, path: str) -> tuple[int, bool]:
+        """The QoS to deliver the topic at ``path`` with (the highest of the subscriptions that
+        match it; -1: none does) and whether a retained message is wanted (retain handling)."""
+        qos, retained = -1, False
+        for selector, options in self.subscriptions.values():
+            if selector.matches(path):
+                qos = max(qos, options.qos)
+                retained = retained or options.retain_handling != 2
+        return qos, retained
+
+    def _matched(self) -> None:
+        """The subscriptions changed: work out again which match each topic."""
+        for known in self.topics.values():
+            known[3], known[4] = self._match(known[0])
+
+    def _out(self, alias: int, value: bytes, first: bool) -> bool:
+        known = self.topics.get(alias)
+        if known is None:
+            return True
+        _, name, value_type, qos, retained = known
+        if not name or qos < 0 or (first and not retained):
+            return True
+        if qos > 0 and len(self.inflight) >= self.send_quota:
+            return False
+        payload = to_text(value_type, value)
+        if first and not payload:
+            return True  # no value: no retained message
+        packet_id = self._packet_id() if qos > 0 else None
+        data = m.encode(m.Publish(name, payload, qos, first, False, packet_id), self.version)
+        if len(data) > self.client_max_packet:
+            return True  # larger than the client takes (MQTT-3.1.2-25): dropped
+        if packet_id is not None:
+            self.inflight[packet_id] = False
+        assert self.transport is not None
+        self.transport.write(data)
+        return True
+
+    def _packet_id(self) -> int:
+        while True:
+            self._next_pid = self._next_pid % 65535 + 1
+            if self._next_pid not in self.inflight:
+                return self._next_pid
+
+    def _acknowledged(self, packet_id: int) -> None:
+        if self.inflight.pop(packet_id, None) is not None and self.backlog:
+            session = self.connections.registry.sessions.get(self.session_id or "")
+            if session is not None:
+                self.write(session)
+
+    # -- closing --------------------------------------------------------------------------
+
+    def _send(self, packet: m.Packet) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(m.encode(packet, self.version))
+
+    def _malformed(self, error: m.MQTTError) -> None:
+        if self.session_id is None and error.protocol_level is not None:  # CONNECT of a version we lack
+            self.version = m.MQTT_5 if error.protocol_level == 5 else m.MQTT_3_1_1
+            self._refuse_connect(V311_UNSUPPORTED, 0x84, str(error))
+            return
+        log.info("MQTT connection from %s closed: %s", self.address, error)
+        self._disconnect(error.reason_code, str(error))
+
+    def _disconnect(self, reason: int, why: str) -> None:
+        """Close the connection, telling an MQTT 5 client why (a DISCONNECT with ``reason``)."""
+        if self.closing:
+            return
+        self.closing = True
+        if self.session_id is not None and self.version == m.MQTT_5:
+            self._send(m.Disconnect(reason, m.Properties(reason_string=why[:200])))
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.abort()

@@ -1,0 +1,105 @@
+"""paho-mqtt (a client nobody here wrote) with blocking calls that return what the broker answered."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import uuid
+from typing import Any
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.properties import Properties
+from paho.mqtt.packettypes import PacketTypes
+
+TIMEOUT = 20.0
+
+
+class MQTT:
+    """One paho client on its network thread; ``messages`` receives every PUBLISH it is sent."""
+
+    def __init__(
+        self, address: tuple[str, int], version: int = 5, *, username: str | None = None,
+        password: str | None = None, client_id: str | None = None, user_properties: dict[str, str] | None = None,
+        connect: bool = True,
+    ) -> None:
+        self.address = address
+        self.version = version
+        protocol = paho.MQTTv5 if version == 5 else paho.MQTTv311
+        self.client = paho.Client(
+            CallbackAPIVersion.VERSION2, client_id=client_id if client_id is not None else f"t-{uuid.uuid4().hex[:8]}",
+            protocol=protocol,
+        )
+        if username is not None:
+            self.client.username_pw_set(username, password)
+        self.messages: queue.Queue[paho.MQTTMessage] = queue.Queue()
+        self.connected: queue.Queue[Any] = queue.Queue()
+        self.disconnected: queue.Queue[Any] = queue.Queue()
+        self._acks: dict[int, queue.Queue[Any]] = {}
+        self._lock = threading.Lock()
+        self.client.on_message = lambda c, u, message: self.messages.put(message)
+        self.client.on_connect = lambda c, u, flags, code, properties: self.connected.put((code, properties))
+        self.client.on_disconnect = lambda c, u, flags, code, properties: self.disconnected.put(code)
+        self.client.on_publish = lambda c, u, mid, code, properties: self._ack(mid, code)
+        self.client.on_subscribe = lambda c, u, mid, codes, properties: self._ack(mid, codes)
+        self.client.on_unsubscribe = lambda c, u, mid, codes, properties: self._ack(mid, codes)
+        self.user_properties = user_properties
+        if connect:
+            code = self.connect()
+            assert not code.is_failure, f"CONNECT refused: {code}"
+
+    def connect(self) -> Any:
+        """Connect; the CONNACK's reason code."""
+        properties = None
+        if self.version == 5 and self.user_properties:
+            properties = Properties(PacketTypes.CONNECT)
+            properties.UserProperty = list(self.user_properties.items())
+        self.client.connect(self.address[0], self.address[1], keepalive=30, properties=properties)
+        self.client.loop_start()
+        code, _ = self.connected.get(timeout=TIMEOUT)
+        return code
+
+    def _waiter(self, mid: int) -> queue.Queue[Any]:
+        with self._lock:
+            return self._acks.setdefault(mid, queue.Queue())
+
+    def _ack(self, mid: int, code: Any) -> None:
+        self._waiter(mid).put(code)
+
+    def publish(self, topic: str, payload: bytes | str, qos: int = 1, retain: bool = False) -> Any:
+        """Publish; for QoS 1 and 2 the broker's reason code (PUBACK / PUBREC), for QoS 0 once written."""
+        info = self.client.publish(topic, payload, qos, retain)
+        code = self._waiter(info.mid).get(timeout=TIMEOUT)
+        with self._lock:
+            del self._acks[info.mid]
+        return code
+
+    def subscribe(self, topic_filter: str, qos: int = 1, **options: Any) -> list[Any]:
+        """Subscribe; the SUBACK's codes."""
+        if self.version == 5:
+            result, mid = self.client.subscribe(topic_filter, options=paho.SubscribeOptions(qos=qos, **options))
+        else:
+            result, mid = self.client.subscribe(topic_filter, qos)
+        assert result == paho.MQTT_ERR_SUCCESS, result
+        return list(self._waiter(mid).get(timeout=TIMEOUT))
+
+    def unsubscribe(self, topic_filter: str) -> Any:
+        result, mid = self.client.unsubscribe(topic_filter)
+        assert result == paho.MQTT_ERR_SUCCESS, result
+        return self._waiter(mid).get(timeout=TIMEOUT)
+
+    def next(self, timeout: float = TIMEOUT) -> paho.MQTTMessage:
+        try:
+            return self.messages.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no message within {timeout} s") from None
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+    def __enter__(self) -> MQTT:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

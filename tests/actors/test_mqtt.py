@@ -1,0 +1,179 @@
+"""The MQTT front door, driven by paho-mqtt (3.1.1 and 5.0) beside canopy's own client.
+
+Each test names the MQTT specification statements it checks where there is one.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from paho.mqtt.reasoncodes import ReasonCode
+
+import canopy
+from tests.actors.conftest import ADMIN
+from tests.actors.mqtt_client import MQTT
+from tests.conftest import wait_for
+
+VERSIONS = [pytest.param(4, id="3.1.1"), pytest.param(5, id="5.0")]
+
+
+def admin_mqtt(address: tuple[str, int], version: int = 5, **kw: object) -> MQTT:
+    return MQTT(address, version, username=ADMIN[0], password=ADMIN[1], **kw)  # type: ignore[arg-type]
+
+
+def code(value: object) -> int:
+    """A reason code as a number (paho hands out ReasonCode objects, or ints for 3.1.1)."""
+    return value.value if isinstance(value, ReasonCode) else int(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_retained_publish_sets_the_value_a_native_client_reads(
+    broker: str, mqtt_address: tuple[str, int], prefix: str, version: int
+) -> None:
+    with canopy.connect_sync(broker, *ADMIN) as native, admin_mqtt(mqtt_address, version) as client:
+        native.topics.add(f"{prefix}/n", "INT64")
+        native.topics.add(f"{prefix}/j", "JSON")
+        native.topics.add(f"{prefix}/s", "STRING")
+        for topic, payload in ((f"{prefix}/n", "42"), (f"{prefix}/j", '{"a": [1, 2.5]}'), (f"{prefix}/s", "hé")):
+            assert code(client.publish(topic, payload, qos=1, retain=True)) == 0
+        client.publish(f"{prefix}/new", b"\x00\x01", qos=1, retain=True)  # no topic: a BINARY one is added
+        rows = {r.path: (r.type.value, r.value) for r in native.topics.fetch(f"?{prefix}//")}
+        assert rows == {
+            f"{prefix}/n": ("INT64", 42), f"{prefix}/j": ("JSON", {"a": [1, 2.5]}),
+            f"{prefix}/s": ("STRING", "hé"), f"{prefix}/new": ("BINARY", b"\x00\x01"),
+        }
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_subscribing_delivers_the_value_as_retained_then_every_update(
+    broker: str, mqtt_address: tuple[str, int], prefix: str, version: int
+) -> None:
+    """MQTT-3.3.1-6 (retained messages on subscribe carry RETAIN 1), MQTT-3.3.1-9 (live ones 0)."""
+    with canopy.connect_sync(broker, *ADMIN) as native, admin_mqtt(mqtt_address, version) as client:
+        native.topics.add_and_set(f"{prefix}/d", 1.5)
+        native.topics.add_and_set(f"{prefix}/j", {"k": "v"})
+        assert [code(c) for c in client.subscribe(f"{prefix}/#", qos=1)] == [1]
+        first = sorted((client.next() for _ in range(2)), key=lambda m: m.topic)
+        assert [(m.topic, m.payload, m.retain) for m in first] == [
+            (f"{prefix}/d", b"1.5", True), (f"{prefix}/j", b'{"k":"v"}', True)
+        ]
+        for i in range(5):
+            native.topics.set(f"{prefix}/d", float(i))
+        updates = [client.next() for _ in range(5)]
+        assert [(m.payload, m.retain, m.qos) for m in updates] == [(f"{float(i)}".encode(), False, 1) for i in range(5)]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_publish_without_retain_is_delivered_and_not_kept(
+    broker: str, mqtt_address: tuple[str, int], prefix: str, version: int
+) -> None:
+    """MQTT-3.3.1-12: a message without RETAIN is not stored, nor does it replace the retained one."""
+    topic = f"{prefix}/t"
+    with admin_mqtt(mqtt_address, version) as publisher, admin_mqtt(mqtt_address, version) as early:
+        publisher.publish(topic, "kept", qos=1, retain=True)
+        early.subscribe(topic, qos=1)
+        assert early.next().payload == b"kept"
+        publisher.publish(topic, "passing", qos=1, retain=False)
+        live = early.next()
+        assert (live.payload, live.retain) == (b"passing", False)
+        with admin_mqtt(mqtt_address, version) as late:
+            late.subscribe(topic, qos=1)
+            retained = late.next()
+            assert (retained.payload, retained.retain) == (b"kept", True)
+
+
+def test_publish_and_subscribe_are_checked_against_the_principal_s_permissions(
+    broker: str, mqtt_address: tuple[str, int], prefix: str
+) -> None:
+    """PUBACK 0x87 and SUBACK 0x87 (MQTT 5) when the session may not; nothing changes."""
+    with canopy.connect_sync(broker, *ADMIN) as admin:
+        name = f"{prefix.replace('/', '-')}-reader"
+        admin.security.update(
+            ["add_principal", name, "reader-password", [name]],
+            ["set_path_permissions", name, prefix, ["SELECT_TOPIC", "READ_TOPIC"]],
+            ["set_path_permissions", name, f"{prefix}/secret", []],
+        )
+        admin.topics.add_and_set(f"{prefix}/x", "before")
+        with MQTT(mqtt_address, 5, username=name, password="reader-password") as reader:
+            assert code(reader.publish(f"{prefix}/x", "after", qos=1, retain=True)) == 0x87
+            assert code(reader.publish(f"{prefix}/new", "x", qos=1, retain=True)) == 0x87
+            assert [code(c) for c in reader.subscribe(f"{prefix}/secret/#")] == [0x87]
+            assert [code(c) for c in reader.subscribe(f"{prefix}/x")] == [1]
+            assert reader.next().payload == b"before"
+        assert [r.value for r in admin.topics.fetch(f"?{prefix}//")] == ["before"]
+
+
+def test_a_payload_that_does_not_convert_is_refused_and_changes_nothing(
+    broker: str, mqtt_address: tuple[str, int], prefix: str
+) -> None:
+    with canopy.connect_sync(broker, *ADMIN) as native, admin_mqtt(mqtt_address, 5) as client:
+        native.topics.add_and_set(f"{prefix}/n", 7)
+        assert code(client.publish(f"{prefix}/n", "seven", qos=1, retain=True)) == 0x99
+        assert code(client.publish(f"{prefix}/n", "8", qos=2, retain=True)) == 0
+        assert native.topics.fetch(f">{prefix}/n")[0].value == 8
+
+
+def test_a_publish_to_a_time_series_appends_and_subscribers_receive_each_event(
+    broker: str, mqtt_address: tuple[str, int], prefix: str
+) -> None:
+    path = f"{prefix}/series"
+    with canopy.connect_sync(broker, *ADMIN) as native, admin_mqtt(mqtt_address, 5) as client:
+        native.topics.add(path, "TIME_SERIES", {"TIME_SERIES_EVENT_VALUE_TYPE": "JSON"})
+        client.subscribe(path, qos=1)
+        for i in range(3):
+            assert code(client.publish(path, json.dumps({"i": i}), qos=1)) == 0
+        assert [json.loads(client.next().payload) for _ in range(3)] == [{"i": 0}, {"i": 1}, {"i": 2}]
+        assert [e.value for e in native.time_series.range_query(path).events] == [{"i": 0}, {"i": 1}, {"i": 2}]
+
+
+def test_qos_2_both_ways_delivers_each_message_once(broker: str, mqtt_address: tuple[str, int], prefix: str) -> None:
+    with admin_mqtt(mqtt_address, 5) as publisher, admin_mqtt(mqtt_address, 5) as subscriber:
+        publisher.publish(f"{prefix}/q", "0", qos=2, retain=True)
+        assert [code(c) for c in subscriber.subscribe(f"{prefix}/q", qos=2)] == [2]
+        assert subscriber.next().qos == 2
+        for i in range(1, 21):
+            assert code(publisher.publish(f"{prefix}/q", str(i), qos=2)) == 0
+        got = [subscriber.next() for _ in range(20)]
+        assert [(m.payload, m.qos) for m in got] == [(str(i).encode(), 2) for i in range(1, 21)]
+
+
+def test_mqtt_5_user_properties_become_session_properties(
+    broker: str, mqtt_address: tuple[str, int], prefix: str
+) -> None:
+    with canopy.connect_sync(broker, *ADMIN) as native, admin_mqtt(
+        mqtt_address, 5, user_properties={"tier": "gold"}, client_id=f"{prefix.replace('/', '-')}-c"
+    ):
+        found = wait_for(
+            lambda: native.sessions.get_properties(filter=f"$ClientId is '{prefix.replace('/', '-')}-c'"), 10,
+            "the MQTT session",
+        )
+        (properties,) = found.values()
+        assert properties["tier"] == "gold" and properties["$Transport"] == "MQTT"
+        assert properties["$Principal"] == "admin"
+
+
+def test_wrong_credentials_are_refused_with_the_connack_code(mqtt_address: tuple[str, int]) -> None:
+    """MQTT 5 CONNACK 0x86; MQTT 3.1.1 return code 4 (bad user name or password), then the
+    connection is closed (MQTT-3.2.2-5)."""
+    client = MQTT(mqtt_address, 5, username="admin", password="wrong", connect=False)
+    try:
+        assert code(client.connect()) == 0x86
+    finally:
+        client.close()
+    connect = (bytes([0x10, 0x1E, 0x00, 0x04]) + b"MQTT" + bytes([0x04, 0xC2, 0x00, 0x3C, 0x00, 0x01]) + b"c"
+               + bytes([0x00, 0x05]) + b"admin" + bytes([0x00, 0x08]) + b"wrong-pw")
+    with socket.create_connection(mqtt_address, timeout=10) as raw:
+        raw.sendall(connect)
+        assert raw.recv(16) == bytes([0x20, 0x02, 0x00, 0x04])
+        assert raw.recv(16) == b""
+
+
+def test_a_malformed_packet_closes_only_its_connection(mqtt_address: tuple[str, int], prefix: str) -> None:
+    """MQTT-3.1.2-3 (a reserved CONNECT flag set is malformed): the connection is closed."""
+    with socket.create_connection(mqtt_address, timeout=10) as raw:
+        raw.sendall(bytes([0x10, 0x0C, 0x00, 0x04]) + b"MQTT" + bytes([0x04, 0x03, 0x00, 0x3C, 0x00, 0x00]))
+        assert raw.recv(16) == b""  # closed, nothing said (MQTT 3.1.1 has no way to)
+    with admin_mqtt(mqtt_address, 4) as fine:
+        assert code(fine.publish(f"{prefix}/after", "x", qos=1, retain=True)) == 0
