@@ -133,6 +133,24 @@ class _Client(Handler):
             self.connections.streams.add(stream)
         self._hello_timer = asyncio.get_running_loop().call_later(self.connections.hello_timeout, self._no_hello)
 
+    def on_request(self, stream: WebSocketStream, request: Any) -> Handler | None:
+        """A handshake for ``/mqtt`` hands the connection to MQTT over WebSocket (counted
+        against the limits still, as this connection was)."""
+        mqtt = self.connections.websocket_mqtt
+        if mqtt is None or self.refusal is not None or request.path.split("?", 1)[0] != "/mqtt":
+            return None
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
+        self.closing = True  # this handler's part is over
+        return mqtt(stream, self._release)  # type: ignore[no-any-return]
+
+    def _release(self, stream: WebSocketStream) -> None:
+        """Uncount a connection another handler took over, once it is gone."""
+        if self.counted:
+            self.counted = False
+            self.connections.streams.discard(stream)
+            self.connections.connection_closed(self.address)
+
     def on_open(self, stream: WebSocketStream) -> None:
         if self.refusal is not None:  # over a connection limit: told why, and closed
             self.closing = True
@@ -269,6 +287,8 @@ class Connections:
         self.per_address: dict[str, int] = {}
         #: connections that are not WebSocket streams (MQTT over TCP), counted against the limits too
         self.others = 0
+        #: makes the handler of a WebSocket connection for ``/mqtt`` (stream, release), when MQTT is on
+        self.websocket_mqtt: Callable[..., Handler] | None = None
 
     def handler(self) -> Handler:
         """A handler for a new connection (the server's factory calls it)."""

@@ -136,6 +136,10 @@ class Gateway:
         from actors.mqtt import MQTTServer
 
         self.mqtt = MQTTServer(self.connections, config)
+        if config.get("mqtt_port"):
+            from actors.mqtt import WebSocketMQTT
+
+            self.connections.websocket_mqtt = lambda stream, release: WebSocketMQTT(self.mqtt, stream, release)
         self.mqtt_server: asyncio.Server | None = None
         self.mqtt_url = ""
 
@@ -145,7 +149,7 @@ class Gateway:
         self.ctx.controller = controller
         self.ctx.views = views
         await self.link.attach()
-        factory = serve_stream(self.connections.handler, max_size=self.config["max_frame_size"])
+        factory = serve_stream(self.connections.handler, max_size=self.config["max_frame_size"], subprotocols=("mqtt",))
         from actors import tls
 
         context = tls.context_for(self.config)  # with TLS configured, wss:// only
@@ -154,19 +158,23 @@ class Gateway:
         self.url = f"{'wss' if context is not None else 'ws'}://{self.host}:{port}"
         if not self.config.get("server_name") and not self.config.get("port"):
             self.missing.server_name = f"{self.host}:{port}"  # a port chosen at run time: the one bound
-        mqtt_port = self._mqtt_port()
+        mqtt_port = self._mqtt_port("mqtt_tls_port" if context is not None else "mqtt_port")
         if mqtt_port is not None:
-            self.mqtt_server = await asyncio.get_running_loop().create_server(self.mqtt.protocol, self.host, mqtt_port)
-            self.mqtt_url = f"mqtt://{self.host}:{self.mqtt_server.sockets[0].getsockname()[1]}"
+            self.mqtt_server = await asyncio.get_running_loop().create_server(
+                self.mqtt.protocol, self.host, mqtt_port, ssl=context
+            )
+            scheme = "mqtts" if context is not None else "mqtt"
+            self.mqtt_url = f"{scheme}://{self.host}:{self.mqtt_server.sockets[0].getsockname()[1]}"
         gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
         return {"gateway": self.gateway_id, "url": self.url, "host": self.host, "port": port, "mqtt": self.mqtt_url}
 
-    def _mqtt_port(self) -> int | None:
-        """Where this gateway serves MQTT over TCP: ``mqtt_port`` plus the offset of its own
-        port from ``port`` (the same port with ``gateway_ports = "same"``; one chosen at run
-        time when ``port`` is 0), or ``None``: ``mqtt_port`` is 0, MQTT is off."""
-        base = int(self.config.get("mqtt_port") or 0)
-        if not base:
+    def _mqtt_port(self, setting: str) -> int | None:
+        """Where this gateway serves MQTT over TCP (``mqtt_port``) or TLS (``mqtt_tls_port``, when
+        TLS is configured): the setting plus the offset of the gateway's own port from ``port``
+        (the same port with ``gateway_ports = "same"``; one chosen at run time when ``port``
+        is 0), or ``None``: the setting or ``mqtt_port`` is 0, MQTT is off."""
+        base = int(self.config.get(setting) or 0)
+        if not base or not self.config.get("mqtt_port"):
             return None
         if self.config.get("gateway_ports") == "same":
             return base

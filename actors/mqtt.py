@@ -35,6 +35,7 @@ from typing import Any
 
 from actors.connections import Connections
 from canopy import protocol as wire
+from canopy.transport import Handler, WebSocketStream
 from mqtt import codec as m
 from mqtt.mapping import MappingError, has_topic_name, path_of, selector_of, topic_of
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
@@ -103,7 +104,8 @@ class MQTTConnection(asyncio.Protocol):
         self.server = server
         self.connections = server.connections
         self.reader = m.Reader(server.max_packet_size)
-        self.transport: asyncio.Transport | None = None
+        #: where the bytes go: the TCP (or TLS) transport, or a :class:`WebSocketPipe`
+        self.transport: Any = None
         self.version = m.MQTT_3_1_1
         self.address = ""
         self.counted = False
@@ -144,18 +146,24 @@ class MQTTConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
         transport.set_write_buffer_limits(WRITE_HIGH, WRITE_LOW)
         peer = transport.get_extra_info("peername")
-        self.address = str(peer[0]) if peer else ""
-        self.server.open.add(self)
-        refusal = self.connections.admit_connection(self.address)
+        address = str(peer[0]) if peer else ""
+        self.attach(transport, address)
+        refusal = self.connections.admit_connection(address)
         if refusal is not None:
-            log.info("MQTT connection from %s refused: %s", self.address, refusal)
+            log.info("MQTT connection from %s refused: %s", address, refusal)
             transport.abort()
             return
         self.counted = True
         self.connections.others += 1
+
+    def attach(self, transport: Any, address: str) -> None:
+        """Start on ``transport`` (TCP's, or a :class:`WebSocketPipe`): CONNECT is due
+        within ``hello_timeout_ms``."""
+        self.transport = transport
+        self.address = address
+        self.server.open.add(self)
         self._timer = asyncio.get_running_loop().call_later(self.connections.hello_timeout, self._no_connect)
 
     def _no_connect(self) -> None:
@@ -643,3 +651,62 @@ class MQTTConnection(asyncio.Protocol):
         self.closing = True
         if self.transport is not None:
             self.transport.abort()
+
+
+class WebSocketPipe:
+    """MQTT over WebSocket (the gateway's port, path ``/mqtt``, subprotocol ``mqtt``): each
+    MQTT packet goes out as one binary message; the connection reads what the messages carry
+    as one byte stream (a packet may span messages)."""
+
+    def __init__(self, stream: WebSocketStream, connection: MQTTConnection) -> None:
+        self.stream = stream
+        self.connection = connection
+
+    def write(self, data: bytes) -> None:
+        self.stream.send(data)
+        if self.stream.paused and not self.connection.paused:
+            self.connection.pause_writing()
+
+    def close(self) -> None:
+        self.stream.close(1000)
+
+    def abort(self) -> None:
+        self.stream.abort()
+
+    def is_closing(self) -> bool:
+        return not self.stream.open
+
+    def pause_reading(self) -> None:
+        if self.stream.transport is not None:
+            self.stream.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.stream.transport is not None:
+            self.stream.transport.resume_reading()
+
+
+class WebSocketMQTT(Handler):
+    """The handler of a gateway WebSocket connection whose handshake asked for ``/mqtt``:
+    it drives an :class:`MQTTConnection` with the messages' bytes. ``release`` is called
+    once when the connection is gone (the native handler counted it against the limits)."""
+
+    def __init__(self, server: MQTTServer, stream: WebSocketStream, release: Any) -> None:
+        self.connection = MQTTConnection(server)
+        self.release = release
+
+    def on_open(self, stream: WebSocketStream) -> None:
+        address = str(stream.remote_address[0]) if stream.remote_address else ""
+        self.connection.attach(WebSocketPipe(stream, self.connection), address)
+
+    def on_message(self, stream: WebSocketStream, data: bytes | str) -> None:
+        if isinstance(data, str):  # MQTT over WebSocket is binary only (MQTT-6.0.0-1)
+            self.connection.abort()
+            return
+        self.connection.data_received(data)
+
+    def on_writable(self, stream: WebSocketStream) -> None:
+        self.connection.resume_writing()
+
+    def on_closed(self, stream: WebSocketStream) -> None:
+        self.connection.connection_lost(None)
+        self.release(stream)

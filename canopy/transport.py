@@ -28,7 +28,7 @@ import asyncio
 import os
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from websockets.client import ClientProtocol
@@ -53,6 +53,11 @@ class Handler:
 
     def on_connected(self, stream: WebSocketStream) -> None:
         """The TCP (or TLS) connection is there; the opening handshake is to come."""
+
+    def on_request(self, stream: WebSocketStream, request: Request) -> Handler | None:
+        """A server's opening handshake request arrived: return another handler to take
+        the connection over once it is open (by the request's path, say), or ``None``."""
+        return None
 
     def on_open(self, stream: WebSocketStream) -> None:
         """The opening handshake completed."""
@@ -227,10 +232,13 @@ class WebSocketStream(asyncio.Protocol):
     def _request(self, request: Request) -> None:
         protocol = self.protocol
         assert isinstance(protocol, ServerProtocol)
+        successor = self.handler.on_request(self, request)
         response = protocol.accept(request)
         protocol.send_response(response)
         self._flush()
         if protocol.state is OPEN:
+            if successor is not None:
+                self.handler = successor
             self.handler.on_open(self)
         elif self.transport is not None:
             self.transport.close()
@@ -374,11 +382,19 @@ def take_messages(stream: WebSocketStream) -> list[bytes | str]:
     return taken
 
 
-def serve_stream(handler_factory: Callable[[], Handler], *, max_size: int | None, **options: Any) -> Callable[[], WebSocketStream]:
-    """The protocol factory of a WebSocket server: each connection gets a new handler."""
+def serve_stream(
+    handler_factory: Callable[[], Handler], *, max_size: int | None, subprotocols: tuple[str, ...] = (), **options: Any
+) -> Callable[[], WebSocketStream]:
+    """The protocol factory of a WebSocket server: each connection gets a new handler. Of
+    ``subprotocols``, the first a client offers is agreed; a client that offers none of
+    them is served without one."""
+
+    def select(protocol: ServerProtocol, offered: Sequence[str]) -> Any:
+        return next((p for p in subprotocols if p in offered), None)
 
     def factory() -> WebSocketStream:
-        return WebSocketStream(ServerProtocol(max_size=max_size), handler_factory(), **options)
+        protocol = ServerProtocol(max_size=max_size, select_subprotocol=select if subprotocols else None)
+        return WebSocketStream(protocol, handler_factory(), **options)
 
     return factory
 

@@ -171,7 +171,12 @@ class ServerConfig:
     mqtt_port: int = setting(
         1883, "MQTT (3.1.1 and 5.0) over TCP; gateway k listens on mqtt_port + k like the gateway port (every "
         "gateway on mqtt_port with gateway_ports = 'same'; a port chosen at run time when port is 0); "
-        "0 turns it off", low=0, high=65535, env="CANOPY_MQTT_PORT",
+        "0 turns MQTT off (over TCP, TLS and WebSocket at /mqtt on the gateway port)", low=0, high=65535, env="CANOPY_MQTT_PORT",
+    )
+    mqtt_tls_port: int = setting(
+        8883, "MQTT over TLS (with tls_cert and tls_key; then the gateways serve TLS only, so MQTT too: "
+        "mqtt_port is not served), gateway k on mqtt_tls_port + k like mqtt_port; 0 turns it off",
+        low=0, high=65535, env="CANOPY_MQTT_TLS_PORT",
     )
     mqtt_create_type: str = setting(
         "BINARY", "type of the topic an MQTT publish to a path with no topic adds (STRING, INT64, DOUBLE, JSON "

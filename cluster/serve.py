@@ -572,6 +572,9 @@ def _run(
             f"canopy serving {', '.join(info['urls'])} ({info['partitions']} partitions, "
             f"{where}, namespace {config.namespace!r}, data {data_dir}); Ctrl-C to stop"
         )
+        if info.get("mqtt_urls"):
+            sockets = ", ".join(f"{url}/mqtt" for url in info["urls"])
+            out(f"canopy: MQTT 3.1.1 and 5.0 on {', '.join(info['mqtt_urls'])}, and over WebSocket at {sockets}")
         sys.stdout.flush()
         def add_node(name: str) -> None:
             """Start a simulated node asked for by ``canopy cluster add-node`` (a dead one's

@@ -21,15 +21,19 @@ class MQTT:
     def __init__(
         self, address: tuple[str, int], version: int = 5, *, username: str | None = None,
         password: str | None = None, client_id: str | None = None, user_properties: dict[str, str] | None = None,
-        connect: bool = True,
+        connect: bool = True, transport: str = "tcp", tls_ca: str | None = None,
     ) -> None:
         self.address = address
         self.version = version
         protocol = paho.MQTTv5 if version == 5 else paho.MQTTv311
         self.client = paho.Client(
             CallbackAPIVersion.VERSION2, client_id=client_id if client_id is not None else f"t-{uuid.uuid4().hex[:8]}",
-            protocol=protocol,
+            protocol=protocol, transport=transport,  # type: ignore[arg-type]
         )
+        if transport == "websockets":
+            self.client.ws_set_options(path="/mqtt")
+        if tls_ca is not None:
+            self.client.tls_set(ca_certs=tls_ca)
         if username is not None:
             self.client.username_pw_set(username, password)
         self.messages: queue.Queue[paho.MQTTMessage] = queue.Queue()

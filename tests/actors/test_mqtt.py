@@ -177,3 +177,21 @@ def test_a_malformed_packet_closes_only_its_connection(mqtt_address: tuple[str, 
         assert raw.recv(16) == b""  # closed, nothing said (MQTT 3.1.1 has no way to)
     with admin_mqtt(mqtt_address, 4) as fine:
         assert code(fine.publish(f"{prefix}/after", "x", qos=1, retain=True)) == 0
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_mqtt_over_websocket_on_the_gateway_port(
+    broker: str, mqtt_address: tuple[str, int], prefix: str, version: int
+) -> None:
+    """MQTT over WebSocket at /mqtt (subprotocol mqtt) on the gateway's own port, beside the
+    native protocol on the same port."""
+    host, port = broker.removeprefix("ws://").rsplit(":", 1)
+    with canopy.connect_sync(broker, *ADMIN) as native, admin_mqtt(
+        (host, int(port)), version, transport="websockets"
+    ) as client:
+        assert [code(c) for c in client.subscribe(f"{prefix}/#", qos=1)] == [1]
+        native.topics.add_and_set(f"{prefix}/s", "from native")
+        got = client.next()
+        assert (got.topic, got.payload) == (f"{prefix}/s", b"from native")
+        assert code(client.publish(f"{prefix}/s", "from mqtt", qos=1, retain=True)) == 0
+        assert native.topics.fetch(f">{prefix}/s")[0].value == "from mqtt"

@@ -44,6 +44,7 @@ class Server:
                 **({"CANOPY_ADMIN_PASSWORD": ADMIN_PASSWORD} if admin_password else {}),
                 # MQTT in this test's own span of ports (gateway k on port + k, its MQTT on port + 4 + k)
                 "CANOPY_MQTT_PORT": str(self.mqtt_port),
+                "CANOPY_MQTT_TLS_PORT": str(self.mqtt_port),  # only one of the two is served
             },
         )
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -152,3 +152,19 @@ def test_the_cli_without_the_ca_says_why_in_one_line(secure: Server) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("canopy: CONNECT_FAILED: cannot connect to wss://")
     assert "certificate problem" in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("transport_name", ["tcp", "websockets"])
+def test_mqtt_over_tls_and_secure_websocket(secure: Server, files: Files, transport_name: str) -> None:
+    """With TLS configured MQTT is served over TLS only (mqtt_tls_port), and over wss:// at /mqtt."""
+    from tests.actors.mqtt_client import MQTT
+
+    address = ("localhost", secure.mqtt_port if transport_name == "tcp" else secure.port)
+    with canopy.connect_sync(secure.url, *ADMIN, ca_file=str(files.ca.cert)) as session, MQTT(
+        address, 5, username=ADMIN[0], password=ADMIN[1], transport=transport_name, tls_ca=str(files.ca.cert)
+    ) as client:
+        client.subscribe(f"tls/mqtt-{transport_name}", qos=1)
+        session.topics.add_and_set(f"tls/mqtt-{transport_name}", "secret")
+        assert client.next().payload == b"secret"
+    info = json.loads((secure.data_dir / "server.json").read_text())
+    assert info.get("mqtt_urls") == [f"mqtts://127.0.0.1:{secure.mqtt_port}"], info
