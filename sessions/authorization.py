@@ -197,6 +197,19 @@ MATRIX: Mapping[str, Rule] = {
 }
 
 
+#: MQTT control packet a client sends -> the request types of :data:`MATRIX` it becomes (the
+#: MQTT front door, ``actors/mqtt.py``; what it needs is what they need). CONNECT is a login
+#: (``SecurityStore.authenticate``), the rest concern the connection alone.
+MQTT_PACKETS: Mapping[str, tuple[str, ...]] = {
+    "CONNECT": (),
+    "PUBLISH": ("set",),  # text, retained or not; appends to a TIME_SERIES topic; adds a topic with MODIFY_TOPIC
+    "PUBACK": (), "PUBREC": (), "PUBREL": (), "PUBCOMP": (),
+    "SUBSCRIBE": ("subscribe",),  # one per topic filter
+    "UNSUBSCRIBE": ("unsubscribe",),
+    "PINGREQ": (), "DISCONNECT": (), "AUTH": (),
+}
+
+
 def check_arguments(op: str, rule: Rule, args: Sequence[Any]) -> None:
     """Refuse a request with too few or too many arguments, naming them."""
     count, most = len(args), len(rule.arguments)

@@ -116,3 +116,12 @@ def test_the_readme_shows_the_matrix_as_it_is() -> None:
     readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
     for op, rule in MATRIX.items():
         assert f"| `{op}` | {rule.describe()} |" in readme, op
+
+
+def test_every_mqtt_packet_a_client_sends_maps_onto_the_matrix() -> None:
+    from mqtt.properties import PacketType
+    from sessions.authorization import MQTT_PACKETS
+
+    sent_by_clients = {t.name for t in PacketType} - {"CONNACK", "SUBACK", "UNSUBACK", "PINGRESP"}
+    assert set(MQTT_PACKETS) == sent_by_clients
+    assert all(op in MATRIX for ops in MQTT_PACKETS.values() for op in ops)
