@@ -31,6 +31,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 from actors.connections import Connections
@@ -74,6 +75,9 @@ class MQTTServer:
         self.max_subscriptions = int(config.get("mqtt_max_subscriptions", 100))
         self.max_keep_alive = int(config.get("mqtt_max_keep_alive", 300))
         self.max_packet_size = int(config["max_frame_size"])
+        self.max_session_expiry = int(config.get("mqtt_max_session_expiry", 3600))
+        #: client identifier -> the connection object still holding its session, gone itself
+        self.kept: dict[str, MQTTConnection] = {}
         self.open: set[MQTTConnection] = set()
         #: client identifier -> its connection (a second CONNECT with the identifier takes over)
         self.clients: dict[str, MQTTConnection] = {}
@@ -94,7 +98,10 @@ class MQTTServer:
                 connection.abort()
 
     def stats(self) -> dict[str, Any]:
-        return {"mqtt_connections": len(self.open), "mqtt_publishes_refused": self.publishes_refused}
+        return {
+            "mqtt_connections": len(self.open), "mqtt_kept_sessions": len(self.kept),
+            "mqtt_publishes_refused": self.publishes_refused,
+        }
 
 
 class MQTTConnection(asyncio.Protocol):
@@ -112,6 +119,7 @@ class MQTTConnection(asyncio.Protocol):
         self.session_id: str | None = None
         self.client_id = ""
         self.closing = False
+        self.ended = False  # the session ended with the connection, or moved to another
         self.disconnected = False  # a DISCONNECT came: no will
         self.will: m.Will | None = None
         # what Connections keeps for every session's connection
@@ -133,6 +141,13 @@ class MQTTConnection(asyncio.Protocol):
         self.received_qos2: set[int] = set()
         #: packet id -> the QoS 1 or 2 PUBLISH sent and not acknowledged (True once PUBREC came)
         self.inflight: dict[int, bool] = {}
+        #: packet id -> that PUBLISH, to send again (DUP) when a kept session is resumed
+        self.unacked: dict[int, m.Publish] = {}
+        #: seconds the session outlives its connection (MQTT 5's Session Expiry Interval; MQTT
+        #: 3.1.1's clean session 0: mqtt_max_session_expiry); 0: it ends with the connection
+        self.expiry = 0
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self.principal = ""
         self.send_quota = server.receive_maximum
         self.client_max_packet = m.MAX_PACKET_SIZE
         self._next_pid = 0
@@ -215,8 +230,52 @@ class MQTTConnection(asyncio.Protocol):
         if self.session_id is not None and not self.disconnected and self.will is not None:
             self._publish_will(self.will)
         self.connections.received()  # the will's request goes out
-        self.connections.dropped(self)
+        if self.session_id is not None and self.expiry > 0 and not self.ended:
+            self._keep()
+        else:
+            self.connections.dropped(self)
         self.connections.wake()
+
+    def _keep(self) -> None:
+        """The connection is gone, its session stays for ``expiry`` seconds: subscribed, its
+        queue filling within its budget, for a CONNECT with the client identifier and clean
+        start 0 to resume (:meth:`_adopt`)."""
+        self.transport = None
+        self.closing = False  # ends as a connection's session would: over its budget, at shutdown
+        self.waiting.clear()
+        previous = self.server.kept.get(self.client_id)
+        if previous is not None and previous is not self:
+            previous._expire()
+        self.server.kept[self.client_id] = self
+        self._expiry_timer = asyncio.get_running_loop().call_later(min(self.expiry, 2**31 // 1000), self._expire)
+        log.info("MQTT session %s (client %r) kept %d s for its client to resume it",
+                 self.session_id, self.client_id, self.expiry)
+
+    def _expire(self) -> None:
+        """A kept session's time is up (or another took its client identifier): it ends."""
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+        if self.server.kept.get(self.client_id) is self:
+            del self.server.kept[self.client_id]
+        if self.session_id is not None and self.connections.by_session.get(self.session_id) is self:
+            self.closing = True
+            self.connections.forget(self)
+            self.connections.wake()
+
+    def _adopt(self, old: MQTTConnection) -> None:
+        """Resume the session ``old`` holds (kept, or still connected: taken over)."""
+        if old._expiry_timer is not None:
+            old._expiry_timer.cancel()
+            old._expiry_timer = None
+        if self.server.kept.get(old.client_id) is old:
+            del self.server.kept[old.client_id]
+        for name in ("session_id", "subscriptions", "topics", "inflight", "unacked", "received_qos2", "backlog",
+                     "_next_pid", "principal"):
+            setattr(self, name, getattr(old, name))
+        old.session_id = None
+        old.ended = True
+        self.connections.by_session[self.session_id or ""] = self
 
     # -- what Connections asks of a session's connection --------------------------------------
 
@@ -234,6 +293,10 @@ class MQTTConnection(asyncio.Protocol):
     def end(self, code: str, message: str, ws_code: int) -> None:
         """The session ended (its queue over its budget, the server stopping): say why, close."""
         reason = 0x8B if code == "SERVER_SHUTDOWN" else 0x97 if code in ("QUEUE_LIMIT", "LIMIT_EXCEEDED") else 0x80
+        self.ended = True
+        if self.transport is None:  # a kept session: nobody to tell
+            self._expire()
+            return
         self._disconnect(reason, f"{code}: {message}")
 
     def respond(self, cid: int, result: Any) -> None:
@@ -279,6 +342,7 @@ class MQTTConnection(asyncio.Protocol):
                 self._acknowledged(packet.packet_id)
             elif packet.packet_id in self.inflight:
                 self.inflight[packet.packet_id] = True
+                self.unacked.pop(packet.packet_id, None)
                 self._send(m.Pubrel(packet.packet_id))
             else:
                 self._send(m.Pubrel(packet.packet_id, 0x92 if self.version == m.MQTT_5 else 0))
@@ -296,6 +360,8 @@ class MQTTConnection(asyncio.Protocol):
             self._send(m.Pingresp())
         elif isinstance(packet, m.Disconnect):
             self.disconnected = packet.reason_code != 0x04  # 0x04: disconnect with will message
+            if self.version == m.MQTT_5 and packet.properties.session_expiry_interval is not None:
+                self.expiry = min(packet.properties.session_expiry_interval, self.server.max_session_expiry)
             self.closing = True
             if self.transport is not None:
                 self.transport.close()
@@ -334,17 +400,36 @@ class MQTTConnection(asyncio.Protocol):
             return
         if self.closing or self.transport is None:
             return
+        principal = connect.username or ""
         previous = self.server.clients.get(client_id)
-        if previous is not None and previous is not self:
+        if previous is self:
+            previous = None
+        kept = previous if previous is not None and previous.session_id is not None else self.server.kept.get(client_id)
+        if kept is not None and kept.principal != principal:
+            # another principal's session: neither taken over nor ended by this login
+            self._refuse_connect(V311_IDENTIFIER_REJECTED, 0x85, "this client identifier is another principal's")
+            return
+        if previous is not None:
+            previous.ended = True  # its session is resumed here, or ended below: not kept
             previous._disconnect(0x8E, "another connection took over this client identifier")
         self.server.clients[client_id] = self
         self.client_id = client_id
-        principal = connect.username or ""
-        session = self.connections.open(
-            user, principal, roles, self.address, "MQTT", **{"$ClientId": client_id}
-        )
-        self.session_id = session.id
-        self.connections.by_session[session.id] = self
+        self.principal = principal
+        resumed = kept is not None and not connect.clean_start
+        if resumed:
+            assert kept is not None
+            self._adopt(kept)
+        else:
+            if kept is not None:
+                kept.ended = True
+                kept._expire()
+            session = self.connections.open(
+                user, principal, roles, self.address, "MQTT", **{"$ClientId": client_id}
+            )
+            self.session_id = session.id
+            self.connections.by_session[session.id] = self
+        asked = connect.properties.session_expiry_interval if v5 else (0 if connect.clean_start else 2**32 - 1)
+        self.expiry = min(asked or 0, self.server.max_session_expiry)
         self.will = connect.will
         keep_alive = connect.keep_alive
         properties = connect.properties
@@ -364,16 +449,33 @@ class MQTTConnection(asyncio.Protocol):
         if self.keep_alive:
             self._timer = asyncio.get_running_loop().call_later(self.keep_alive, self._check_alive)
         if v5:
-            ack = m.Connack(False, 0, m.Properties(
+            ack = m.Connack(resumed, 0, m.Properties(
                 receive_maximum=self.server.receive_maximum, maximum_packet_size=self.server.max_packet_size,
                 topic_alias_maximum=TOPIC_ALIAS_MAXIMUM, assigned_client_identifier=assigned,
                 server_keep_alive=server_keep_alive, retain_available=1, wildcard_subscription_available=1,
                 subscription_identifier_available=0, shared_subscription_available=0,
             ))
         else:
-            ack = m.Connack(False, 0)
+            ack = m.Connack(resumed, 0)
         self._send(ack)
+        if resumed:
+            self._resend()
         self.transport.resume_reading()
+
+    def _resend(self) -> None:
+        """After a resume: every QoS 1/2 PUBLISH not acknowledged again, DUP set, and PUBREL for
+        those whose PUBREC came (MQTT-4.4.0-1); then what the session's queue holds."""
+        for packet_id, released in list(self.inflight.items()):
+            if released:
+                self._send(m.Pubrel(packet_id))
+            else:
+                sent = self.unacked.get(packet_id)
+                if sent is not None:
+                    self._send(replace(sent, dup=True))
+        session = self.connections.registry.sessions.get(self.session_id or "")
+        if session is not None:
+            self.write(session)
+            self.connections.wake()
 
     def _refuse_connect(self, v311_code: int, v5_code: int, why: str) -> None:
         if self.transport is None or self.closing:
@@ -607,6 +709,8 @@ class MQTTConnection(asyncio.Protocol):
             return True  # larger than the client takes (MQTT-3.1.2-25): dropped
         if packet_id is not None:
             self.inflight[packet_id] = False
+            if self.expiry:
+                self.unacked[packet_id] = m.Publish(name, payload, qos, first, False, packet_id)
         assert self.transport is not None
         self.transport.write(data)
         return True
@@ -618,6 +722,7 @@ class MQTTConnection(asyncio.Protocol):
                 return self._next_pid
 
     def _acknowledged(self, packet_id: int) -> None:
+        self.unacked.pop(packet_id, None)
         if self.inflight.pop(packet_id, None) is not None and self.backlog:
             session = self.connections.registry.sessions.get(self.session_id or "")
             if session is not None:

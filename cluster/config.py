@@ -183,6 +183,11 @@ class ServerConfig:
         "or BINARY)", check=lambda v: None if v in ("STRING", "INT64", "DOUBLE", "JSON", "BINARY") else
         f"must be STRING, INT64, DOUBLE, JSON or BINARY, got {v!r}", metavar="TYPE",
     )
+    mqtt_max_session_expiry: int = setting(
+        3600, "longest an MQTT session outlives its connection, in seconds (MQTT 5's Session Expiry Interval "
+        "is capped to it; an MQTT 3.1.1 session with clean session 0 is kept this long); 0: sessions end with "
+        "their connections", low=0, high=2**32 - 1, metavar="S",
+    )
     mqtt_receive_maximum: int = setting(
         64, "QoS 1 and 2 messages an MQTT session may have unacknowledged each way (MQTT 5's Receive "
         "Maximum); more wait in the session's queue", low=1, high=65535, metavar="N",

@@ -22,6 +22,7 @@ class MQTT:
         self, address: tuple[str, int], version: int = 5, *, username: str | None = None,
         password: str | None = None, client_id: str | None = None, user_properties: dict[str, str] | None = None,
         connect: bool = True, transport: str = "tcp", tls_ca: str | None = None,
+        clean_start: bool = True, session_expiry: int | None = None,
     ) -> None:
         self.address = address
         self.version = version
@@ -29,7 +30,12 @@ class MQTT:
         self.client = paho.Client(
             CallbackAPIVersion.VERSION2, client_id=client_id if client_id is not None else f"t-{uuid.uuid4().hex[:8]}",
             protocol=protocol, transport=transport,  # type: ignore[arg-type]
+            **({} if version == 5 else {"clean_session": clean_start}),
         )
+        self.clean_start = clean_start
+        self.session_expiry = session_expiry
+        #: the session present flag of the last CONNACK
+        self.session_present: bool | None = None
         if transport == "websockets":
             self.client.ws_set_options(path="/mqtt")
         if tls_ca is not None:
@@ -42,7 +48,7 @@ class MQTT:
         self._acks: dict[int, queue.Queue[Any]] = {}
         self._lock = threading.Lock()
         self.client.on_message = lambda c, u, message: self.messages.put(message)
-        self.client.on_connect = lambda c, u, flags, code, properties: self.connected.put((code, properties))
+        self.client.on_connect = lambda c, u, flags, code, properties: self._connected(flags, code, properties)
         self.client.on_disconnect = lambda c, u, flags, code, properties: self.disconnected.put(code)
         self.client.on_publish = lambda c, u, mid, code, properties: self._ack(mid, code)
         self.client.on_subscribe = lambda c, u, mid, codes, properties: self._ack(mid, codes)
@@ -55,13 +61,28 @@ class MQTT:
     def connect(self) -> Any:
         """Connect; the CONNACK's reason code."""
         properties = None
-        if self.version == 5 and self.user_properties:
+        if self.version == 5 and (self.user_properties or self.session_expiry is not None):
             properties = Properties(PacketTypes.CONNECT)
-            properties.UserProperty = list(self.user_properties.items())
-        self.client.connect(self.address[0], self.address[1], keepalive=30, properties=properties)
+            if self.user_properties:
+                properties.UserProperty = list(self.user_properties.items())
+            if self.session_expiry is not None:
+                properties.SessionExpiryInterval = self.session_expiry
+        extra = {"clean_start": self.clean_start} if self.version == 5 else {}
+        self.client.connect(self.address[0], self.address[1], keepalive=30, properties=properties, **extra)
         self.client.loop_start()
         code, _ = self.connected.get(timeout=TIMEOUT)
         return code
+
+    def _connected(self, flags: Any, code: Any, properties: Any) -> None:
+        self.session_present = bool(flags.session_present)
+        self.connected.put((code, properties))
+
+    def drop(self) -> None:
+        """End the connection without DISCONNECT (the network went away)."""
+        self.client.loop_stop()
+        sock = self.client.socket()
+        if sock is not None:
+            sock.close()
 
     def _waiter(self, mid: int) -> queue.Queue[Any]:
         with self._lock:

@@ -195,3 +195,49 @@ def test_mqtt_over_websocket_on_the_gateway_port(
         assert (got.topic, got.payload) == (f"{prefix}/s", b"from native")
         assert code(client.publish(f"{prefix}/s", "from mqtt", qos=1, retain=True)) == 0
         assert native.topics.fetch(f">{prefix}/s")[0].value == "from mqtt"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_session_with_an_expiry_outlives_its_connection_and_is_resumed(
+    broker: str, mqtt_address: tuple[str, int], prefix: str, version: int
+) -> None:
+    """MQTT-3.1.2-4/-5 (clean start 0 resumes the session), MQTT-3.2.2-2 (session present 1),
+    MQTT-4.4.0-1 (unacknowledged messages sent again): what was published while the client was
+    away is delivered when it comes back, at QoS 1, nothing lost."""
+    client_id = f"{prefix.replace('/', '-')}-{version}"
+    options = dict(client_id=client_id, clean_start=False, session_expiry=60 if version == 5 else None)
+    with canopy.connect_sync(broker, *ADMIN) as native:
+        native.topics.add(f"{prefix}/q", "INT64", {"CONFLATION": "off"})
+        first = admin_mqtt(mqtt_address, version, **options)
+        first.subscribe(f"{prefix}/q", qos=1)
+        first.drop()  # the network went away: no DISCONNECT
+        for i in range(10):
+            native.topics.set(f"{prefix}/q", i)
+        with admin_mqtt(mqtt_address, version, **options) as again:
+            assert again.session_present is True
+            got = [int(again.next().payload) for _ in range(10)]
+            assert got == list(range(10))
+            native.topics.set(f"{prefix}/q", 10)
+            assert int(again.next().payload) == 10  # still subscribed, as it was
+        with admin_mqtt(mqtt_address, version, client_id=client_id) as clean:  # clean start: a new session
+            assert clean.session_present is False
+            native.topics.set(f"{prefix}/q", 11)
+            native.topics.add_and_set(f"{prefix}/marker", "m")
+            clean.subscribe(f"{prefix}/marker", qos=1)
+            assert clean.next().topic == f"{prefix}/marker"  # and not q: its subscription went with the old session
+
+
+def test_a_client_identifier_of_another_principal_s_session_is_refused(
+    broker: str, mqtt_address: tuple[str, int], prefix: str
+) -> None:
+    """A login may not take over, nor end, another principal's session by its client identifier."""
+    client_id = f"{prefix.replace('/', '-')}-mine"
+    with canopy.connect_sync(broker, *ADMIN) as admin:
+        name = f"{prefix.replace('/', '-')}-other"
+        admin.security.update(["add_principal", name, "other-password", ["CLIENT"]])
+        with admin_mqtt(mqtt_address, 5, client_id=client_id, session_expiry=60):
+            other = MQTT(mqtt_address, 5, username=name, password="other-password", client_id=client_id, connect=False)
+            try:
+                assert code(other.connect()) == 0x85
+            finally:
+                other.close()
