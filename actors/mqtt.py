@@ -38,6 +38,7 @@ from actors.connections import Connections
 from canopy import protocol as wire
 from canopy.transport import Handler, WebSocketStream
 from mqtt import codec as m
+from mqtt.properties import EMPTY
 from mqtt.mapping import MappingError, has_topic_name, path_of, selector_of, topic_of
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
 from sessions.incidents import IncidentLog
@@ -134,8 +135,10 @@ class MQTTConnection(asyncio.Protocol):
         self.unsubacks: dict[int, list[int]] = {}
         self.acks_left: dict[int, int] = {}
         #: topic filter -> (its selector, its options)
-        self.subscriptions: dict[str, tuple[Selector, m.SubscriptionOptions]] = {}
-        #: delivery alias -> [session path, topic name, value type, QoS, retained message wanted]
+        #: topic filter -> (its selector, its options, its subscription identifier or 0)
+        self.subscriptions: dict[str, tuple[Selector, m.SubscriptionOptions, int]] = {}
+        #: delivery alias -> [session path, topic name, value type, QoS, retained message wanted,
+        #: the PUBLISH properties (MQTT 5: the matching subscriptions' identifiers)]
         self.topics: dict[int, list[Any]] = {}
         self.inbound_aliases: dict[int, str] = {}
         self.received_qos2: set[int] = set()
@@ -453,7 +456,7 @@ class MQTTConnection(asyncio.Protocol):
                 receive_maximum=self.server.receive_maximum, maximum_packet_size=self.server.max_packet_size,
                 topic_alias_maximum=TOPIC_ALIAS_MAXIMUM, assigned_client_identifier=assigned,
                 server_keep_alive=server_keep_alive, retain_available=1, wildcard_subscription_available=1,
-                subscription_identifier_available=0, shared_subscription_available=0,
+                subscription_identifier_available=1, shared_subscription_available=0,
             ))
         else:
             ack = m.Connack(resumed, 0)
@@ -571,7 +574,8 @@ class MQTTConnection(asyncio.Protocol):
                 continue
             # in force at once: the topics it brings may come before the answer does
             before = self.subscriptions.get(topic_filter)
-            self.subscriptions[topic_filter] = (selector, options)
+            identifiers = s.properties.subscription_identifiers
+            self.subscriptions[topic_filter] = (selector, options, identifiers[0] if identifiers else 0)
             self._matched()
             self.acks_left[s.packet_id] += 1
             self._request(
@@ -597,7 +601,7 @@ class MQTTConnection(asyncio.Protocol):
             if found is None:
                 continue
             self._matched()
-            if any(sel == found[0] for sel, _ in self.subscriptions.values()):
+            if any(other[0] == found[0] for other in self.subscriptions.values()):
                 codes[index] = 0  # another filter maps to the same selector: it stays
                 continue
             self.acks_left[-u.packet_id] += 1
@@ -676,26 +680,31 @@ class MQTTConnection(asyncio.Protocol):
         name = topic_of(item.path) if has_topic_name(item.path) else ""
         self.topics[item.alias] = [item.path, name, value_type, *self._match(item.path)]
 
-    def _match(self, path: str) -> tuple[int, bool]:
+    def _match(self, path: str) -> tuple[int, bool, m.Properties]:
         """The QoS to deliver the topic at ``path`` with (the highest of the subscriptions that
-        match it; -1: none does) and whether a retained message is wanted (retain handling)."""
-        qos, retained = -1, False
-        for selector, options in self.subscriptions.values():
+        match it; -1: none does), whether a retained message is wanted (retain handling) and
+        the properties of its PUBLISH packets (the matching subscriptions' identifiers,
+        MQTT-3.3.4-3)."""
+        qos, retained, identifiers = -1, False, []
+        for selector, options, identifier in self.subscriptions.values():
             if selector.matches(path):
                 qos = max(qos, options.qos)
                 retained = retained or options.retain_handling != 2
-        return qos, retained
+                if identifier:
+                    identifiers.append(identifier)
+        properties = m.Properties(subscription_identifiers=tuple(identifiers)) if identifiers else EMPTY
+        return qos, retained, properties
 
     def _matched(self) -> None:
         """The subscriptions changed: work out again which match each topic."""
         for known in self.topics.values():
-            known[3], known[4] = self._match(known[0])
+            known[3], known[4], known[5] = self._match(known[0])
 
     def _out(self, alias: int, value: bytes, first: bool) -> bool:
         known = self.topics.get(alias)
         if known is None:
             return True
-        _, name, value_type, qos, retained = known
+        _, name, value_type, qos, retained, properties = known
         if not name or qos < 0 or (first and not retained):
             return True
         if qos > 0 and len(self.inflight) >= self.send_quota:
@@ -704,13 +713,14 @@ class MQTTConnection(asyncio.Protocol):
         if first and not payload:
             return True  # no value: no retained message
         packet_id = self._packet_id() if qos > 0 else None
-        data = m.encode(m.Publish(name, payload, qos, first, False, packet_id), self.version)
+        packet = m.Publish(name, payload, qos, first, False, packet_id, properties)
+        data = m.encode(packet, self.version)
         if len(data) > self.client_max_packet:
             return True  # larger than the client takes (MQTT-3.1.2-25): dropped
         if packet_id is not None:
             self.inflight[packet_id] = False
             if self.expiry:
-                self.unacked[packet_id] = m.Publish(name, payload, qos, first, False, packet_id)
+                self.unacked[packet_id] = packet
         assert self.transport is not None
         self.transport.write(data)
         return True

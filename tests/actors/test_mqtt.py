@@ -241,3 +241,21 @@ def test_a_client_identifier_of_another_principal_s_session_is_refused(
                 assert code(other.connect()) == 0x85
             finally:
                 other.close()
+
+
+def test_deliveries_carry_the_identifiers_of_the_subscriptions_they_match(
+    broker: str, mqtt_address: tuple[str, int], prefix: str
+) -> None:
+    """MQTT-3.3.4-3: a PUBLISH carries the Subscription Identifiers of every matching subscription."""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    with canopy.connect_sync(broker, *ADMIN) as native, admin_mqtt(mqtt_address, 5) as client:
+        for identifier, topic_filter in ((7, f"{prefix}/#"), (9, f"{prefix}/+")):
+            properties = Properties(PacketTypes.SUBSCRIBE)
+            properties.SubscriptionIdentifier = identifier
+            result, mid = client.client.subscribe(topic_filter, qos=1, properties=properties)
+            client._waiter(mid).get(timeout=20)
+        native.topics.add_and_set(f"{prefix}/a", "x")
+        message = client.next()
+        assert sorted(message.properties.SubscriptionIdentifier) == [7, 9]
