@@ -39,7 +39,8 @@ from canopy import protocol as wire
 from canopy.transport import Handler, WebSocketStream
 from mqtt import codec as m
 from mqtt.properties import EMPTY
-from mqtt.mapping import MappingError, has_topic_name, path_of, selector_of, topic_of
+from mqtt.mapping import MappingError, has_topic_name, parse_shared, path_of, selector_of, topic_of
+from mqtt.shared import SharedGroup
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
 from sessions.incidents import IncidentLog
 from sessions.limits import PropertyLimitError
@@ -79,12 +80,29 @@ class MQTTServer:
         self.max_session_expiry = int(config.get("mqtt_max_session_expiry", 3600))
         #: client identifier -> the connection object still holding its session, gone itself
         self.kept: dict[str, MQTTConnection] = {}
+        #: (share name, topic filter) -> the members of that shared subscription here
+        self.shares: dict[tuple[str, str], SharedGroup[Any]] = {}
         self.open: set[MQTTConnection] = set()
         #: client identifier -> its connection (a second CONNECT with the identifier takes over)
         self.clients: dict[str, MQTTConnection] = {}
         self.refused = IncidentLog(REFUSED_LOG_INTERVAL)
         self.publishes_refused = 0
         self._assigned = 0
+
+    def group(self, share: str, topic_filter: str) -> SharedGroup[Any]:
+        """The shared subscription group ``$share/share/topic_filter`` at this gateway."""
+        key = (share, topic_filter)
+        group = self.shares.get(key)
+        if group is None:
+            group = self.shares[key] = SharedGroup()
+        return group
+
+    def leave(self, group: SharedGroup[Any] | None, member: MQTTConnection) -> None:
+        if group is None:
+            return
+        group.leave(member)
+        if not len(group):
+            self.shares = {k: g for k, g in self.shares.items() if g is not group}
 
     def protocol(self) -> MQTTConnection:
         return MQTTConnection(self)
@@ -135,10 +153,14 @@ class MQTTConnection(asyncio.Protocol):
         self.unsubacks: dict[int, list[int]] = {}
         self.acks_left: dict[int, int] = {}
         #: topic filter -> (its selector, its options)
-        #: topic filter -> (its selector, its options, its subscription identifier or 0)
-        self.subscriptions: dict[str, tuple[Selector, m.SubscriptionOptions, int]] = {}
+        #: topic filter -> (its selector, its options, its subscription identifier or 0, the
+        #: shared subscription group it makes the session a member of, or None)
+        self.subscriptions: dict[str, tuple[Selector, m.SubscriptionOptions, int, SharedGroup[Any] | None]] = {}
+        #: the message (token) a shared subscription's decision was asked for last, and the answer
+        self._shared_answer: tuple[object, bool] | None = None
         #: delivery alias -> [session path, topic name, value type, QoS, retained message wanted,
-        #: the PUBLISH properties (MQTT 5: the matching subscriptions' identifiers)]
+        #: the PUBLISH properties (MQTT 5: the matching subscriptions' identifiers), the shared
+        #: subscription groups when only those match]
         self.topics: dict[int, list[Any]] = {}
         self.inbound_aliases: dict[int, str] = {}
         self.received_qos2: set[int] = set()
@@ -236,6 +258,8 @@ class MQTTConnection(asyncio.Protocol):
         if self.session_id is not None and self.expiry > 0 and not self.ended:
             self._keep()
         else:
+            if self.session_id is not None:
+                self._leave_groups()
             self.connections.dropped(self)
         self.connections.wake()
 
@@ -263,6 +287,7 @@ class MQTTConnection(asyncio.Protocol):
             del self.server.kept[self.client_id]
         if self.session_id is not None and self.connections.by_session.get(self.session_id) is self:
             self.closing = True
+            self._leave_groups()
             self.connections.forget(self)
             self.connections.wake()
 
@@ -278,7 +303,14 @@ class MQTTConnection(asyncio.Protocol):
             setattr(self, name, getattr(old, name))
         old.session_id = None
         old.ended = True
+        for entry in self.subscriptions.values():
+            if entry[3] is not None:
+                entry[3].replace(old, self)
         self.connections.by_session[self.session_id or ""] = self
+
+    def _leave_groups(self) -> None:
+        for entry in self.subscriptions.values():
+            self.server.leave(entry[3], self)
 
     # -- what Connections asks of a session's connection --------------------------------------
 
@@ -297,6 +329,7 @@ class MQTTConnection(asyncio.Protocol):
         """The session ended (its queue over its budget, the server stopping): say why, close."""
         reason = 0x8B if code == "SERVER_SHUTDOWN" else 0x97 if code in ("QUEUE_LIMIT", "LIMIT_EXCEEDED") else 0x80
         self.ended = True
+        self._leave_groups()
         if self.transport is None:  # a kept session: nobody to tell
             self._expire()
             return
@@ -456,7 +489,7 @@ class MQTTConnection(asyncio.Protocol):
                 receive_maximum=self.server.receive_maximum, maximum_packet_size=self.server.max_packet_size,
                 topic_alias_maximum=TOPIC_ALIAS_MAXIMUM, assigned_client_identifier=assigned,
                 server_keep_alive=server_keep_alive, retain_available=1, wildcard_subscription_available=1,
-                subscription_identifier_available=1, shared_subscription_available=0,
+                subscription_identifier_available=1, shared_subscription_available=1,
             ))
         else:
             ack = m.Connack(resumed, 0)
@@ -561,21 +594,22 @@ class MQTTConnection(asyncio.Protocol):
         codes = self.subacks[s.packet_id] = [0x80] * len(s.subscriptions)
         self.acks_left[s.packet_id] = 1  # until every filter is handed on: answers may come at once
         for index, (topic_filter, options) in enumerate(s.subscriptions):
-            if topic_filter.startswith("$share/"):
-                codes[index] = 0x9E  # shared subscriptions: not yet
-                continue
             if topic_filter not in self.subscriptions and len(self.subscriptions) >= self.server.max_subscriptions:
                 codes[index] = 0x97
                 continue
             try:
-                selector = selector_of(topic_filter)
+                share, plain = parse_shared(topic_filter)
+                selector = selector_of(plain)
             except MappingError:
                 codes[index] = 0x8F
                 continue
             # in force at once: the topics it brings may come before the answer does
             before = self.subscriptions.get(topic_filter)
             identifiers = s.properties.subscription_identifiers
-            self.subscriptions[topic_filter] = (selector, options, identifiers[0] if identifiers else 0)
+            group = self.server.group(share, plain) if share is not None else None
+            if group is not None:
+                group.join(self)
+            self.subscriptions[topic_filter] = (selector, options, identifiers[0] if identifiers else 0, group)
             self._matched()
             self.acks_left[s.packet_id] += 1
             self._request(
@@ -600,6 +634,7 @@ class MQTTConnection(asyncio.Protocol):
             found = self.subscriptions.pop(topic_filter, None)
             if found is None:
                 continue
+            self.server.leave(found[3], self)
             self._matched()
             if any(other[0] == found[0] for other in self.subscriptions.values()):
                 codes[index] = 0  # another filter maps to the same selector: it stays
@@ -633,9 +668,10 @@ class MQTTConnection(asyncio.Protocol):
         elif kind == "subscribe":
             _, packet_id, index, topic_filter, before, options = what
             if reason:  # refused: the filter is as it was
-                if before is None:
-                    self.subscriptions.pop(topic_filter, None)
-                else:
+                refused = self.subscriptions.pop(topic_filter, None)
+                if refused is not None and (before is None or before[3] is not refused[3]):
+                    self.server.leave(refused[3], self)
+                if before is not None:
                     self.subscriptions[topic_filter] = before
                 self._matched()
             self.subacks[packet_id][index] = min(options.qos, 2) if reason == 0 else reason
@@ -664,12 +700,12 @@ class MQTTConnection(asyncio.Protocol):
     def _deliver(self, item: object) -> bool:
         """Write one queued item; ``False`` when it must wait for the QoS window."""
         if isinstance(item, Update):
-            return self._out(item.alias, item.value, False)
+            return self._out(item.alias, item.value, False, item.value)
         if isinstance(item, Subscribed):
             self._learn(item)
-            return self._out(item.alias, item.value, True) if item.value is not None else True
+            return self._out(item.alias, item.value, True, item) if item.value is not None else True
         if isinstance(item, SeriesUpdate):
-            return self._out(item.alias, item.event.value, False)
+            return self._out(item.alias, item.event.value, False, item.event)
         if isinstance(item, Unsubscribed):
             self.topics.pop(item.alias, None)
         return True  # a native protocol message (an answer or a notification): not for MQTT
@@ -680,33 +716,47 @@ class MQTTConnection(asyncio.Protocol):
         name = topic_of(item.path) if has_topic_name(item.path) else ""
         self.topics[item.alias] = [item.path, name, value_type, *self._match(item.path)]
 
-    def _match(self, path: str) -> tuple[int, bool, m.Properties]:
+    def _match(self, path: str) -> tuple[int, bool, m.Properties, list[SharedGroup[Any]] | None]:
         """The QoS to deliver the topic at ``path`` with (the highest of the subscriptions that
-        match it; -1: none does), whether a retained message is wanted (retain handling) and
-        the properties of its PUBLISH packets (the matching subscriptions' identifiers,
-        MQTT-3.3.4-3)."""
-        qos, retained, identifiers = -1, False, []
-        for selector, options, identifier in self.subscriptions.values():
+        match it; -1: none does), whether a retained message is wanted (retain handling), the
+        properties of its PUBLISH packets (the matching subscriptions' identifiers,
+        MQTT-3.3.4-3) and, when only shared subscriptions match it, their groups (one member of
+        each delivers a message)."""
+        qos, retained, identifiers, own, groups = -1, False, [], False, []
+        for selector, options, identifier, group in self.subscriptions.values():
             if selector.matches(path):
                 qos = max(qos, options.qos)
-                retained = retained or options.retain_handling != 2
+                if group is None:
+                    own = True
+                    retained = retained or options.retain_handling != 2
+                else:  # no retained messages for a shared subscription (MQTT 5, 4.8.2)
+                    groups.append(group)
                 if identifier:
                     identifiers.append(identifier)
         properties = m.Properties(subscription_identifiers=tuple(identifiers)) if identifiers else EMPTY
-        return qos, retained, properties
+        return qos, retained, properties, None if own else groups
 
     def _matched(self) -> None:
         """The subscriptions changed: work out again which match each topic."""
         for known in self.topics.values():
-            known[3], known[4], known[5] = self._match(known[0])
+            known[3], known[4], known[5], known[6] = self._match(known[0])
 
-    def _out(self, alias: int, value: bytes, first: bool) -> bool:
+    def _out(self, alias: int, value: bytes, first: bool, token: object) -> bool:
+        """Write one value of a subscribed topic (``token``: what every session offered this
+        message shares, for shared subscriptions); ``False`` when the QoS window is full."""
         known = self.topics.get(alias)
         if known is None:
             return True
-        _, name, value_type, qos, retained, properties = known
+        _, name, value_type, qos, retained, properties, groups = known
         if not name or qos < 0 or (first and not retained):
             return True
+        if groups is not None:
+            answer = self._shared_answer
+            if answer is None or answer[0] is not token:  # asked once per message, however often retried
+                taken = any([group.takes(self, token, _connected) for group in groups])
+                answer = self._shared_answer = (token, taken)
+            if not answer[1]:
+                return True
         if qos > 0 and len(self.inflight) >= self.send_quota:
             return False
         payload = to_text(value_type, value)
@@ -825,3 +875,8 @@ class WebSocketMQTT(Handler):
     def on_closed(self, stream: WebSocketStream) -> None:
         self.connection.connection_lost(None)
         self.release(stream)
+
+
+def _connected(member: MQTTConnection) -> bool:
+    """Whether a shared subscription's member has a connection (not a kept session)."""
+    return member.transport is not None

@@ -259,3 +259,43 @@ def test_deliveries_carry_the_identifiers_of_the_subscriptions_they_match(
         native.topics.add_and_set(f"{prefix}/a", "x")
         message = client.next()
         assert sorted(message.properties.SubscriptionIdentifier) == [7, 9]
+
+
+def test_a_shared_subscription_delivers_each_message_to_one_member(
+    broker: str, mqtt_address: tuple[str, int], prefix: str
+) -> None:
+    """MQTT 5 shared subscriptions (4.8.2): each message to one session of the group, in turn; a
+    plain subscription beside them still receives every message; no retained message on
+    subscribing (the topic has a value already)."""
+    import queue
+
+    with canopy.connect_sync(broker, *ADMIN) as native:
+        native.topics.add(f"{prefix}/jobs", "INT64", {"CONFLATION": "off"})
+        native.topics.set(f"{prefix}/jobs", -1)
+        members = [admin_mqtt(mqtt_address, version) for version in (5, 5, 4)]
+        watcher = admin_mqtt(mqtt_address, 5)
+        try:
+            for member in members:
+                assert [code(c) for c in member.subscribe(f"$share/workers/{prefix}/jobs", qos=1)] == [1]
+            watcher.subscribe(f"{prefix}/jobs", qos=1)
+            assert int(watcher.next().payload) == -1  # the retained value, to the plain subscription only
+            for i in range(30):
+                native.topics.set(f"{prefix}/jobs", i)
+            assert [int(watcher.next().payload) for _ in range(30)] == list(range(30))
+            got: list[list[int]] = [[] for _ in members]
+
+            def all_in() -> bool:
+                for k, member in enumerate(members):
+                    try:
+                        while True:
+                            got[k].append(int(member.messages.get_nowait().payload))
+                    except queue.Empty:
+                        pass
+                return sum(map(len, got)) >= 30
+
+            wait_for(all_in, 20, "every job delivered once", describe=lambda: got)
+            assert sorted(sum(got, [])) == list(range(30))
+            assert [len(g) for g in got] == [10, 10, 10]  # in turn
+        finally:
+            for client in (*members, watcher):
+                client.close()
