@@ -369,9 +369,9 @@ class _Channel:
             self.link.on_reset(self.index)
             waiting = {op.selector for op, _ in self._queue if type(op) is Register}  # type: ignore[union-attr]
             registrations = [(s, t) for s, t in self.registered.items() if s not in waiting]
-            if self._queue and not self._scheduled:
-                self._schedule()
             if not registrations:
+                if self._queue and not self._scheduled:
+                    self._schedule()
                 self.link.on_resynced(self.index)
                 return
             left = len(registrations)
@@ -382,8 +382,11 @@ class _Channel:
                 if left == 0:
                     self.link.on_resynced(self.index)
 
-            for selector, token in registrations:
-                self.submit(Register(selector, token), answered)
+            # ahead of the operations held while the partition was away: the events of those
+            # writes must reach this link, so its registrations come first at the new primary
+            self._queue[:0] = [(Register(selector, token), answered) for selector, token in registrations]
+            if not self._scheduled and len(self._in_flight) < self.link.max_in_flight:
+                self._schedule()
         finally:
             self.reconnecting = None
 

@@ -665,7 +665,13 @@ class SessionRegistry:
             if not snapshot:
                 self._value(path, value)
             elif not state.spec.dont_retain_value:
-                self.cache.set_value(path, value, check=False)
+                cached = self.cache.get(path)
+                if cached is not None and cached.value is not None and cached.value != value:
+                    # a value this gateway missed (its partition failed over between the write
+                    # and its event): the subscribers get it now, as an update
+                    self._value(path, value)
+                else:
+                    self.cache.set_value(path, value, check=False)
         fresh = value if state.spec.dont_retain_value else None
         for group in self.groups.values():
             for session_path in group.session_paths(path):

@@ -357,3 +357,17 @@ def test_a_session_unknown_or_over_its_budget_cannot_be_refreshed() -> None:
     r.on_events([Changed("t", cb(i)) for i in range(5)])  # nobody reads: over the limit
     assert r.refresh("s") is None
     assert list(r.take_closing()) == ["s"]
+
+
+def test_a_snapshot_again_delivers_a_value_the_gateway_missed_and_only_that() -> None:
+    """After a partition's failover the link registers again; a topic's snapshot whose value
+    differs from the cached one is a write whose event never came: subscribers get it."""
+    r = SessionRegistry()
+    r.open("s", "", {})
+    regs, _ = r.subscribe("s", sel(">t"))
+    token = regs[0][1]
+    r.on_events([Snapshot(token, "t", "INT64", [], cb(1)), End(token)])
+    r.on_events([Snapshot(token, "t", "INT64", [], cb(1)), End(token)])  # nothing missed: nothing new
+    r.on_events([Snapshot(token, "t", "INT64", [], cb(2)), End(token)])  # missed: delivered
+    assert summary(r, "s") == [("sub", "t", 1), ("val", "t", 2)]
+    assert r.cache.get("t").value == cb(2)  # type: ignore[union-attr]

@@ -1,0 +1,160 @@
+"""An MQTT subscriber through a failover: a 3-node cluster (`canopy serve --local-nodes 3`),
+an MQTT 5 subscriber at QoS 1 on the gateway of a node that survives, native publishers
+on that gateway writing numbered updates, and a node holding partition primaries crashed
+(SIGKILL of its raylet and every process under it) while they write.
+
+Every acknowledged update must reach the MQTT subscriber, each topic's values in order;
+a value may come twice (QoS 1 is at least once), none may be missing. Checked with
+:mod:`tests.checking` (acknowledged against observed), not by eye.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.partitioning import partition_of
+from tests.actors.mqtt_client import MQTT
+from tests.checking import History, Workload, check, finish
+from tests.cluster.test_failover import FAILOVER, _cluster, crash_node, gateway_url, healthy_without, status
+from tests.conftest import wait_for
+from tests.e2e.conftest import ADMIN, Server
+
+BRANCH = "mqtt"
+PARTITIONS = 4  # as _cluster starts it
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Server]:
+    """A 3-node cluster of this test's own (it crashes a node), stopped afterwards."""
+    yield from _cluster(tmp_path)
+
+
+def mqtt_address(srv: Server, url: str) -> tuple[str, int]:
+    """The MQTT listener of the gateway at ``url`` (gateway k: port + k, its MQTT on mqtt_port + k)."""
+    host, port = url.removeprefix("ws://").rsplit(":", 1)
+    address = (host, srv.mqtt_port + int(port) - srv.port)
+    listed = json.loads((srv.data_dir / "server.json").read_text())["mqtt_urls"]
+    assert f"mqtt://{host}:{address[1]}" in listed, (url, listed)
+    return address
+
+
+class Received:
+    """What one MQTT subscriber was sent, per topic, in order (integers: the topics are INT64)."""
+
+    def __init__(self, client: MQTT) -> None:
+        self.client = client
+        self.values: dict[str, list[int]] = defaultdict(list)
+        self.retained = 0
+        self.qos: set[int] = set()
+
+    def drain(self) -> dict[str, list[int]]:
+        while True:
+            try:
+                message = self.client.messages.get_nowait()
+            except queue.Empty:
+                return self.values
+            self.retained += message.retain
+            self.qos.add(message.qos)
+            self.values[message.topic].append(int(message.payload))
+
+    def behind(self, final: dict[str, int | None]) -> list[tuple[str, int | None, int | None]]:
+        seen = self.drain()
+        return [(t, seen[t][-1] if seen.get(t) else None, v) for t, v in final.items()
+                if (seen[t][-1] if seen.get(t) else None) != v]
+
+
+def missing(history: History, observed: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Per topic, the acknowledged values the subscriber never received."""
+    gaps = {}
+    for topic, values in history.acknowledged.items():
+        got = set(observed.get(topic, ()))
+        if lost := [v for v in values if v not in got]:
+            gaps[topic] = lost
+    return gaps
+
+
+def duplicates(observed: dict[str, list[int]]) -> int:
+    return sum(len(values) - len(set(values)) for values in observed.values())
+
+
+async def test_an_mqtt_subscriber_on_a_surviving_gateway_misses_no_acknowledged_update(cluster: Server) -> None:
+    """The subscriber (MQTT 5, QoS 1, ``mqtt/#``) and two native publishers (12 topics,
+    CONFLATION off, spread over all 4 partitions; the client's reconnect) are on node-0's
+    gateway; a node holding partition primaries (not node-0) is crashed mid-stream, and
+    the publishers go on until every topic has been acknowledged again after the failover."""
+    loop = asyncio.get_running_loop()
+    now = await loop.run_in_executor(None, lambda: wait_for(
+        lambda: (s := status(cluster))["healthy"] and s, 60, "a healthy cluster"))
+    primaries = [p["primary"] for p in now["partitions"]]
+    victim = max(("node-1", "node-2"), key=primaries.count)  # node-0 runs the controller: it is not killed
+    assert victim in primaries, now["partitions"]
+    home = [gateway_url(now, "node-0")]
+    work = Workload(home, ADMIN, publishers=2, topics=6, subscribers=1, branch=BRANCH)
+    spread = {partition_of(path, PARTITIONS) for group in work.paths for path in group}
+    assert spread == set(range(PARTITIONS)), spread
+
+    subscriber = MQTT(mqtt_address(cluster, home[0]), 5, username=ADMIN[0], password=ADMIN[1])
+    received = Received(subscriber)
+    try:
+        granted = subscriber.subscribe(f"{BRANCH}/#", qos=1)
+        assert [c.value for c in granted] == [1], granted
+        await work.start()
+
+        def acknowledged() -> dict[str, int]:
+            return {path: len(work.history.acknowledged.get(path, ())) for group in work.paths for path in group}
+
+        def every_topic_acknowledged_since(before: dict[str, int], more: int) -> Any:
+            return all(n >= before[path] + more for path, n in acknowledged().items())
+
+        start = {path: 0 for path in acknowledged()}
+        await loop.run_in_executor(None, lambda: wait_for(
+            lambda: every_topic_acknowledged_since(start, 20), 30, "updates acknowledged on every topic",
+            describe=acknowledged))
+        await loop.run_in_executor(None, crash_node, cluster, victim)
+        after = await loop.run_in_executor(None, lambda: wait_for(
+            lambda: healthy_without(victim)(cluster), FAILOVER, f"every partition off {victim}, with a backup"))
+        failed_over = acknowledged()
+        await loop.run_in_executor(None, lambda: wait_for(
+            lambda: every_topic_acknowledged_since(failed_over, 20), 30,
+            "updates acknowledged on every topic after the failover", describe=acknowledged))
+        await finish(work, urls=home)  # stop, read every final value, the native subscriber has them
+        await loop.run_in_executor(None, lambda: wait_for(
+            lambda: not received.behind(work.history.final), 30, "the MQTT subscriber to receive every final value",
+            describe=lambda: received.behind(work.history.final)[:5]))
+        disconnects = []
+        while not subscriber.disconnected.empty():
+            disconnects.append(subscriber.disconnected.get_nowait())
+    finally:
+        await work.close()
+        subscriber.close()
+
+    observed = dict(received.drain())
+    native = dict(work.history.observed[0])
+    work.history.observed[1] = defaultdict(list, observed)  # the checker's subscriber 1: the MQTT one
+    report = check(work.history)
+    gaps, native_gaps = missing(work.history, observed), missing(work.history, native)
+    moved = [(p["partition"], p["primary"]) for p in after["partitions"]]
+    summary = (f"{victim} crashed (primaries {primaries} -> {moved}): {report}; MQTT: "
+               f"{sum(map(len, observed.values()))} received, {duplicates(observed)} duplicates, "
+               f"{sum(map(len, gaps.values()))} acknowledged missing {dict(list(gaps.items())[:3])}; native "
+               f"subscriber: {sum(map(len, native.values()))} received, {duplicates(native)} duplicates, "
+               f"{sum(map(len, native_gaps.values()))} acknowledged missing {dict(list(native_gaps.items())[:3])}")
+    print(f"[cluster] {summary}")
+    for line in cluster.lines:  # the failover as serve told it: evidence when a check below fails
+        if any(word in line for word in ("partition", "took over", "Traceback", "Error", "MQTT")):
+            print(f"[serve] {line}")
+    assert not disconnects, f"the MQTT subscriber was disconnected: {disconnects}; {summary}"
+    assert report.valid, summary  # nothing acknowledged lost, nothing unexpected, nothing out of order
+    assert not gaps, summary
+    assert received.qos == {1} and received.retained == 0, (received.qos, received.retained)
+    assert report.acknowledged > 200, summary
+    assert not work.ended, work.ended
+    assert any("took over" in line for line in cluster.lines), cluster.output
