@@ -172,6 +172,7 @@ class MQTTConnection(asyncio.Protocol):
         #: 3.1.1's clean session 0: mqtt_max_session_expiry); 0: it ends with the connection
         self.expiry = 0
         self._expiry_timer: asyncio.TimerHandle | None = None
+        self._will_timer: asyncio.TimerHandle | None = None
         self.principal = ""
         self.send_quota = server.receive_maximum
         self.client_max_packet = m.MAX_PACKET_SIZE
@@ -252,10 +253,17 @@ class MQTTConnection(asyncio.Protocol):
             self.connections.connection_closed(self.address)
         if self.server.clients.get(self.client_id) is self:
             del self.server.clients[self.client_id]
+        keep = self.session_id is not None and self.expiry > 0 and not self.ended
         if self.session_id is not None and not self.disconnected and self.will is not None:
-            self._publish_will(self.will)
+            delay = self.will.properties.will_delay_interval or 0
+            if delay and keep:  # MQTT 5's Will Delay Interval: unless the session is resumed first
+                self._will_timer = asyncio.get_running_loop().call_later(
+                    min(delay, self.expiry, 2**31 // 1000), self._will_due
+                )
+            else:
+                self._publish_will(self.will)
         self.connections.received()  # the will's request goes out
-        if self.session_id is not None and self.expiry > 0 and not self.ended:
+        if keep:
             self._keep()
         else:
             if self.session_id is not None:
@@ -278,8 +286,18 @@ class MQTTConnection(asyncio.Protocol):
         log.info("MQTT session %s (client %r) kept %d s for its client to resume it",
                  self.session_id, self.client_id, self.expiry)
 
+    def _will_due(self) -> None:
+        self._will_timer = None
+        if self.will is not None and self.session_id is not None:
+            self._publish_will(self.will)
+            self.connections.received()
+
     def _expire(self) -> None:
-        """A kept session's time is up (or another took its client identifier): it ends."""
+        """A kept session's time is up (or another took its client identifier): it ends (its
+        delayed will, if any, is published first: MQTT-3.1.3-9)."""
+        if self._will_timer is not None:
+            self._will_timer.cancel()
+            self._will_due()
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
             self._expiry_timer = None
@@ -292,7 +310,11 @@ class MQTTConnection(asyncio.Protocol):
             self.connections.wake()
 
     def _adopt(self, old: MQTTConnection) -> None:
-        """Resume the session ``old`` holds (kept, or still connected: taken over)."""
+        """Resume the session ``old`` holds (kept, or still connected: taken over); a will
+        still waiting for its delay is not published."""
+        if old._will_timer is not None:
+            old._will_timer.cancel()
+            old._will_timer = None
         if old._expiry_timer is not None:
             old._expiry_timer.cancel()
             old._expiry_timer = None

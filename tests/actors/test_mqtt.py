@@ -299,3 +299,38 @@ def test_a_shared_subscription_delivers_each_message_to_one_member(
         finally:
             for client in (*members, watcher):
                 client.close()
+
+
+def test_a_will_is_published_when_the_connection_ends_without_disconnect(
+    broker: str, mqtt_address: tuple[str, int], prefix: str
+) -> None:
+    """MQTT-3.1.2-8 (the will is published when the connection closes without DISCONNECT) and
+    MQTT-3.1.2-10 (not after a DISCONNECT); a will with a delay is not published when the
+    session is resumed within it (MQTT 5, 3.1.3.2.2)."""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    with admin_mqtt(mqtt_address, 5) as watcher:
+        watcher.subscribe(f"{prefix}/status/#", qos=1)
+        for name, delay in (("gone", 0), ("polite", 0), ("back", 30)):
+            client = admin_mqtt(mqtt_address, 5, connect=False, client_id=f"{prefix.replace('/', '-')}-{name}",
+                                session_expiry=60, clean_start=False)
+            will = Properties(PacketTypes.WILLMESSAGE)
+            if delay:
+                will.WillDelayInterval = delay
+            client.client.will_set(f"{prefix}/status/{name}", "offline", qos=1, retain=True, properties=will)
+            client.connect()
+            if name == "polite":
+                client.close()
+            else:
+                client.drop()
+            if name == "back":  # comes back within the delay: no will
+                again = admin_mqtt(mqtt_address, 5, client_id=f"{prefix.replace('/', '-')}-{name}",
+                                   session_expiry=60, clean_start=False)
+                assert again.session_present
+                again.client.publish(f"{prefix}/status/done", "x", qos=1, retain=True).wait_for_publish(20)
+                again.close()
+        first = watcher.next()
+        assert (first.topic, first.payload) == (f"{prefix}/status/gone", b"offline")
+        second = watcher.next()
+        assert second.topic == f"{prefix}/status/done"  # neither "polite" nor "back" left a will
