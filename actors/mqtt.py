@@ -28,6 +28,7 @@ code). Keep-alive: a client silent for one and a half times its keep-alive is cu
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -38,7 +39,7 @@ from actors.connections import Connections
 from canopy import protocol as wire
 from canopy.transport import Handler, WebSocketStream
 from mqtt import codec as m
-from mqtt.properties import EMPTY
+from mqtt.properties import EMPTY, Cursor, decode_properties, encode_properties
 from mqtt.mapping import MappingError, has_topic_name, parse_shared, path_of, selector_of, topic_of
 from mqtt.shared import SharedGroup
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
@@ -588,10 +589,12 @@ class MQTTConnection(asyncio.Protocol):
         registry = self.connections.registry
         sid = self.session_id or ""
         may_add = registry.has(sid, PathPermission.MODIFY_TOPIC, path)
-        self._request(
-            "set", [path, p.payload, TEXT, self.server.create_type if may_add else None, may_add, p.retain],
-            ("publish", p.qos, p.packet_id, topic),
-        )
+        args = [path, p.payload, TEXT, self.server.create_type if may_add else None, may_add, p.retain]
+        if self.version == m.MQTT_5 and not p.properties.is_empty:
+            attributes = message_attributes(p.properties)
+            if attributes:
+                args.append(attributes)
+        self._request("set", args, ("publish", p.qos, p.packet_id, topic))
 
     def _publish_refused(self, p: m.Publish, reason: int, why: str) -> None:
         if p.qos == 0 or self.version != m.MQTT_5:
@@ -722,7 +725,7 @@ class MQTTConnection(asyncio.Protocol):
     def _deliver(self, item: object) -> bool:
         """Write one queued item; ``False`` when it must wait for the QoS window."""
         if isinstance(item, Update):
-            return self._out(item.alias, item.value, False, item.value)
+            return self._out(item.alias, item.value, False, item.value, item.attributes)
         if isinstance(item, Subscribed):
             self._learn(item)
             return self._out(item.alias, item.value, True, item) if item.value is not None else True
@@ -763,7 +766,7 @@ class MQTTConnection(asyncio.Protocol):
         for known in self.topics.values():
             known[3], known[4], known[5], known[6] = self._match(known[0])
 
-    def _out(self, alias: int, value: bytes, first: bool, token: object) -> bool:
+    def _out(self, alias: int, value: bytes, first: bool, token: object, attributes: bytes = b"") -> bool:
         """Write one value of a subscribed topic (``token``: what every session offered this
         message shares, for shared subscriptions); ``False`` when the QoS window is full."""
         known = self.topics.get(alias)
@@ -785,6 +788,8 @@ class MQTTConnection(asyncio.Protocol):
         if first and not payload:
             return True  # no value: no retained message
         packet_id = self._packet_id() if qos > 0 else None
+        if attributes and self.version == m.MQTT_5:
+            properties = _with_attributes(properties, attributes)
         packet = m.Publish(name, payload, qos, first, False, packet_id, properties)
         data = m.encode(packet, self.version)
         if len(data) > self.client_max_packet:
@@ -902,3 +907,33 @@ class WebSocketMQTT(Handler):
 def _connected(member: MQTTConnection) -> bool:
     """Whether a shared subscription's member has a connection (not a kept session)."""
     return member.transport is not None
+
+
+#: the properties of a PUBLISH that travel with its value to the subscribers (MQTT-3.3.2-4,
+#: -15 ... -20: forwarded unaltered); the others concern one connection (topic alias) or are
+#: the server's to set (subscription identifiers)
+FORWARDED = ("payload_format_indicator", "message_expiry_interval", "content_type", "response_topic",
+             "correlation_data", "user_properties")
+
+
+def message_attributes(properties: m.Properties) -> bytes:
+    """The attributes a set carries for an MQTT 5 publish: its forwarded properties, encoded
+    (empty when it has none)."""
+    kept = m.Properties(**{name: getattr(properties, name) for name in FORWARDED})
+    return b"" if kept.is_empty else encode_properties(kept, m.PacketType.PUBLISH)
+
+
+@functools.lru_cache(maxsize=1024)
+def _attributes(attributes: bytes) -> m.Properties:
+    try:
+        return decode_properties(Cursor(attributes, "PUBLISH"), m.PacketType.PUBLISH)
+    except m.MQTTError:  # not what this front door wrote (a native client's bytes): none
+        return EMPTY
+
+
+def _with_attributes(properties: m.Properties, attributes: bytes) -> m.Properties:
+    """A PUBLISH's properties: the forwarded ones of the message, and this session's own."""
+    forwarded = _attributes(attributes)
+    if properties.is_empty:
+        return forwarded
+    return replace(forwarded, subscription_identifiers=properties.subscription_identifiers)

@@ -84,7 +84,9 @@ also ``"text"``: the value as text, UTF-8 for STRING, decimal for INT64 and
 DOUBLE, JSON text for JSON, the bytes for BINARY, which is what MQTT
 publishes carry; a text value set on a TIME_SERIES topic is appended).
 ``set``'s ``retain`` (default true) false delivers the value to the
-subscribers without keeping it as the topic's value.
+subscribers without keeping it as the topic's value; ``attributes`` (bytes, default
+empty) go with the value to the subscribers that understand them (MQTT 5 ones: the
+publish's message properties) and are never kept.
 
 Operations and their arguments (results in the RESPONSE):
 
@@ -93,7 +95,7 @@ operation       args                                             result
 ==============  ===============================================  ==================
 add             path, type, properties (map|nil)                 "CREATED"|"EXISTS"
 set             path, data, raw, type (str|nil), add_if_missing, "CREATED"|nil
-                retain
+                retain, attributes
 remove          selector                                         topics removed
 fetch           selector, with_values, with_properties,          [[path, type,
                 types (array|nil), limit (int|nil)               props|nil, value|nil,

@@ -121,7 +121,7 @@ MATRIX: Mapping[str, Rule] = {
     # topics
     "add": Rule(("path", "type", "properties"), 2, (_at(Where.PATH, P.MODIFY_TOPIC),)),
     "set": Rule(
-        ("path", "value", "raw", "type", "add_if_missing", "retain"), 3, (_at(Where.PATH, P.UPDATE_TOPIC),),
+        ("path", "value", "raw", "type", "add_if_missing", "retain", "attributes"), 3, (_at(Where.PATH, P.UPDATE_TOPIC),),
         "and MODIFY_TOPIC on the path when add_if_missing",
     ),
     "remove": Rule(

@@ -34,6 +34,8 @@ class Update(NamedTuple):
 
     alias: int
     value: bytes
+    #: what the publisher sent with the value, opaque (MQTT 5 message properties), or empty
+    attributes: bytes = b""
 
 
 class SeriesUpdate(NamedTuple):
@@ -54,7 +56,7 @@ Delivery = Subscribed | Update | SeriesUpdate | Unsubscribed
 def size_of(item: object) -> int:
     """About how many bytes a queued item takes on the wire (for framing)."""
     if isinstance(item, Update):
-        return len(item.value) + 8
+        return len(item.value) + len(item.attributes) + 8
     if isinstance(item, SeriesUpdate):
         return len(item.event.value) + len(item.event.author) + 32
     if isinstance(item, Subscribed):

@@ -608,7 +608,7 @@ class SessionRegistry:
         live: list[int] = []
         for event in events:
             if isinstance(event, Changed):
-                self._value(event.path, event.value, event.retained)
+                self._value(event.path, event.value, event.retained, event.attributes)
             elif isinstance(event, Appended):
                 self._event(event)
             elif isinstance(event, Snapshot):
@@ -682,7 +682,7 @@ class SessionRegistry:
                     if session is not None:
                         self._subscribe_view(session, session_path, path, fresh)
 
-    def _value(self, path: str, value: bytes, retained: bool = True) -> None:
+    def _value(self, path: str, value: bytes, retained: bool = True, attributes: bytes = b"") -> None:
         """Deliver a topic's new value; a value not ``retained`` (an MQTT publish without
         the retain flag) leaves the cached one as it was."""
         state = self._topics.get(path)
@@ -693,7 +693,7 @@ class SessionRegistry:
         sessions, dirty, policy = self.sessions, self._dirty, state.policy
         for view in list(state.views.values()):
             alias = view.alias
-            message = Update(alias, value)
+            message = Update(alias, value, attributes) if attributes else Update(alias, value)
             others: list[Session] = []
             for session_id in view.sessions:
                 session = sessions.get(session_id)

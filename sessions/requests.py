@@ -97,25 +97,27 @@ def add_topic(r: SessionRegistry, sid: str, path: Any, type_name: Any, propertie
 
 def set_value(
     r: SessionRegistry, sid: str, path: Any, data: Any, raw: Any, type_name: Any = None,
-    add_if_missing: Any = False, retain: Any = True, *, max_size: int,
+    add_if_missing: Any = False, retain: Any = True, attributes: Any = b"", *, max_size: int,
 ) -> SetValue:
     """A set request checked: ``raw`` is the value's form (true: raw bytes, false: one CBOR
     item, ``"text"``: text, as MQTT carries it); ``retain`` false delivers the value without
-    keeping it (see :meth:`topics.store.TopicStore.set`)."""
+    keeping it; ``attributes`` are delivered with it, opaque, never kept (see
+    :meth:`topics.store.TopicStore.set`)."""
     path = r.limits.path(path)
     expect(data, bytes, "value")
     if raw != TEXT:
         expect(raw, bool, "raw")
     expect(add_if_missing, bool, "add_if_missing")
     expect(retain, bool, "retain")
+    expect(attributes, bytes, "attributes")
     if type_name is not None:
         type_name = TopicType.parse(expect(type_name, str, "type")).value
-    if len(data) > max_size:
+    if len(data) + len(attributes) > max_size:
         raise InvalidValueError("value larger than the maximum frame size")
     if add_if_missing:
         r.check(sid, P.MODIFY_TOPIC, path)
     author = r.sessions[sid].principal if raw == TEXT else ""
-    return SetValue(path, data, raw, type_name, add_if_missing, retain, author)
+    return SetValue(path, data, raw, type_name, add_if_missing, retain, author, attributes)
 
 
 @dataclass(frozen=True)

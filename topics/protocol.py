@@ -108,6 +108,9 @@ class SetValue(NamedTuple):
     add_if_missing: bool = False
     retain: bool = True
     author: str = ""
+    #: opaque bytes delivered with the value to the subscribers, never stored (an MQTT 5
+    #: publish's message properties: response topic, correlation data, user properties ...)
+    attributes: bytes = b""
 
 
 class RemoveTopics(NamedTuple):
@@ -209,7 +212,7 @@ _SET = _OP_CODE[SetValue]
 
 
 def encode_operation(op: Operation) -> list[Any]:
-    if type(op) is SetValue and op.retain and not op.author:
+    if type(op) is SetValue and op.retain and not op.author and not op.attributes:
         return [_SET, *op[:5]]  # the common set: its defaults stay off the wire
     return [_OP_CODE[type(op)], *op]
 
@@ -354,6 +357,7 @@ class Changed(NamedTuple):
     path: str
     value: bytes
     retained: bool = True
+    attributes: bytes = b""
 
 
 class Removed(NamedTuple):
@@ -388,7 +392,7 @@ def encode_event(event: TopicEvent) -> list[Any]:
     kind = type(event)
     if kind is Appended:
         return [_APPENDED, event.path, _event_wire(event.event)]  # type: ignore[union-attr]
-    if kind is Changed and event.retained:  # type: ignore[union-attr]
+    if kind is Changed and event.retained and not event.attributes:  # type: ignore[union-attr]
         return [_CHANGED, event.path, event.value]  # type: ignore[union-attr]
     return [_EV_CODE[kind], *event]
 

@@ -182,7 +182,7 @@ class TopicStore:
         self.references: dict[str, int] = {}
         self._handlers: dict[type[Any], Callable[[str, Any], Any]] = {
             SetValue: lambda _, op: self.set(
-                op.path, op.data, op.raw, op.type, op.add_if_missing, op.retain, op.author
+                op.path, op.data, op.raw, op.type, op.add_if_missing, op.retain, op.author, op.attributes
             ),
             AddTopic: lambda _, op: self.add(op.path, op.type, op.properties),
             RemoveTopics: lambda _, op: self.remove(op.selector),
@@ -285,6 +285,7 @@ class TopicStore:
         add_if_missing: bool = False,
         retain: bool = True,
         author: str = "",
+        attributes: bytes = b"",
     ) -> str | None:
         """Set the value of the topic at ``path`` (adding a topic of ``type_name``, else of
         the type the value suggests, when ``add_if_missing``).
@@ -296,7 +297,8 @@ class TopicStore:
         says otherwise, and ``type_name`` is only the type of a topic to add (a text value
         converts to the type of the topic that is there). With ``retain`` false the value is delivered to the subscribers
         (:class:`Changed` with ``retained`` false) but is not kept, journaled or replicated:
-        the topic keeps the value it had (a topic added for it has none)."""
+        the topic keeps the value it had (a topic added for it has none). ``attributes`` go
+        with the value's :class:`Changed` event, opaque, and are never kept."""
         if not isinstance(data, (bytes, bytearray)):
             raise InvalidValueError(f"a value travels as bytes, got {type(data).__name__}")
         text = raw == values.TEXT
@@ -337,10 +339,10 @@ class TopicStore:
                 self._record(TopicAdded(topic.path, spec.type.value, wire, kept), spec.persistent)
             self._emit(topic.path, Added(topic.path, spec.type.value, wire, kept))
             if not retain:
-                self._emit(topic.path, Changed(topic.path, stored, False))
+                self._emit(topic.path, Changed(topic.path, stored, False, attributes))
             return CREATED
         if not retain:
-            self._emit(topic.path, Changed(topic.path, stored, False))
+            self._emit(topic.path, Changed(topic.path, stored, False, attributes))
             return None
         self._store(topic, stored)
         if changes is not None:
@@ -348,7 +350,7 @@ class TopicStore:
                 changes.append(ValueSet(topic.path, spec.type.value, stored))
             else:
                 self._record(ValueSet(topic.path, spec.type.value, stored), False)
-        self._emit(topic.path, Changed(topic.path, stored))
+        self._emit(topic.path, Changed(topic.path, stored, True, attributes) if attributes else Changed(topic.path, stored))
         return None
 
     def _store(self, topic: Topic, stored: bytes) -> None:

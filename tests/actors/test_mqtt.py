@@ -334,3 +334,32 @@ def test_a_will_is_published_when_the_connection_ends_without_disconnect(
         assert (first.topic, first.payload) == (f"{prefix}/status/gone", b"offline")
         second = watcher.next()
         assert second.topic == f"{prefix}/status/done"  # neither "polite" nor "back" left a will
+
+
+def test_request_response_properties_travel_with_the_message(
+    broker: str, mqtt_address: tuple[str, int], prefix: str
+) -> None:
+    """MQTT-3.3.2-4 (payload format indicator), -15 (response topic), -16 (correlation data),
+    -17 (user properties), -20 (content type) forwarded unaltered; MQTT 5 request/response."""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    with admin_mqtt(mqtt_address, 5) as requester, admin_mqtt(mqtt_address, 5) as responder:
+        responder.subscribe(f"{prefix}/requests", qos=1)
+        requester.subscribe(f"{prefix}/replies", qos=1)
+        ask = Properties(PacketTypes.PUBLISH)
+        ask.ResponseTopic = f"{prefix}/replies"
+        ask.CorrelationData = b"\x01\x02"
+        ask.UserProperty = [("k", "v"), ("k", "w")]
+        ask.ContentType = "text/plain"
+        ask.PayloadFormatIndicator = 1
+        requester.client.publish(f"{prefix}/requests", "ping", qos=1, properties=ask).wait_for_publish(20)
+        request = responder.next()
+        p = request.properties
+        assert (request.payload, p.ResponseTopic, p.CorrelationData) == (b"ping", f"{prefix}/replies", b"\x01\x02")
+        assert (p.UserProperty, p.ContentType, p.PayloadFormatIndicator) == ([("k", "v"), ("k", "w")], "text/plain", 1)
+        answer = Properties(PacketTypes.PUBLISH)
+        answer.CorrelationData = p.CorrelationData
+        responder.client.publish(p.ResponseTopic, "pong", qos=1, properties=answer).wait_for_publish(20)
+        reply = requester.next()
+        assert (reply.payload, reply.properties.CorrelationData) == (b"pong", b"\x01\x02")

@@ -376,3 +376,18 @@ def test_the_wire_keeps_the_common_set_and_change_as_short_as_before() -> None:
     assert encode_event(Changed("a", b"x")) == [4, "a", b"x"]
     assert decode_event(encode_event(Changed("a", b"x", False))) == Changed("a", b"x", False)
     assert decode_event(encode_event(Changed("a", b"x"))) == Changed("a", b"x")
+
+
+def test_attributes_go_with_the_value_and_are_never_kept() -> None:
+    store = TopicStore(record_changes=True)
+    store.apply("g", [SetValue("a", cb("v0"), False, None, True), Register(">a", 1)])
+    store.drain_events()
+    store.drain_changes()
+    store.apply("g", [SetValue("a", cb("v1"), False, None, False, True, "", b"\x03meta")])
+    store.apply("g", [SetValue("a", cb("v2"), False, None, False, False, "", b"\x03more")])
+    assert store.drain_events() == {"g": [Changed("a", cb("v1"), True, b"\x03meta"), Changed("a", cb("v2"), False, b"\x03more")]}
+    assert [type(c).__name__ for c in store.drain_changes()] == ["ValueSet"]  # the retained value, no attributes
+    op = SetValue("a", cb("v1"), False, None, False, True, "", b"\x03meta")
+    assert decode_operation(encode_operation(op)) == op
+    event = Changed("a", b"x", True, b"\x03meta")
+    assert decode_event(encode_event(event)) == event
