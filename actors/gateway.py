@@ -53,7 +53,10 @@ from sessions.requests import RequestError
 from sessions.security import AuthenticationFailed, PermissionDenied, SecurityCommandError, SecurityStore
 from sessions.trees import SessionTrees, TreeError
 from topics.errors import TopicModelError
-from topics.protocol import Failed, ProtocolError, Result, SetValue, TopicEvent
+from actors.mqtt import SYS
+from topics.protocol import AddTopic, Failed, ProtocolError, Result, SetValue, TopicEvent
+from topics.types import TopicType
+from topics.types import encode as encode_value
 from views.parser import ViewSpecError
 
 log = logging.getLogger("canopy.gateway")
@@ -141,6 +144,7 @@ class Gateway:
 
             self.connections.websocket_mqtt = lambda stream, release: WebSocketMQTT(self.mqtt, stream, release)
         self.mqtt_server: asyncio.Server | None = None
+        self._sys_task: asyncio.Future[None] | None = None
         self.mqtt_url = ""
 
     # -- lifecycle -----------------------------------------------------------
@@ -165,6 +169,9 @@ class Gateway:
             )
             scheme = "mqtts" if context is not None else "mqtt"
             self.mqtt_url = f"{scheme}://{self.host}:{self.mqtt_server.sockets[0].getsockname()[1]}"
+        interval = int(self.config.get("sys_interval", 10))
+        if interval:
+            self._sys_task = asyncio.ensure_future(self._publish_figures(interval))
         gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
         return {"gateway": self.gateway_id, "url": self.url, "host": self.host, "port": port, "mqtt": self.mqtt_url}
 
@@ -182,7 +189,43 @@ class Gateway:
             return 0
         return base + (self.port - int(self.config["port"]))
 
+    async def _publish_figures(self, interval: float) -> None:
+        """Every ``interval`` seconds, this gateway's figures as topics under
+        ``$SYS/broker/gateways/NAME/`` (not persistent; ``$SYS/broker/version`` too), where MQTT
+        tools look for them; any session that may read ``$SYS`` sees them."""
+        from canopy import __version__
+
+        name = self.gateway_id.split("-", 1)[0]
+        base = f"{SYS}/broker/gateways/{name}"
+        started = time.monotonic()
+        added: set[str] = set()
+
+        def put(path: str, type_name: str, value: Any) -> None:
+            if path not in added:
+                added.add(path)
+                self.link.route(path, AddTopic(path, type_name, {"PERSISTENT": "false"}))
+            self.link.route(path, SetValue(path, encode_value(TopicType.parse(type_name), value), False))
+
+        while True:
+            try:
+                stats = self.mqtt.stats()
+                put(f"{SYS}/broker/version", "STRING", f"canopy {__version__}")
+                put(f"{base}/uptime", "INT64", int(time.monotonic() - started))
+                put(f"{base}/clients/connected", "INT64", len(self.connections.streams) + self.connections.others)
+                put(f"{base}/clients/mqtt", "INT64", stats["mqtt_connections"])
+                put(f"{base}/sessions", "INT64", len(self.registry.sessions))
+                put(f"{base}/sessions/mqtt_kept", "INT64", stats["mqtt_kept_sessions"])
+                put(f"{base}/messages/mqtt/received", "INT64", stats["mqtt_publishes_received"])
+                put(f"{base}/messages/mqtt/sent", "INT64", stats["mqtt_publishes_sent"])
+                put(f"{base}/messages/mqtt/refused", "INT64", stats["mqtt_publishes_refused"])
+                self.link.flush()
+            except Exception as e:  # a partition away: the next round
+                log.debug("could not publish the $SYS figures: %s", e)
+            await asyncio.sleep(interval)
+
     async def stop(self) -> None:
+        if self._sys_task is not None:
+            self._sys_task.cancel()
         if self.server is not None:
             self.server.close()
         if self.mqtt_server is not None:

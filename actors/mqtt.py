@@ -52,6 +52,8 @@ from topics.types import TEXT, to_text
 
 log = logging.getLogger("canopy.mqtt")
 
+#: the branch of the broker's own figures (each gateway's under gateways/NAME), read-only to MQTT
+SYS = "$SYS"
 #: the largest Topic Alias a client may use towards the gateway (MQTT 5's Topic Alias Maximum)
 TOPIC_ALIAS_MAXIMUM = 64
 WRITE_HIGH = 256 * 1024
@@ -88,6 +90,9 @@ class MQTTServer:
         self.clients: dict[str, MQTTConnection] = {}
         self.refused = IncidentLog(REFUSED_LOG_INTERVAL)
         self.publishes_refused = 0
+        #: PUBLISH packets received from clients and sent to them
+        self.received = 0
+        self.sent = 0
         self._assigned = 0
 
     def group(self, share: str, topic_filter: str) -> SharedGroup[Any]:
@@ -120,6 +125,7 @@ class MQTTServer:
     def stats(self) -> dict[str, Any]:
         return {
             "mqtt_connections": len(self.open), "mqtt_kept_sessions": len(self.kept),
+            "mqtt_publishes_received": self.received, "mqtt_publishes_sent": self.sent,
             "mqtt_publishes_refused": self.publishes_refused,
         }
 
@@ -564,6 +570,7 @@ class MQTTConnection(asyncio.Protocol):
             self.pause_reading()
 
     def _publish(self, p: m.Publish) -> None:
+        self.server.received += 1
         topic = p.topic
         alias = p.properties.topic_alias if self.version == m.MQTT_5 else None
         if alias is not None:
@@ -585,6 +592,9 @@ class MQTTConnection(asyncio.Protocol):
             path = path_of(topic)
         except MappingError as e:
             self._publish_refused(p, 0x90, str(e))
+            return
+        if path == SYS or path.startswith(SYS + "/"):
+            self._publish_refused(p, 0x87, "$SYS topics are the broker's own: read-only")
             return
         registry = self.connections.registry
         sid = self.session_id or ""
@@ -800,6 +810,7 @@ class MQTTConnection(asyncio.Protocol):
                 self.unacked[packet_id] = packet
         assert self.transport is not None
         self.transport.write(data)
+        self.server.sent += 1
         return True
 
     def _packet_id(self) -> int:

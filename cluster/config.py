@@ -188,6 +188,10 @@ class ServerConfig:
         "is capped to it; an MQTT 3.1.1 session with clean session 0 is kept this long); 0: sessions end with "
         "their connections", low=0, high=2**32 - 1, metavar="S",
     )
+    sys_interval: int = setting(
+        10, "how often each gateway publishes its figures under $SYS/broker/ (MQTT's convention: clients, "
+        "sessions, messages, uptime), in seconds; 0: never", low=0, high=86_400, metavar="S",
+    )
     mqtt_receive_maximum: int = setting(
         64, "QoS 1 and 2 messages an MQTT session may have unacknowledged each way (MQTT 5's Receive "
         "Maximum); more wait in the session's queue", low=1, high=65535, metavar="N",

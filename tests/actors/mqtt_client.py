@@ -22,7 +22,7 @@ class MQTT:
         self, address: tuple[str, int], version: int = 5, *, username: str | None = None,
         password: str | None = None, client_id: str | None = None, user_properties: dict[str, str] | None = None,
         connect: bool = True, transport: str = "tcp", tls_ca: str | None = None,
-        clean_start: bool = True, session_expiry: int | None = None,
+        clean_start: bool = True, session_expiry: int | None = None, bind_address: str = "",
     ) -> None:
         self.address = address
         self.version = version
@@ -33,6 +33,7 @@ class MQTT:
             **({} if version == 5 else {"clean_session": clean_start}),
         )
         self.clean_start = clean_start
+        self.bind_address = bind_address
         self.session_expiry = session_expiry
         #: the session present flag of the last CONNACK
         self.session_present: bool | None = None
@@ -68,7 +69,10 @@ class MQTT:
             if self.session_expiry is not None:
                 properties.SessionExpiryInterval = self.session_expiry
         extra = {"clean_start": self.clean_start} if self.version == 5 else {}
-        self.client.connect(self.address[0], self.address[1], keepalive=30, properties=properties, **extra)
+        self.client.connect(
+            self.address[0], self.address[1], keepalive=30, properties=properties, bind_address=self.bind_address,
+            **extra,
+        )
         self.client.loop_start()
         code, _ = self.connected.get(timeout=TIMEOUT)
         return code

@@ -157,14 +157,15 @@ def test_mqtt_5_user_properties_become_session_properties(
 def test_wrong_credentials_are_refused_with_the_connack_code(mqtt_address: tuple[str, int]) -> None:
     """MQTT 5 CONNACK 0x86; MQTT 3.1.1 return code 4 (bad user name or password), then the
     connection is closed (MQTT-3.2.2-5)."""
-    client = MQTT(mqtt_address, 5, username="admin", password="wrong", connect=False)
+    # from an address of its own: the actor tests' logins from 127.0.0.1 share its failure count
+    client = MQTT(mqtt_address, 5, username="admin", password="wrong", connect=False, bind_address="127.0.0.71")
     try:
         assert code(client.connect()) == 0x86
     finally:
         client.close()
     connect = (bytes([0x10, 0x1E, 0x00, 0x04]) + b"MQTT" + bytes([0x04, 0xC2, 0x00, 0x3C, 0x00, 0x01]) + b"c"
                + bytes([0x00, 0x05]) + b"admin" + bytes([0x00, 0x08]) + b"wrong-pw")
-    with socket.create_connection(mqtt_address, timeout=10) as raw:
+    with socket.create_connection(mqtt_address, timeout=10, source_address=("127.0.0.71", 0)) as raw:
         raw.sendall(connect)
         assert raw.recv(16) == bytes([0x20, 0x02, 0x00, 0x04])
         assert raw.recv(16) == b""
@@ -363,3 +364,15 @@ def test_request_response_properties_travel_with_the_message(
         responder.client.publish(p.ResponseTopic, "pong", qos=1, properties=answer).wait_for_publish(20)
         reply = requester.next()
         assert (reply.payload, reply.properties.CorrelationData) == (b"pong", b"\x01\x02")
+
+
+def test_the_broker_s_figures_under_sys_are_read_only(broker: str, mqtt_address: tuple[str, int]) -> None:
+    """$SYS/broker/...: each gateway's figures (MQTT's convention), not matched by '#'
+    (MQTT-4.7.2-1) and not writable by clients."""
+    with admin_mqtt(mqtt_address, 5) as client:
+        client.subscribe("$SYS/broker/version", qos=1)
+        version = client.next()
+        assert version.payload.startswith(b"canopy ") and version.retain
+        client.subscribe("$SYS/broker/gateways/+/clients/mqtt", qos=1)
+        assert int(client.next().payload) >= 0
+        assert code(client.publish("$SYS/broker/version", "forged", qos=1, retain=True)) == 0x87
