@@ -281,7 +281,7 @@ class Connections:
         self._max_messages = int(config.get("max_messages_per_frame", 1000))
         self._max_protocol_errors = int(config.get("max_protocol_errors", 100))
         self.hello_timeout = int(config.get("hello_timeout_ms", 10_000)) / 1000
-        self._max_connections = int(config.get("max_connections", 10_000))
+        self._max_connections = self.max_connections = int(config.get("max_connections", 10_000))
         self._max_per_address = int(config.get("max_connections_per_address", 1_000))
         #: client address -> its open connections (each counted by :meth:`admit_connection`)
         self.per_address: dict[str, int] = {}

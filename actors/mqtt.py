@@ -261,6 +261,10 @@ class MQTTConnection(asyncio.Protocol):
         if self.server.clients.get(self.client_id) is self:
             del self.server.clients[self.client_id]
         keep = self.session_id is not None and self.expiry > 0 and not self.ended
+        if keep and len(self.server.kept) >= self.connections.max_connections:
+            log.warning("MQTT session %s ends with its connection: this gateway keeps %d sessions already "
+                        "(max_connections)", self.session_id, len(self.server.kept))
+            keep = False
         if self.session_id is not None and not self.disconnected and self.will is not None:
             delay = self.will.properties.will_delay_interval or 0
             if delay and keep:  # MQTT 5's Will Delay Interval: unless the session is resumed first
@@ -588,6 +592,10 @@ class MQTTConnection(asyncio.Protocol):
         if p.qos == 2 and p.packet_id in self.received_qos2:
             self._send(m.Pubrec(p.packet_id or 0))  # a resend of one already taken: once only
             return
+        if p.qos and self.inbound_unacknowledged() >= self.server.receive_maximum:
+            # more QoS 1/2 publishes unacknowledged than CONNACK's Receive Maximum allows (3.1.1: the same bound)
+            self._disconnect(0x93, f"more than {self.server.receive_maximum} QoS 1 and 2 publishes unacknowledged")
+            return
         try:
             path = path_of(topic)
         except MappingError as e:
@@ -605,6 +613,10 @@ class MQTTConnection(asyncio.Protocol):
             if attributes:
                 args.append(attributes)
         self._request("set", args, ("publish", p.qos, p.packet_id, topic))
+
+    def inbound_unacknowledged(self) -> int:
+        """QoS 1 and 2 publishes of the client not acknowledged yet (PUBACK, or PUBCOMP)."""
+        return len(self.received_qos2) + sum(1 for what in self.pending.values() if what[0] == "publish" and what[1])
 
     def _publish_refused(self, p: m.Publish, reason: int, why: str) -> None:
         if p.qos == 0 or self.version != m.MQTT_5:

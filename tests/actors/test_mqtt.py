@@ -376,3 +376,26 @@ def test_the_broker_s_figures_under_sys_are_read_only(broker: str, mqtt_address:
         client.subscribe("$SYS/broker/gateways/+/clients/mqtt", qos=1)
         assert int(client.next().payload) >= 0
         assert code(client.publish("$SYS/broker/version", "forged", qos=1, retain=True)) == 0x87
+
+
+def test_more_unacknowledged_publishes_than_the_receive_maximum_disconnect(mqtt_address: tuple[str, int]) -> None:
+    """MQTT-3.3.4-9 (5.0: the server's Receive Maximum; 3.1.1 has the same bound here): a client
+    that never sends PUBREL cannot make the server hold more QoS 2 publishes than that."""
+    from mqtt import codec as m
+
+    with socket.create_connection(mqtt_address, timeout=10) as raw:
+        raw.sendall(m.encode(m.Connect(5, "", username=ADMIN[0], password=ADMIN[1].encode()), 5))
+        reader = m.Reader(version=5)
+        (connack,) = reader.feed(raw.recv(1024))
+        assert isinstance(connack, m.Connack) and connack.reason_code == 0
+        most = connack.properties.receive_maximum
+        assert most is not None
+        raw.sendall(b"".join(m.encode(m.Publish("rm/t", b"x", 2, packet_id=i + 1), 5) for i in range(most + 1)))
+        got: list[object] = []
+        while True:
+            data = raw.recv(65536)
+            if not data:
+                break
+            got += reader.feed(data)
+        assert isinstance(got[-1], m.Disconnect) and got[-1].reason_code == 0x93, got[-3:]
+        assert sum(isinstance(p, m.Pubrec) for p in got) <= most
