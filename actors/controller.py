@@ -885,6 +885,9 @@ class ControllerActor:
                 "url": info.get("url"), "lost": bool(info.get("lost")),
                 "sessions": st.get("sessions") if st else None, "answering": st is not None,
                 "connections": st.get("connections") if st else None,
+                "mqtt": info.get("mqtt") or None,
+                "mqtt_connections": st.get("mqtt_connections") if st else None,
+                "mqtt_kept_sessions": st.get("mqtt_kept_sessions") if st else None,
                 # what clients attempted: logins (sessions/logins.py) and requests that failed unexpectedly
                 "guard": {k: v for k, v in st.items() if k.startswith(GUARD_STATS)} if st else None,
             })

@@ -626,6 +626,9 @@ def format_status(status: dict[str, Any]) -> list[str]:
         if g.get("answering") and guard:  # what clients tried: see the README's security section
             state += (f", {g.get('connections')} connections; logins failed {guard.get('login_failures', 0)}, "
                       f"refused {guard.get('login_refused', 0)}; unexpected errors {guard.get('unexpected_errors', 0)}")
+        if g.get("answering") and g.get("mqtt"):
+            state += (f"; MQTT at {g['mqtt']}: {g.get('mqtt_connections')} connections, "
+                      f"{g.get('mqtt_kept_sessions')} sessions kept for absent clients")
         lines.append(f"  {g['gateway']:<12} {str(g.get('node')):<16} {str(g.get('url')):<24} {state}")
     return lines
 
