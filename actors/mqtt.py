@@ -33,7 +33,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from actors.connections import Connections
 from canopy import protocol as wire
@@ -163,6 +163,8 @@ class MQTTConnection(asyncio.Protocol):
         #: topic filter -> (its selector, its options, its subscription identifier or 0, the
         #: shared subscription group it makes the session a member of, or None)
         self.subscriptions: dict[str, tuple[Selector, m.SubscriptionOptions, int, SharedGroup[Any] | None]] = {}
+        #: the filters whose first answer (the topics there were then) has been written
+        self.established: set[str] = set()
         #: the message (token) a shared subscription's decision was asked for last, and the answer
         self._shared_answer: tuple[object, bool] | None = None
         #: delivery alias -> [session path, topic name, value type, QoS, retained message wanted,
@@ -331,8 +333,8 @@ class MQTTConnection(asyncio.Protocol):
             old._expiry_timer = None
         if self.server.kept.get(old.client_id) is old:
             del self.server.kept[old.client_id]
-        for name in ("session_id", "subscriptions", "topics", "inflight", "unacked", "received_qos2", "backlog",
-                     "_next_pid", "principal"):
+        for name in ("session_id", "subscriptions", "established", "topics", "inflight", "unacked", "received_qos2",
+                     "backlog", "_next_pid", "principal"):
             setattr(self, name, getattr(old, name))
         old.session_id = None
         old.ended = True
@@ -608,10 +610,9 @@ class MQTTConnection(asyncio.Protocol):
         sid = self.session_id or ""
         may_add = registry.has(sid, PathPermission.MODIFY_TOPIC, path)
         args = [path, p.payload, TEXT, self.server.create_type if may_add else None, may_add, p.retain]
-        if self.version == m.MQTT_5 and not p.properties.is_empty:
-            attributes = message_attributes(p.properties)
-            if attributes:
-                args.append(attributes)
+        attributes = message_attributes(p.qos, p.properties if self.version == m.MQTT_5 else EMPTY)
+        if attributes:
+            args.append(attributes)
         self._request("set", args, ("publish", p.qos, p.packet_id, topic))
 
     def inbound_unacknowledged(self) -> int:
@@ -681,6 +682,7 @@ class MQTTConnection(asyncio.Protocol):
             found = self.subscriptions.pop(topic_filter, None)
             if found is None:
                 continue
+            self.established.discard(topic_filter)
             self.server.leave(found[3], self)
             self._matched()
             if any(other[0] == found[0] for other in self.subscriptions.values()):
@@ -714,6 +716,8 @@ class MQTTConnection(asyncio.Protocol):
                 self._send(m.Pubrec(packet_id))
         elif kind == "subscribe":
             _, packet_id, index, topic_filter, before, options = what
+            if not reason:  # the topics it brought so far are queued: those after it are new ones
+                self.connections.registry.send(self.session_id or "", _Established(topic_filter))
             if reason:  # refused: the filter is as it was
                 refused = self.subscriptions.pop(topic_filter, None)
                 if refused is not None and (before is None or before[3] is not refused[3]):
@@ -755,13 +759,21 @@ class MQTTConnection(asyncio.Protocol):
             return self._out(item.alias, item.event.value, False, item.event)
         if isinstance(item, Unsubscribed):
             self.topics.pop(item.alias, None)
+        elif isinstance(item, _Established):
+            self.established.add(item.topic_filter)
         return True  # a native protocol message (an answer or a notification): not for MQTT
 
     def _learn(self, item: Subscribed) -> None:
         spec = TopicSpecification.of(item.type, dict(item.properties))
         value_type = spec.event_type or spec.type
         name = topic_of(item.path) if has_topic_name(item.path) else ""
-        self.topics[item.alias] = [item.path, name, value_type, *self._match(item.path)]
+        # a topic of a subscription's first answer comes as a retained message; one that appears
+        # under an established subscription later is a new message (RETAIN 0: MQTT-3.3.1-9)
+        initial = any(
+            f not in self.established and entry[0].matches(item.path)
+            for f, entry in self.subscriptions.items()
+        )
+        self.topics[item.alias] = [item.path, name, value_type, *self._match(item.path), initial]
 
     def _match(self, path: str) -> tuple[int, bool, m.Properties, list[SharedGroup[Any]] | None]:
         """The QoS to deliver the topic at ``path`` with (the highest of the subscriptions that
@@ -794,9 +806,11 @@ class MQTTConnection(asyncio.Protocol):
         known = self.topics.get(alias)
         if known is None:
             return True
-        _, name, value_type, qos, retained, properties, groups = known
-        if not name or qos < 0 or (first and not retained):
+        _, name, value_type, qos, retained, properties, groups, initial = known
+        if not name or qos < 0 or (first and initial and not retained):
             return True
+        if first and initial and groups is not None:
+            return True  # no retained message for a shared subscription (MQTT 5, 4.8.2)
         if groups is not None:
             answer = self._shared_answer
             if answer is None or answer[0] is not token:  # asked once per message, however often retried
@@ -804,15 +818,19 @@ class MQTTConnection(asyncio.Protocol):
                 answer = self._shared_answer = (token, taken)
             if not answer[1]:
                 return True
-        if qos > 0 and len(self.inflight) >= self.send_quota:
-            return False
         payload = to_text(value_type, value)
         if first and not payload:
             return True  # no value: no retained message
+        if attributes:
+            published_qos, forwarded = _attributes(attributes)
+            if published_qos < qos:  # at the lower of the two (MQTT-3.8.4-8; 3.1.1: MQTT-3.8.4-6)
+                qos = published_qos
+            if self.version == m.MQTT_5 and not forwarded.is_empty:
+                properties = _with_attributes(properties, forwarded)
+        if qos > 0 and len(self.inflight) >= self.send_quota:
+            return False
         packet_id = self._packet_id() if qos > 0 else None
-        if attributes and self.version == m.MQTT_5:
-            properties = _with_attributes(properties, attributes)
-        packet = m.Publish(name, payload, qos, first, False, packet_id, properties)
+        packet = m.Publish(name, payload, qos, first and initial, False, packet_id, properties)
         data = m.encode(packet, self.version)
         if len(data) > self.client_max_packet:
             return True  # larger than the client takes (MQTT-3.1.2-25): dropped
@@ -939,24 +957,36 @@ FORWARDED = ("payload_format_indicator", "message_expiry_interval", "content_typ
              "correlation_data", "user_properties")
 
 
-def message_attributes(properties: m.Properties) -> bytes:
-    """The attributes a set carries for an MQTT 5 publish: its forwarded properties, encoded
-    (empty when it has none)."""
+def message_attributes(qos: int, properties: m.Properties) -> bytes:
+    """The attributes a set carries for an MQTT publish: its QoS (one byte) and its forwarded
+    properties (an MQTT 5 property block); empty for a QoS 2 publish with none, which is what
+    a set without attributes (a native client's) stands for too."""
     kept = m.Properties(**{name: getattr(properties, name) for name in FORWARDED})
-    return b"" if kept.is_empty else encode_properties(kept, m.PacketType.PUBLISH)
+    if qos == 2 and kept.is_empty:
+        return b""
+    return bytes([qos]) + encode_properties(kept, m.PacketType.PUBLISH)
 
 
 @functools.lru_cache(maxsize=1024)
-def _attributes(attributes: bytes) -> m.Properties:
+def _attributes(attributes: bytes) -> tuple[int, m.Properties]:
+    """The QoS a message was published with and its forwarded properties (2 and none for a
+    value set without attributes this front door wrote)."""
+    if not attributes or attributes[0] > 2:
+        return 2, EMPTY
     try:
-        return decode_properties(Cursor(attributes, "PUBLISH"), m.PacketType.PUBLISH)
+        return attributes[0], decode_properties(Cursor(attributes[1:], "PUBLISH"), m.PacketType.PUBLISH)
     except m.MQTTError:  # not what this front door wrote (a native client's bytes): none
-        return EMPTY
+        return 2, EMPTY
 
 
-def _with_attributes(properties: m.Properties, attributes: bytes) -> m.Properties:
+def _with_attributes(properties: m.Properties, forwarded: m.Properties) -> m.Properties:
     """A PUBLISH's properties: the forwarded ones of the message, and this session's own."""
-    forwarded = _attributes(attributes)
     if properties.is_empty:
         return forwarded
     return replace(forwarded, subscription_identifiers=properties.subscription_identifiers)
+
+
+class _Established(NamedTuple):
+    """Queued after the topics a subscription's first answer brought (see ``_learn``)."""
+
+    topic_filter: str
