@@ -139,6 +139,10 @@ class Gateway:
         from actors.mqtt import MQTTServer
 
         self.mqtt = MQTTServer(self.connections, config)
+        if count:
+            from actors.mqtt import SessionRecords
+
+            self.mqtt.store = SessionRecords(self.link)
         if config.get("mqtt_port"):
             from actors.mqtt import WebSocketMQTT
 

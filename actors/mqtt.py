@@ -48,7 +48,10 @@ from sessions.limits import PropertyLimitError
 from sessions.security import AuthenticationFailed, PathPermission
 from topics.selectors import Selector
 from topics.specification import TopicSpecification
-from topics.types import TEXT, to_text
+from topics.protocol import FetchTopics, Ok, RemoveTopics, SetValue
+from topics.types import TEXT, TopicType, to_text
+from topics.types import decode as decode_value
+from topics.types import encode as encode_value
 
 log = logging.getLogger("canopy.mqtt")
 
@@ -85,6 +88,8 @@ class MQTTServer:
         self.kept: dict[str, MQTTConnection] = {}
         #: (share name, topic filter) -> the members of that shared subscription here
         self.shares: dict[tuple[str, str], SharedGroup[Any]] = {}
+        #: where sessions kept for absent clients are recorded for every gateway (None: nowhere)
+        self.store: SessionRecords | None = None
         self.open: set[MQTTConnection] = set()
         #: client identifier -> its connection (a second CONNECT with the identifier takes over)
         self.clients: dict[str, MQTTConnection] = {}
@@ -183,6 +188,7 @@ class MQTTConnection(asyncio.Protocol):
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._will_timer: asyncio.TimerHandle | None = None
         self.principal = ""
+        self._recorded = False  # the session is in the replicated records
         self.send_quota = server.receive_maximum
         self.client_max_packet = m.MAX_PACKET_SIZE
         self._next_pid = 0
@@ -281,6 +287,7 @@ class MQTTConnection(asyncio.Protocol):
         else:
             if self.session_id is not None:
                 self._leave_groups()
+                self._drop_record()
             self.connections.dropped(self)
         self.connections.wake()
 
@@ -295,6 +302,7 @@ class MQTTConnection(asyncio.Protocol):
         if previous is not None and previous is not self:
             previous._expire()
         self.server.kept[self.client_id] = self
+        self._save(left=time.time() * 1000)
         self._expiry_timer = asyncio.get_running_loop().call_later(min(self.expiry, 2**31 // 1000), self._expire)
         log.info("MQTT session %s (client %r) kept %d s for its client to resume it",
                  self.session_id, self.client_id, self.expiry)
@@ -319,6 +327,7 @@ class MQTTConnection(asyncio.Protocol):
         if self.session_id is not None and self.connections.by_session.get(self.session_id) is self:
             self.closing = True
             self._leave_groups()
+            self._drop_record()
             self.connections.forget(self)
             self.connections.wake()
 
@@ -334,7 +343,7 @@ class MQTTConnection(asyncio.Protocol):
         if self.server.kept.get(old.client_id) is old:
             del self.server.kept[old.client_id]
         for name in ("session_id", "subscriptions", "established", "topics", "inflight", "unacked", "received_qos2",
-                     "backlog", "_next_pid", "principal"):
+                     "backlog", "_next_pid", "principal", "_recorded"):
             setattr(self, name, getattr(old, name))
         old.session_id = None
         old.ended = True
@@ -472,6 +481,15 @@ class MQTTConnection(asyncio.Protocol):
         if self.closing or self.transport is None:
             return
         principal = connect.username or ""
+        record = None
+        if (not connect.clean_start and self.server.store is not None and client_id not in self.server.kept
+                and client_id not in self.server.clients):
+            record = await self.server.store.load(client_id)  # a session another gateway (or this one) kept
+            if self.closing or self.transport is None:
+                return
+            if record is not None and record.get("principal") != principal:
+                self._refuse_connect(V311_IDENTIFIER_REJECTED, 0x85, "this client identifier is another principal's")
+                return
         previous = self.server.clients.get(client_id)
         if previous is self:
             previous = None
@@ -501,6 +519,13 @@ class MQTTConnection(asyncio.Protocol):
             self.connections.by_session[session.id] = self
         asked = connect.properties.session_expiry_interval if v5 else (0 if connect.clean_start else 2**32 - 1)
         self.expiry = min(asked or 0, self.server.max_session_expiry)
+        if record is not None:
+            resumed = self._restore(record)
+        if self.server.store is not None:
+            if self.expiry:
+                self._save()
+            elif (connect.clean_start and assigned is None) or record is not None:
+                self.server.store.drop(client_id)  # a session recorded before ends (clean start), or it expired
         self.will = connect.will
         keep_alive = connect.keep_alive
         properties = connect.properties
@@ -532,6 +557,48 @@ class MQTTConnection(asyncio.Protocol):
         if resumed:
             self._resend()
         self.transport.resume_reading()
+
+    def _restore(self, record: dict[str, Any]) -> bool:
+        """Take up a session kept in the replicated record (its gateway restarted or was lost):
+        subscribe again to its filters (their topics' values come as retained messages: what
+        was published while no gateway held the session is not queued anywhere). ``False``
+        when the record had expired."""
+        left = record.get("left")
+        expiry = int(record.get("expiry") or 0)
+        if left is not None and time.time() * 1000 > left + expiry * 1000:
+            return False
+        for entry in record.get("subscriptions") or []:
+            try:
+                topic_filter, qos, rh, identifier = entry
+                share, plain = parse_shared(topic_filter)
+                selector = selector_of(plain)
+            except (MappingError, TypeError, ValueError):
+                continue
+            options = m.SubscriptionOptions(int(qos), retain_handling=int(rh))
+            group = self.server.group(share, plain) if share is not None else None
+            if group is not None:
+                group.join(self)
+            self.subscriptions[topic_filter] = (selector, options, int(identifier), group)
+            self._request("subscribe", [str(selector)], ("restore", topic_filter))
+        self._matched()
+        log.info("MQTT session of client %r taken up from its record (%d subscriptions)",
+                 self.client_id, len(self.subscriptions))
+        return True
+
+    def _save(self, left: float | None = None) -> None:
+        """Record the session for another gateway to take up (``left``: when its client went)."""
+        if self.server.store is None or not self.expiry or self.session_id is None:
+            return
+        self._recorded = True
+        self.server.store.save(self.client_id, {
+            "principal": self.principal, "expiry": self.expiry, "left": left,
+            "subscriptions": [[f, e[1].qos, e[1].retain_handling, e[2]] for f, e in self.subscriptions.items()],
+        })
+
+    def _drop_record(self) -> None:
+        if self._recorded and self.server.store is not None:
+            self._recorded = False
+            self.server.store.drop(self.client_id)
 
     def _resend(self) -> None:
         """After a resume: every QoS 1/2 PUBLISH not acknowledged again, DUP set, and PUBREL for
@@ -718,6 +785,7 @@ class MQTTConnection(asyncio.Protocol):
             _, packet_id, index, topic_filter, before, options = what
             if not reason:  # the topics it brought so far are queued: those after it are new ones
                 self.connections.registry.send(self.session_id or "", _Established(topic_filter))
+                self._save()
             if reason:  # refused: the filter is as it was
                 refused = self.subscriptions.pop(topic_filter, None)
                 if refused is not None and (before is None or before[3] is not refused[3]):
@@ -728,7 +796,17 @@ class MQTTConnection(asyncio.Protocol):
             self.subacks[packet_id][index] = min(options.qos, 2) if reason == 0 else reason
             self.acks_left[packet_id] -= 1
             self._suback_if_done(packet_id)
+        elif kind == "restore":
+            if not reason:
+                self.connections.registry.send(self.session_id or "", _Established(what[1]))
+            else:  # no longer permitted: the filter goes
+                dropped = self.subscriptions.pop(what[1], None)
+                if dropped is not None:
+                    self.server.leave(dropped[3], self)
+                    self._matched()
+                self._save()
         elif kind == "unsubscribe":
+            self._save()
             _, packet_id, index = what
             self.unsubacks[packet_id][index] = 0 if reason == 0 else 0x80
             self.acks_left[-packet_id] -= 1
@@ -990,3 +1068,44 @@ class _Established(NamedTuple):
     """Queued after the topics a subscription's first answer brought (see ``_learn``)."""
 
     topic_filter: str
+
+
+class SessionRecords:
+    """The MQTT sessions kept for absent clients (and those whose clients are connected with a
+    session expiry), recorded as persistent JSON topics under ``$MQTT/sessions/`` through the
+    gateway's partition link: journaled and on a backup, so that another gateway, or this one
+    restarted, takes a session up (:meth:`MQTTConnection._restore`)."""
+
+    BRANCH = "$MQTT/sessions"
+
+    def __init__(self, link: Any) -> None:
+        self.link = link
+
+    def path(self, client_id: str) -> str:
+        return f"{self.BRANCH}/{client_id.encode().hex() or '-'}"
+
+    def save(self, client_id: str, record: dict[str, Any]) -> None:
+        path = self.path(client_id)
+        self.link.route(path, SetValue(path, encode_value(TopicType.JSON, record), False, "JSON", True))
+        self.link.flush()
+
+    def drop(self, client_id: str) -> None:
+        path = self.path(client_id)
+        self.link.route(path, RemoveTopics(">" + path))
+        self.link.flush()
+
+    async def load(self, client_id: str) -> dict[str, Any] | None:
+        path = self.path(client_id)
+        try:
+            result = await asyncio.wait_for(self.link.request_route(path, FetchTopics(">" + path)), 10)
+        except Exception as e:  # its partition away: no record to take up now
+            log.warning("the record of MQTT client %r could not be read: %s", client_id, e)
+            return None
+        if not isinstance(result, Ok) or not result.value:
+            return None
+        row = result.value[0]
+        try:
+            record = decode_value(TopicType.JSON, row.value) if row.value is not None else None
+        except Exception:
+            return None
+        return record if isinstance(record, dict) else None

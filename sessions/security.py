@@ -466,7 +466,8 @@ def default_store(admin_password: str) -> SecurityStore:
     * ``CONTROL``: for control clients: every path permission, and the session,
       handler, view and server-viewing global permissions, but no security ones.
     * ``CLIENT`` (named principals one creates) and ``ANONYMOUS`` (sessions
-      without a principal): READ_TOPIC and SELECT_TOPIC, nothing else.
+      without a principal): READ_TOPIC and SELECT_TOPIC, nothing else, and nothing
+      under ``$MQTT`` (the gateways' records of MQTT sessions).
     """
     every_path = [p.value for p in PathPermission]
     return SecurityStore().apply(
@@ -482,6 +483,9 @@ def default_store(admin_password: str) -> SecurityStore:
             ["set_default_path_permissions", CONTROL, every_path],
             ["set_default_path_permissions", CLIENT, ["READ_TOPIC", "SELECT_TOPIC"]],
             ["set_default_path_permissions", ANONYMOUS, ["READ_TOPIC", "SELECT_TOPIC"]],
+            # the gateways' records of MQTT sessions (client identifiers, principals, filters)
+            ["set_path_permissions", CLIENT, "$MQTT", []],
+            ["set_path_permissions", ANONYMOUS, "$MQTT", []],
             ["set_anonymous", True, [ANONYMOUS]],
             ["add_principal", "admin", admin_password, [ADMINISTRATOR]],
         ]

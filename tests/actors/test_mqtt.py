@@ -12,6 +12,7 @@ import pytest
 from paho.mqtt.reasoncodes import ReasonCode
 
 import canopy
+from canopy import errors
 from tests.actors.conftest import ADMIN
 from tests.actors.mqtt_client import MQTT
 from tests.conftest import wait_for
@@ -399,3 +400,35 @@ def test_more_unacknowledged_publishes_than_the_receive_maximum_disconnect(mqtt_
             got += reader.feed(data)
         assert isinstance(got[-1], m.Disconnect) and got[-1].reason_code == 0x93, got[-3:]
         assert sum(isinstance(p, m.Pubrec) for p in got) <= most
+
+
+def test_sessions_with_an_expiry_are_recorded_where_only_administrators_read_them(
+    broker: str, mqtt_address: tuple[str, int], prefix: str
+) -> None:
+    """The replicated record another gateway takes a session up from (tests/e2e/test_supervision.py
+    restarts a gateway): under $MQTT/sessions/, hidden from CLIENT and ANONYMOUS; gone when the
+    session ends."""
+    client_id = f"{prefix.replace('/', '-')}-rec"
+    path = f"$MQTT/sessions/{client_id.encode().hex()}"
+    with canopy.connect_sync(broker, *ADMIN) as admin, canopy.connect_sync(broker) as anonymous:
+        with admin_mqtt(mqtt_address, 5, client_id=client_id, session_expiry=60) as client:
+            client.subscribe(f"{prefix}/#", qos=1)
+
+            def recorded() -> list[object]:
+                rows = admin.topics.fetch(f">{path}")
+                return rows[0].value["subscriptions"] if rows else []
+
+            assert wait_for(recorded, 10, "the record") == [[f"{prefix}/#", 1, 0, 0]]
+            with pytest.raises(errors.PermissionDeniedError):
+                anonymous.topics.fetch(f">{path}")
+            client.client.disconnect(properties=_expiry_zero())  # ends the session
+        wait_for(lambda: admin.topics.fetch(f">{path}") == [], 10, "the record to go")
+
+
+def _expiry_zero() -> object:
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    properties = Properties(PacketTypes.DISCONNECT)
+    properties.SessionExpiryInterval = 0
+    return properties

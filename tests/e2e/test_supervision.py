@@ -15,6 +15,7 @@ import signal
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,10 +167,12 @@ def test_embedded_ray_is_on_loopback_with_token_auth_and_dies_with_a_killed_serv
 def test_a_crashed_actor_is_restarted_and_serve_says_so(tmp_path: Path, actor: str) -> None:
     srv = Server(tmp_path / "data", "--partitions", "2")
     handler = None
+    mqtt = None
     try:
         srv.wait_ready()
         if actor == "GatewayActor":  # a missing-topic handler registered before the crash
             handler = _Handler(srv.url)
+            mqtt = _mqtt_session(srv)  # and an MQTT session with an expiry, subscribed
         before = _actor_pid(srv.proc.pid, actor)
         os.kill(before, signal.SIGKILL)
         wait_for(lambda: any(f"({actor}) is back and serving" in line for line in srv.lines), EXIT_DEADLINE,
@@ -182,11 +185,46 @@ def test_a_crashed_actor_is_restarted_and_serve_says_so(tmp_path: Path, actor: s
         result = cli("topic", "add", "after/crash", "--type", "STRING", url=srv.url)
         assert result.returncode == 0, result.stderr
         assert _server_json(srv.data_dir)["state"] == "serving"
+        if mqtt is not None:  # the gateway restarted: the session is taken up from its record
+            mqtt.drop()
+            again = _mqtt_session(srv, subscribe=False)
+            try:
+                assert again.session_present is True
+                cli("topic", "add", "mqtt-kept/x", "--type", "STRING", url=srv.url)
+                cli("topic", "set", "mqtt-kept/x", "after", url=srv.url)
+                wait_for(lambda: any(m.payload == b"after" for m in _drain(again)), 30,
+                         "the resumed session's subscription to deliver")
+            finally:
+                again.close()
     finally:
         if handler is not None:
             handler.close()
+        if mqtt is not None:
+            mqtt.drop()
         code = srv.stop()
     assert code == 0, srv.output
+
+
+def _mqtt_session(srv: Server, subscribe: bool = True) -> Any:
+    """An MQTT 5 client of the gateway with a session expiry (one client identifier throughout)."""
+    from tests.actors.mqtt_client import MQTT
+
+    client = MQTT(("127.0.0.1", srv.mqtt_port), 5, username=ADMIN[0], password=ADMIN[1], client_id="kept-session",
+                  clean_start=False, session_expiry=300)
+    if subscribe:
+        client.subscribe("mqtt-kept/#", qos=1)
+    return client
+
+
+def _drain(client: Any) -> list[Any]:
+    import queue
+
+    got = []
+    try:
+        while True:
+            got.append(client.messages.get_nowait())
+    except queue.Empty:
+        return got
 
 
 class _Handler:
