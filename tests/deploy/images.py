@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE_TAG = "canopy-base:bookworm"
 REPOSITORY = "canopy"
 #: what the Dockerfile copies, besides deploy/image/
-SOURCES = ("pyproject.toml", "README.md", "canopy", "topics", "sessions", "views", "actors", "cluster",
+SOURCES = ("pyproject.toml", "README.md", "canopy", "topics", "sessions", "views", "mqtt", "actors", "cluster",
            "replication", "fanout", "history")
 DOCKERFILE = "deploy/image/Dockerfile"
 
