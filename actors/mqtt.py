@@ -61,6 +61,8 @@ SYS = "$SYS"
 TOPIC_ALIAS_MAXIMUM = 64
 WRITE_HIGH = 256 * 1024
 WRITE_LOW = 64 * 1024
+#: entries of the caches that let many sessions share one message's payload and packet
+SHARED_CACHE = 4096
 #: seconds between two log lines about one client's refused QoS 0 publishes
 REFUSED_LOG_INTERVAL = 10.0
 #: canopy error code -> the MQTT 5 reason code of a refused publish or subscription
@@ -94,6 +96,10 @@ class MQTTServer:
         #: client identifier -> its connection (a second CONNECT with the identifier takes over)
         self.clients: dict[str, MQTTConnection] = {}
         self.refused = IncidentLog(REFUSED_LOG_INTERVAL)
+        #: id(value) -> (value, its type, its payload); (message, version, ...) -> (its token, its
+        #: QoS 0 PUBLISH bytes): what many sessions' deliveries of one message share
+        self._payloads: dict[int, tuple[bytes, TopicType, bytes]] = {}
+        self.packets: dict[tuple[Any, ...], tuple[object, bytes, m.Properties]] = {}
         self.publishes_refused = 0
         #: PUBLISH packets received from clients and sent to them
         self.received = 0
@@ -114,6 +120,23 @@ class MQTTServer:
         group.leave(member)
         if not len(group):
             self.shares = {k: g for k, g in self.shares.items() if g is not group}
+
+    def payload(self, value_type: TopicType, value: bytes) -> bytes:
+        """A value as MQTT payload text; one conversion for every session it goes to."""
+        key = id(value)
+        known = self._payloads.get(key)
+        if known is not None and known[0] is value and known[1] is value_type:
+            return known[2]
+        payload = to_text(value_type, value)
+        if len(self._payloads) >= SHARED_CACHE:
+            self._payloads.clear()
+        self._payloads[key] = (value, value_type, payload)
+        return payload
+
+    def remember_packet(self, key: tuple[Any, ...], token: object, data: bytes, properties: m.Properties) -> None:
+        if len(self.packets) >= SHARED_CACHE:
+            self.packets.clear()
+        self.packets[key] = (token, data, properties)
 
     def protocol(self) -> MQTTConnection:
         return MQTTConnection(self)
@@ -193,6 +216,8 @@ class MQTTConnection(asyncio.Protocol):
         self.client_max_packet = m.MAX_PACKET_SIZE
         self._next_pid = 0
         self.backlog: deque[object] = deque()
+        #: PUBLISH packets of this write pass, written together (:meth:`_flush`)
+        self._chunks: list[bytes] = []
         self.paused = False
         self.keep_alive = 0.0
         self.last_heard = time.monotonic()
@@ -390,17 +415,34 @@ class MQTTConnection(asyncio.Protocol):
         if self.transport is None or self.closing:
             return
         queue = session.queue
-        while not self.paused:
-            if not self.backlog:
-                if not len(queue):
-                    return
-                self.backlog.extend(queue.take())
+        try:
+            while not self.paused:
                 if not self.backlog:
-                    return
-            item = self.backlog[0]
-            if not self._deliver(item):
-                return  # the QoS window is full: on when the client acknowledges
-            self.backlog.popleft()
+                    if not len(queue):
+                        return
+                    self.backlog.extend(queue.take())
+                    if not self.backlog:
+                        return
+                item = self.backlog[0]
+                if not self._deliver(item):
+                    return  # the QoS window is full: on when the client acknowledges
+                self.backlog.popleft()
+                if len(self._chunks) >= 256:
+                    self._flush()
+        except Exception as e:  # a bug, or a value no check foresaw: this connection ends, no other
+            log.exception("writing to MQTT session %s failed unexpectedly", self.session_id)
+            self._chunks.clear()
+            self._disconnect(0x83, f"the server could not deliver a message: {type(e).__name__}")
+        finally:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write the PUBLISH packets gathered by a write pass, as one write."""
+        if self._chunks:
+            data = b"".join(self._chunks) if len(self._chunks) > 1 else self._chunks[0]
+            self._chunks.clear()
+            if self.transport is not None:
+                self.transport.write(data)
 
     # -- packets in ---------------------------------------------------------------------------
 
@@ -677,7 +719,7 @@ class MQTTConnection(asyncio.Protocol):
         sid = self.session_id or ""
         may_add = registry.has(sid, PathPermission.MODIFY_TOPIC, path)
         args = [path, p.payload, TEXT, self.server.create_type if may_add else None, may_add, p.retain]
-        attributes = message_attributes(p.qos, p.properties if self.version == m.MQTT_5 else EMPTY)
+        attributes = message_attributes(p.qos, p.properties)
         if attributes:
             args.append(attributes)
         self._request("set", args, ("publish", p.qos, p.packet_id, topic))
@@ -851,7 +893,8 @@ class MQTTConnection(asyncio.Protocol):
             f not in self.established and entry[0].matches(item.path)
             for f, entry in self.subscriptions.items()
         )
-        self.topics[item.alias] = [item.path, name, value_type, *self._match(item.path), initial]
+        self.topics[item.alias] = [item.path, name, value_type, *self._match(item.path), initial,
+                                   m.topic_bytes(name) if name else b""]
 
     def _match(self, path: str) -> tuple[int, bool, m.Properties, list[SharedGroup[Any]] | None]:
         """The QoS to deliver the topic at ``path`` with (the highest of the subscriptions that
@@ -884,7 +927,7 @@ class MQTTConnection(asyncio.Protocol):
         known = self.topics.get(alias)
         if known is None:
             return True
-        _, name, value_type, qos, retained, properties, groups, initial = known
+        _, name, value_type, qos, retained, properties, groups, initial, topic = known
         if not name or qos < 0 or (first and initial and not retained):
             return True
         if first and initial and groups is not None:
@@ -896,30 +939,46 @@ class MQTTConnection(asyncio.Protocol):
                 answer = self._shared_answer = (token, taken)
             if not answer[1]:
                 return True
-        payload = to_text(value_type, value)
+        server = self.server
+        payload = server.payload(value_type, value)
         if first and not payload:
             return True  # no value: no retained message
         if attributes:
             published_qos, forwarded = _attributes(attributes)
             if published_qos < qos:  # at the lower of the two (MQTT-3.8.4-8; 3.1.1: MQTT-3.8.4-6)
                 qos = published_qos
-            if self.version == m.MQTT_5 and not forwarded.is_empty:
+            if self.version == m.MQTT_5 and forwarded is not EMPTY:
                 properties = _with_attributes(properties, forwarded)
-        if qos > 0 and len(self.inflight) >= self.send_quota:
-            return False
-        packet_id = self._packet_id() if qos > 0 else None
-        packet = m.Publish(name, payload, qos, first and initial, False, packet_id, properties)
-        data = m.encode(packet, self.version)
+        retain = first and initial
+        if qos > 0:
+            if len(self.inflight) >= self.send_quota:
+                return False
+            packet_id = self._packet_id()
+            data = m.publish_bytes(topic, payload, qos, retain, packet_id, self._block(properties))
+        else:
+            packet_id = None
+            # the same message to many sessions: built once (the value object is what they share)
+            key = (id(token), self.version, retain, topic, id(properties))
+            shared = server.packets.get(key)
+            if shared is not None and shared[0] is token and shared[2] is properties:
+                data = shared[1]
+            else:
+                data = m.publish_bytes(topic, payload, 0, retain, None, self._block(properties))
+                server.remember_packet(key, token, data, properties)
         if len(data) > self.client_max_packet:
             return True  # larger than the client takes (MQTT-3.1.2-25): dropped
         if packet_id is not None:
             self.inflight[packet_id] = False
             if self.expiry:
-                self.unacked[packet_id] = packet
-        assert self.transport is not None
-        self.transport.write(data)
-        self.server.sent += 1
+                self.unacked[packet_id] = m.Publish(name, payload, qos, retain, False, packet_id, properties)
+        self._chunks.append(data)
+        server.sent += 1
         return True
+
+    def _block(self, properties: m.Properties) -> bytes | None:
+        if self.version != m.MQTT_5:
+            return None
+        return b"\x00" if properties is EMPTY else _property_block(properties)
 
     def _packet_id(self) -> int:
         while True:
@@ -1039,10 +1098,16 @@ def message_attributes(qos: int, properties: m.Properties) -> bytes:
     """The attributes a set carries for an MQTT publish: its QoS (one byte) and its forwarded
     properties (an MQTT 5 property block); empty for a QoS 2 publish with none, which is what
     a set without attributes (a native client's) stands for too."""
+    if properties is EMPTY:  # most publishes: a constant
+        return _QOS_ONLY[qos]
     kept = m.Properties(**{name: getattr(properties, name) for name in FORWARDED})
-    if qos == 2 and kept.is_empty:
-        return b""
+    if kept == EMPTY:
+        return _QOS_ONLY[qos]
     return bytes([qos]) + encode_properties(kept, m.PacketType.PUBLISH)
+
+
+#: the attributes of a publish without forwarded properties, by its QoS
+_QOS_ONLY = (b"\x00\x00", b"\x01\x00", b"")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -1109,3 +1174,8 @@ class SessionRecords:
         except Exception:
             return None
         return record if isinstance(record, dict) else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _property_block(properties: m.Properties) -> bytes:
+    return m.properties_bytes(properties)

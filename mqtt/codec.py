@@ -971,3 +971,31 @@ _ENCODERS: Final[dict[type, Callable[[Any, int], tuple[int, bytearray]]]] = {
     Suback: _encode_suback, Unsubscribe: _encode_unsubscribe, Unsuback: _encode_unsuback, Pingreq: _encode_ping,
     Pingresp: _encode_ping, Disconnect: _encode_disconnect, Auth: _encode_auth,
 }
+
+
+def publish_bytes(topic: bytes, payload: bytes, qos: int, retain: bool, packet_id: int | None,
+                  properties: bytes | None, dup: bool = False) -> bytes:
+    """A PUBLISH packet's bytes, built without the checks :func:`encode` makes: for a server
+    that writes one per subscriber per message. *topic* is the topic name with its two-byte
+    length (a valid topic name: the caller vouches for it, as :func:`encode` would check),
+    *properties* the property block (MQTT 5, length included; ``b"\\x00"`` for none) or None
+    (MQTT 3.1.1). ``publish_bytes(...) == encode(Publish(...))`` for every packet both accept."""
+    first = 0x30 | (0x08 if dup else 0) | (qos << 1) | (0x01 if retain else 0)
+    length = len(topic) + len(payload) + (2 if qos else 0) + (len(properties) if properties is not None else 0)
+    if length < 0x80:
+        head = bytes((first, length))
+    else:
+        head = bytes((first,)) + varint_bytes(length)
+    pid = packet_id.to_bytes(2, "big") if qos else b""
+    return b"".join((head, topic, pid, properties or b"", payload))
+
+
+def topic_bytes(topic: str) -> bytes:
+    """A topic name as a PUBLISH carries it (two-byte length, UTF-8), for :func:`publish_bytes`."""
+    data = topic.encode("utf-8")
+    return len(data).to_bytes(2, "big") + data
+
+
+def properties_bytes(properties: Properties) -> bytes:
+    """A PUBLISH's MQTT 5 property block (length included), for :func:`publish_bytes`."""
+    return encode_properties(properties, PacketType.PUBLISH)

@@ -513,6 +513,8 @@ def decode_properties(cursor: Cursor, packet: PacketType, *, will: bool = False)
     for attribute, items in multi.items():
         if items:
             values[attribute] = tuple(items)
+    if not values:
+        return EMPTY  # the common case, one object: callers may test ``is EMPTY``
     properties = Properties(**values)
     if properties.authentication_data is not None and properties.authentication_method is None:
         raise cursor.fail(PROTOCOL_ERROR, "Authentication Data", "given without an Authentication Method")

@@ -1055,3 +1055,23 @@ def test_share_is_an_ordinary_level_in_v311() -> None:
     for topic_filter in ("$share/g", "$share/g/", "$share//a"):
         assert accepted(_subscribe(V311, topic_filter), V311) == [
             Subscribe(1, ((topic_filter, SubscriptionOptions()),))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1, max_size=30).filter(lambda t: not set(t) & {"+", "#", "\x00"} and
+                                                 not any(0xD800 <= ord(c) <= 0xDFFF for c in t)),
+       st.binary(max_size=300), st.integers(0, 2), st.booleans(), st.booleans(),
+       st.integers(1, 65535), st.sampled_from([4, 5]), st.lists(st.tuples(st.text(max_size=5), st.text(max_size=5)),
+                                                              max_size=2))
+def test_the_fast_publish_encoder_writes_what_encode_writes(
+    topic: str, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int, version: int,
+    user: list[tuple[str, str]],
+) -> None:
+    from mqtt.codec import properties_bytes, publish_bytes, topic_bytes
+
+    user = [(k, v) for k, v in user if "\x00" not in k + v and not any(0xD800 <= ord(c) <= 0xDFFF for c in k + v)]
+    props = Properties(user_properties=tuple(user)) if version == 5 else Properties()
+    expected = encode(Publish(topic, payload, qos, retain, dup and qos > 0, packet_id if qos else None, props), version)
+    block = properties_bytes(props) if version == 5 else None
+    assert publish_bytes(topic_bytes(topic), payload, qos, retain, packet_id if qos else None, block,
+                         dup and qos > 0) == expected
