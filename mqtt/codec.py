@@ -986,7 +986,7 @@ def publish_bytes(topic: bytes, payload: bytes, qos: int, retain: bool, packet_i
         head = bytes((first, length))
     else:
         head = bytes((first,)) + varint_bytes(length)
-    pid = packet_id.to_bytes(2, "big") if qos else b""
+    pid = packet_id.to_bytes(2, "big") if qos and packet_id is not None else b""
     return b"".join((head, topic, pid, properties or b"", payload))
 
 
