@@ -719,7 +719,7 @@ class MQTTConnection(asyncio.Protocol):
         sid = self.session_id or ""
         may_add = registry.has(sid, PathPermission.MODIFY_TOPIC, path)
         args = [path, p.payload, TEXT, self.server.create_type if may_add else None, may_add, p.retain]
-        attributes = message_attributes(p.qos, p.properties)
+        attributes = message_attributes(p.qos, p.retain, self.session_id or "", p.properties)
         if attributes:
             args.append(attributes)
         self._request("set", args, ("publish", p.qos, p.packet_id, topic))
@@ -896,16 +896,21 @@ class MQTTConnection(asyncio.Protocol):
         self.topics[item.alias] = [item.path, name, value_type, *self._match(item.path), initial,
                                    m.topic_bytes(name) if name else b""]
 
-    def _match(self, path: str) -> tuple[int, bool, m.Properties, list[SharedGroup[Any]] | None]:
+    def _match(self, path: str) -> tuple[int, bool, m.Properties, list[SharedGroup[Any]] | None, bool, bool]:
         """The QoS to deliver the topic at ``path`` with (the highest of the subscriptions that
         match it; -1: none does), whether a retained message is wanted (retain handling), the
         properties of its PUBLISH packets (the matching subscriptions' identifiers,
-        MQTT-3.3.4-3) and, when only shared subscriptions match it, their groups (one member of
-        each delivers a message)."""
+        MQTT-3.3.4-3), when only shared subscriptions match it, their groups (one member of
+        each delivers a message), whether every subscription that matches it is No Local
+        (MQTT-3.8.3-3: the session's own publishes are not sent back) and whether one is Retain
+        As Published (MQTT-3.3.1-13)."""
         qos, retained, identifiers, own, groups = -1, False, [], False, []
+        no_local, as_published = True, False
         for selector, options, identifier, group in self.subscriptions.values():
             if selector.matches(path):
                 qos = max(qos, options.qos)
+                no_local = no_local and options.no_local
+                as_published = as_published or options.retain_as_published
                 if group is None:
                     own = True
                     retained = retained or options.retain_handling != 2
@@ -914,12 +919,12 @@ class MQTTConnection(asyncio.Protocol):
                 if identifier:
                     identifiers.append(identifier)
         properties = m.Properties(subscription_identifiers=tuple(identifiers)) if identifiers else EMPTY
-        return qos, retained, properties, None if own else groups
+        return qos, retained, properties, None if own else groups, no_local and qos >= 0, as_published
 
     def _matched(self) -> None:
         """The subscriptions changed: work out again which match each topic."""
         for known in self.topics.values():
-            known[3], known[4], known[5], known[6] = self._match(known[0])
+            known[3:9] = self._match(known[0])
 
     def _out(self, alias: int, value: bytes, first: bool, token: object, attributes: bytes = b"") -> bool:
         """Write one value of a subscribed topic (``token``: what every session offered this
@@ -927,11 +932,20 @@ class MQTTConnection(asyncio.Protocol):
         known = self.topics.get(alias)
         if known is None:
             return True
-        _, name, value_type, qos, retained, properties, groups, initial, topic = known
+        _, name, value_type, qos, retained, properties, groups, no_local, as_published, initial, topic = known
         if not name or qos < 0 or (first and initial and not retained):
             return True
         if first and initial and groups is not None:
             return True  # no retained message for a shared subscription (MQTT 5, 4.8.2)
+        published_retain = False
+        if attributes:
+            published_qos, published_retain, origin, forwarded = _attributes(attributes)
+            if no_local and origin == self.session_id:
+                return True  # its own publish, and every matching subscription is No Local
+            if published_qos < qos:  # at the lower of the two (MQTT-3.8.4-8; 3.1.1: MQTT-3.8.4-6)
+                qos = published_qos
+            if self.version == m.MQTT_5 and forwarded is not EMPTY:
+                properties = _with_attributes(properties, forwarded)
         if groups is not None:
             answer = self._shared_answer
             if answer is None or answer[0] is not token:  # asked once per message, however often retried
@@ -943,13 +957,7 @@ class MQTTConnection(asyncio.Protocol):
         payload = server.payload(value_type, value)
         if first and not payload:
             return True  # no value: no retained message
-        if attributes:
-            published_qos, forwarded = _attributes(attributes)
-            if published_qos < qos:  # at the lower of the two (MQTT-3.8.4-8; 3.1.1: MQTT-3.8.4-6)
-                qos = published_qos
-            if self.version == m.MQTT_5 and forwarded is not EMPTY:
-                properties = _with_attributes(properties, forwarded)
-        retain = first and initial
+        retain = (first and initial) or (as_published and published_retain and not first)
         if qos > 0:
             if len(self.inflight) >= self.send_quota:
                 return False
@@ -1094,32 +1102,43 @@ FORWARDED = ("payload_format_indicator", "message_expiry_interval", "content_typ
              "correlation_data", "user_properties")
 
 
-def message_attributes(qos: int, properties: m.Properties) -> bytes:
-    """The attributes a set carries for an MQTT publish: its QoS (one byte) and its forwarded
-    properties (an MQTT 5 property block); empty for a QoS 2 publish with none, which is what
-    a set without attributes (a native client's) stands for too."""
-    if properties is EMPTY:  # most publishes: a constant
-        return _QOS_ONLY[qos]
+@functools.lru_cache(maxsize=4096)
+def _attribute_head(qos: int, retain: bool, origin: str) -> bytes:
+    sender = origin.encode()[:255]
+    return bytes((qos | (0x04 if retain else 0) | ATTRIBUTES_ORIGIN, len(sender))) + sender
+
+
+def message_attributes(qos: int, retain: bool, origin: str, properties: m.Properties) -> bytes:
+    """The attributes a set carries for an MQTT publish: a byte with its QoS (bits 0-1), its
+    RETAIN flag (bit 2) and bit 3 set, the publishing session's id (a length byte, then
+    UTF-8: for No Local), then its forwarded properties (an MQTT 5 property block). A set
+    without attributes (a native client's) reads as QoS 2, not retained, no origin."""
+    head = _attribute_head(qos, retain, origin)
+    if properties is EMPTY:  # most publishes
+        return head + b"\x00"
     kept = m.Properties(**{name: getattr(properties, name) for name in FORWARDED})
-    if kept == EMPTY:
-        return _QOS_ONLY[qos]
-    return bytes([qos]) + encode_properties(kept, m.PacketType.PUBLISH)
+    return head + (b"\x00" if kept == EMPTY else encode_properties(kept, m.PacketType.PUBLISH))
 
 
-#: the attributes of a publish without forwarded properties, by its QoS
-_QOS_ONLY = (b"\x00\x00", b"\x01\x00", b"")
+#: bit 3 of the attributes' first byte: this front door wrote them
+ATTRIBUTES_ORIGIN = 0x08
 
 
 @functools.lru_cache(maxsize=1024)
-def _attributes(attributes: bytes) -> tuple[int, m.Properties]:
-    """The QoS a message was published with and its forwarded properties (2 and none for a
-    value set without attributes this front door wrote)."""
-    if not attributes or attributes[0] > 2:
-        return 2, EMPTY
+def _attributes(attributes: bytes) -> tuple[int, bool, str, m.Properties]:
+    """What :func:`message_attributes` wrote: the publish's QoS and RETAIN flag, the publishing
+    session's id and the forwarded properties (QoS 2, not retained, no origin and none for
+    attributes this front door did not write)."""
+    unknown = (2, False, "", EMPTY)
+    if len(attributes) < 2 or attributes[0] & 0xF0 or not attributes[0] & ATTRIBUTES_ORIGIN or attributes[0] & 3 == 3:
+        return unknown
     try:
-        return attributes[0], decode_properties(Cursor(attributes[1:], "PUBLISH"), m.PacketType.PUBLISH)
-    except m.MQTTError:  # not what this front door wrote (a native client's bytes): none
-        return 2, EMPTY
+        end = 2 + attributes[1]
+        origin = attributes[2:end].decode()
+        properties = decode_properties(Cursor(attributes[end:], "PUBLISH"), m.PacketType.PUBLISH)
+    except (m.MQTTError, UnicodeDecodeError):
+        return unknown
+    return attributes[0] & 3, bool(attributes[0] & 0x04), origin, properties
 
 
 def _with_attributes(properties: m.Properties, forwarded: m.Properties) -> m.Properties:

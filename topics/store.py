@@ -337,9 +337,11 @@ class TopicStore:
             wire = _spec_wire(spec)
             if changes is not None:
                 self._record(TopicAdded(topic.path, spec.type.value, wire, kept), spec.persistent)
-            self._emit(topic.path, Added(topic.path, spec.type.value, wire, kept))
-            if not retain:
-                self._emit(topic.path, Changed(topic.path, stored, False, attributes))
+            if attributes or not retain:  # the value as a change of its own, with what goes with it
+                self._emit(topic.path, Added(topic.path, spec.type.value, wire, None))
+                self._emit(topic.path, Changed(topic.path, stored, retain, attributes))
+            else:
+                self._emit(topic.path, Added(topic.path, spec.type.value, wire, kept))
             return CREATED
         if not retain:
             self._emit(topic.path, Changed(topic.path, stored, False, attributes))

@@ -432,3 +432,20 @@ def _expiry_zero() -> object:
     properties = Properties(PacketTypes.DISCONNECT)
     properties.SessionExpiryInterval = 0
     return properties
+
+
+def test_no_local_and_retain_as_published(broker: str, mqtt_address: tuple[str, int], prefix: str) -> None:
+    """MQTT-3.8.3-3 (No Local: a session's own publishes are not sent back to it) and
+    MQTT-3.3.1-12/-13 (Retain As Published: live messages keep the publisher's RETAIN flag;
+    without it, RETAIN 0)."""
+    with admin_mqtt(mqtt_address, 5) as me, admin_mqtt(mqtt_address, 5) as other, \
+            admin_mqtt(mqtt_address, 5) as plain:
+        me.subscribe(f"{prefix}/chat", qos=1, noLocal=True, retainAsPublished=True)
+        plain.subscribe(f"{prefix}/chat", qos=1)
+        me.publish(f"{prefix}/chat", "mine", qos=1, retain=True)
+        other.publish(f"{prefix}/chat", "theirs", qos=1, retain=True)
+        other.publish(f"{prefix}/chat", "passing", qos=1, retain=False)
+        got = [me.next() for _ in range(2)]
+        assert [(m.payload, m.retain) for m in got] == [(b"theirs", True), (b"passing", False)]
+        seen = [plain.next() for _ in range(3)]
+        assert [(m.payload, m.retain) for m in seen] == [(b"mine", False), (b"theirs", False), (b"passing", False)]
