@@ -1,8 +1,9 @@
 """The repository stands on its own: no tracked Python or Markdown file points outside it.
 
 The design lives in ``ARCHITECTURE.md`` and the features are named in the project's own
-words, so nothing may send a reader to a workspace directory beside the repository
-(``../shared``) or to numbered reference documents (``seed 000`` ... ``seed 009``).
+words, so nothing may send a reader to the workspace directory beside the repository or to the
+numbered reference documents it holds. The patterns are spelled in pieces, so that this file
+passes its own check.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 THIS = pathlib.Path(__file__).resolve().relative_to(ROOT).as_posix()
 
 FORBIDDEN = [
-    ("a path outside the repository", re.compile(re.escape("../shared"))),
-    ("a numbered reference document", re.compile(r"seed 00[0-9]", re.IGNORECASE)),
+    ("a path outside the repository", re.compile(re.escape("../" + "shared"))),
+    ("a numbered reference document", re.compile("se" + r"ed 00[0-9]", re.IGNORECASE)),
 ]
 
 
@@ -24,13 +25,12 @@ def _tracked() -> list[str]:
     out = subprocess.run(
         ["git", "ls-files", "-z", "--", "*.py", "*.md"], cwd=ROOT, capture_output=True, check=True,
     ).stdout.decode()
-    return sorted(f for f in out.split("\0") if f and f != THIS)
+    return sorted(f for f in out.split("\0") if f)
 
 
 def test_the_check_sees_the_repository() -> None:
     files = _tracked()
-    assert "README.md" in files and "tests/unit/test_purity.py" in files
-    assert THIS not in files
+    assert "README.md" in files and THIS in files  # this file too: it names nothing outside
 
 
 def test_no_tracked_file_refers_outside_the_repository() -> None:
