@@ -51,7 +51,7 @@ from sessions.countries import CountryTable
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
 from sessions.incidents import IncidentLog
 from sessions.limits import Limits, PropertyLimitError, shown
-from sessions.logins import LoginFailure, LoginGuard, describe_failure
+from sessions.logins import LoginFailure, LoginGuard, VerifiedPasswords, describe_failure
 from sessions.registry import Session, SessionRegistry
 from sessions.requests import RequestError
 from sessions.security import AuthenticationFailed
@@ -229,6 +229,16 @@ class _Client(Handler):
         self.connections.dropped(self)
 
 
+class _Turn:
+    """The login attempts of one (principal, address): one at a time, and how many are using it."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
 class Connections:
     """The WebSocket sessions of one gateway.
 
@@ -274,6 +284,10 @@ class Connections:
         self._admit: set[Any] = set()
         #: throttles this gateway's password logins
         self.logins = LoginGuard(time.monotonic)
+        #: passwords checked right lately: a principal's next logins need no scrypt
+        self.verified = VerifiedPasswords(time.monotonic)
+        #: (principal, address) -> the turn its login attempts take one at a time
+        self._turns: dict[tuple[str, str], _Turn] = {}
         self.refusals = IncidentLog(REFUSAL_LOG_INTERVAL)
         self._scrypt = asyncio.Semaphore(4)
         self._max_in_flight = int(config.get("max_requests_in_flight", 1000))
@@ -405,7 +419,12 @@ class Connections:
         """The roles of a client logging in (``principal`` ``None`` or empty: anonymous), or
         :class:`AuthenticationFailed`: one answer for a wrong password, an unknown principal
         and an attempt refused for now (see :mod:`sessions.logins`); failures are logged
-        without the password. ``is_open`` says whether the client is still connected."""
+        without the password. ``is_open`` says whether the client is still connected.
+
+        The attempts of one principal from one address take turns (the next waits for the
+        one before to be decided, at most the guard's ``max_wait``), so parallel logins
+        with the right password never count as each other's failures; a password checked
+        right lately (:class:`~sessions.logins.VerifiedPasswords`) needs no scrypt."""
         security = self.registry.security
         if not principal:  # anonymous: no password to guess, no scrypt
             try:
@@ -413,6 +432,31 @@ class Connections:
             except AuthenticationFailed:
                 self._log_refusal(None, address, LoginFailure.ANONYMOUS_NOT_ALLOWED, known=False)
                 raise
+        pair = (principal, address)
+        turn = self._turns.get(pair)
+        if turn is None:
+            turn = self._turns[pair] = _Turn()
+        turn.users += 1
+        try:
+            try:  # one attempt of a pair at a time: the next sees whether this one was right
+                await asyncio.wait_for(turn.lock.acquire(), self.logins.max_wait)
+            except asyncio.TimeoutError:
+                self._log_refusal(principal, address, LoginFailure.REFUSED, known=principal in security.principals)
+                raise AuthenticationFailed.wrong_credentials(principal) from None
+            try:
+                if not is_open():  # gone while it queued: not counted
+                    raise AuthenticationFailed.wrong_credentials(principal)
+                return await self._check(is_open, principal, password, address)
+            finally:
+                turn.lock.release()
+        finally:
+            turn.users -= 1
+            if not turn.users:
+                del self._turns[pair]
+
+    async def _check(self, is_open: Callable[[], bool], principal: str, password: str | None, address: str) -> frozenset[str]:
+        """One attempt's turn: the guard's wait or refusal, then the password check."""
+        security = self.registry.security
         admission = self.logins.admit(principal, address)  # counts as a failure until it succeeds
         if admission.wait:
             await asyncio.sleep(admission.wait)  # only this connection waits
@@ -421,14 +465,21 @@ class Connections:
             raise AuthenticationFailed.wrong_credentials(principal)
         if not is_open():  # gone while it waited: stays counted, no scrypt spent
             raise AuthenticationFailed.wrong_credentials(principal)
-        try:
-            async with self._scrypt:  # each check takes tens of ms and 16 MB: a few at a time, off the loop
-                roles = await asyncio.to_thread(security.authenticate, principal, password)
-        except AuthenticationFailed:
-            log.warning(
-                describe_failure(principal, address, LoginFailure.WRONG_CREDENTIALS, known=principal in security.principals)
-            )
-            raise
+        security = self.registry.security  # as it is now, after the wait
+        known = security.principals.get(principal)
+        if known is not None and password is not None and self.verified.matches(principal, password, known.password_hash):
+            roles = known.roles  # checked right lately against this very hash: no scrypt
+        else:
+            try:
+                async with self._scrypt:  # each check takes tens of ms and 16 MB: a few at a time, off the loop
+                    roles = await asyncio.to_thread(security.authenticate, principal, password)
+            except AuthenticationFailed:
+                log.warning(
+                    describe_failure(principal, address, LoginFailure.WRONG_CREDENTIALS, known=known is not None)
+                )
+                raise
+            if known is not None and password is not None:
+                self.verified.remember(principal, password, known.password_hash)
         self.logins.succeeded(principal, address)
         return roles
 

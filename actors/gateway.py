@@ -250,6 +250,7 @@ class Gateway:
             "resume_tokens": len(self.connections.tokens),
             **self.connections.logins.stats(),
             "logins_refused_not_logged": self.connections.refusals.suppressed,
+            "login_verified_matches": self.connections.verified.matched,
             "unexpected_errors": self.unexpected,
             "unexpected_errors_not_logged": self.incidents.suppressed,
             "sessions": len(self.registry.sessions),

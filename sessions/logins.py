@@ -96,6 +96,14 @@ and a refusal only while the address sends more than one paced attempt a
 second; as a principal guessed from there, its pair's own backoff (and,
 past the address's 100 free failures, the address's).
 
+**One attempt at a time per pair.** The gateway decides the attempts of
+one (principal, address) one after another (each waits for the one before
+it to be checked, at most ``max_wait``, else it is refused):
+a guesser's parallel attempts queue as above, while a client's parallel
+logins with the right password are never counted as each other's
+failures -- each finds the one before it succeeded, and, with
+:class:`VerifiedPasswords`, costs no scrypt of its own.
+
 A guard lives in one process (a gateway); each gateway guards its own
 logins. It reads time only through the ``clock`` it is given (seconds,
 monotonic). :meth:`LoginGuard.stats` counts what it did, for metrics.
@@ -109,12 +117,13 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import hmac
 import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-__all__ = ["Admission", "Backoff", "LoginFailure", "LoginGuard", "describe_failure"]
+__all__ = ["Admission", "Backoff", "LoginFailure", "LoginGuard", "VerifiedPasswords", "describe_failure"]
 
 
 @dataclass(frozen=True)
@@ -393,6 +402,67 @@ class LoginGuard:
             "login_principals": len(self._principals),
             "login_trusted": len(self._trusted),
         }
+
+
+# -- passwords checked lately ------------------------------------------------------
+
+
+class VerifiedPasswords:
+    """The passwords checked right lately, so that a principal's next logins
+    need no scrypt: a fleet of clients sharing one account, connecting at
+    once, costs one slow check, not one each.
+
+    Only an attempt the guard admitted (and so counted) may be matched here:
+    a match is as good as a password check, so it must never be a free
+    guess. What is kept per principal is a keyed digest of the password
+    (its key random per process, so the digest is useless anywhere else),
+    the stored hash it was checked against, and when it was checked. It
+    matches only the same password, while the principal's stored hash is
+    the same one (a changed password or a removed principal matches
+    nothing) and for ``ttl`` seconds (300) after the check; at most
+    ``limit`` principals are kept (10,000), the least lately checked
+    forgotten first. A match takes microseconds where a miss takes a scrypt,
+    which tells a client only what its success tells it anyway.
+    """
+
+    def __init__(self, clock: Callable[[], float], *, ttl: float = 300.0, limit: int = 10_000) -> None:
+        if ttl <= 0 or limit < 1:
+            raise ValueError("verified passwords need ttl > 0 and limit >= 1")
+        self._clock = clock
+        self.ttl = ttl
+        self.limit = limit
+        self._key = secrets.token_bytes(32)
+        # principal key -> (stored hash, digest of the password, when it was checked)
+        self._by_principal: OrderedDict[str | bytes, tuple[str, bytes, float]] = OrderedDict()
+        self.matched = 0
+
+    def __len__(self) -> int:
+        return len(self._by_principal)
+
+    def _digest(self, password: str) -> bytes:
+        return hmac.new(self._key, password.encode("utf-8", "surrogatepass"), "sha256").digest()
+
+    def matches(self, principal: str, password: str, stored_hash: str) -> bool:
+        """Whether ``password`` was checked right for ``principal`` against
+        ``stored_hash`` within the last ``ttl`` seconds."""
+        entry = self._by_principal.get(_key(principal))
+        if entry is None:
+            return False
+        stored, digest, checked = entry
+        if self._clock() - checked > self.ttl:
+            del self._by_principal[_key(principal)]
+            return False
+        right = hmac.compare_digest(digest, self._digest(password)) and hmac.compare_digest(stored, stored_hash)
+        self.matched += right
+        return right
+
+    def remember(self, principal: str, password: str, stored_hash: str) -> None:
+        """``password`` was just checked right for ``principal`` against ``stored_hash``."""
+        key = _key(principal)
+        self._by_principal.pop(key, None)
+        self._by_principal[key] = (stored_hash, self._digest(password), self._clock())
+        while len(self._by_principal) > self.limit:
+            self._by_principal.popitem(last=False)
 
 
 # -- logging ---------------------------------------------------------------------

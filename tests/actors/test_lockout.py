@@ -75,3 +75,35 @@ async def test_guessing_two_principals_locks_out_neither_a_third_nor_their_owner
     assert await timed_login(broker, alice, f"{alice}-password") < 1.0
     # bob likewise, now that his pair's backoff has passed too
     assert await timed_login(broker, bob, f"{bob}-password") < PAIR_BACKOFF + 1.5
+
+
+#: logins at once, as one principal from one address (under the actor tests' 40 connections an address)
+FLEET = 24
+
+
+async def test_parallel_logins_with_the_right_password_are_all_admitted(broker: str, prefix: str) -> None:
+    """A fleet of clients sharing one account behind one address logs in at once: the
+    attempts take turns, none counts as another's failure, and after the first check the
+    rest match the password checked right lately instead of running scrypt each. (Counting
+    each pending attempt as a failure refused all but 7 of such a burst.)"""
+    name = f"{prefix}-fleet".replace("/", "-")
+    async with canopy.connect(broker, *ADMIN) as admin:
+        await admin.security.update(["add_principal", name, f"{name}-password", ["CLIENT"]])
+        before = await verified_matches(admin)
+        outcomes = await asyncio.gather(
+            *(canopy.connect(broker, name, f"{name}-password") for _ in range(FLEET)), return_exceptions=True
+        )
+        sessions = [s for s in outcomes if not isinstance(s, BaseException)]
+        try:
+            refused = [repr(o) for o in outcomes if isinstance(o, BaseException)]
+            assert not refused, f"{len(refused)} of {FLEET} right logins refused, e.g. {refused[0]}"
+            assert all(s.properties["$Principal"] == name for s in sessions)
+        finally:
+            await asyncio.gather(*(s.close() for s in sessions))
+        matched = await verified_matches(admin) - before
+        assert matched >= FLEET - 1, f"only {matched} of {FLEET} logins skipped scrypt"  # the first one checked it
+
+
+async def verified_matches(admin: canopy.Session) -> int:
+    status = await admin.server.cluster_status()
+    return sum((g["guard"] or {}).get("login_verified_matches", 0) for g in status["gateways"])

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from paho.mqtt.reasoncodes import ReasonCode
@@ -170,6 +172,28 @@ def test_wrong_credentials_are_refused_with_the_connack_code(mqtt_address: tuple
         raw.sendall(connect)
         assert raw.recv(16) == bytes([0x20, 0x02, 0x00, 0x04])
         assert raw.recv(16) == b""
+
+
+def test_a_fleet_sharing_one_account_connects_at_once(mqtt_address: tuple[str, int]) -> None:
+    """Twenty MQTT clients CONNECT as one principal from one address at the same moment: every
+    CONNACK is a success (the login guard lets a principal's attempts from one address take
+    turns instead of counting the ones still being checked as failures)."""
+    address = "127.0.0.72"  # an address of its own, so that no other test's logins count here
+    clients = [MQTT(mqtt_address, 5, username="admin", password=ADMIN[1], connect=False, bind_address=address)
+               for _ in range(20)]
+    try:
+        together = threading.Barrier(len(clients))
+
+        def connect(client: MQTT) -> int:
+            together.wait(timeout=30)
+            return code(client.connect())
+
+        with ThreadPoolExecutor(len(clients)) as pool:
+            codes = list(pool.map(connect, clients))
+        assert codes == [0] * len(clients), f"CONNACK codes: {codes}"
+    finally:
+        for client in clients:
+            client.close()
 
 
 def test_a_malformed_packet_closes_only_its_connection(mqtt_address: tuple[str, int], prefix: str) -> None:

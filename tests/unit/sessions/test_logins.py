@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessions.logins import Admission, Backoff, LoginFailure, LoginGuard, describe_failure
+from sessions.logins import Admission, Backoff, LoginFailure, LoginGuard, VerifiedPasswords, describe_failure
 
 
 class Clock:
@@ -423,3 +423,47 @@ def test_a_flood_of_fresh_names_does_not_push_out_a_guessed_principal() -> None:
     for i in range(500):  # a flood of fresh names, each failing once
         guard.admit(f"fresh-{i}", f"10.1.{i // 250}.{i % 250}")
     assert guard.failures("victim", "10.9.9.9")[2] >= 10
+
+
+# -- passwords checked lately ---------------------------------------------------------
+
+
+def test_a_verified_password_matches_only_itself_against_the_same_hash(clock: Clock) -> None:
+    verified = VerifiedPasswords(clock)
+    assert not verified.matches("alice", "right", "hash-1")  # nothing checked yet
+    verified.remember("alice", "right", "hash-1")
+    assert verified.matches("alice", "right", "hash-1")
+    assert not verified.matches("alice", "wrong", "hash-1")
+    assert not verified.matches("alice", "right", "hash-2")  # her password changed since
+    assert not verified.matches("bob", "right", "hash-1")  # another principal
+    assert verified.matched == 1
+
+
+def test_a_verified_password_is_forgotten_after_its_ttl(clock: Clock) -> None:
+    verified = VerifiedPasswords(clock, ttl=300)
+    verified.remember("alice", "right", "h")
+    clock.advance(300)
+    assert verified.matches("alice", "right", "h")
+    clock.advance(0.001)
+    assert not verified.matches("alice", "right", "h")
+    assert len(verified) == 0
+
+
+def test_verified_passwords_are_bounded_the_least_lately_checked_forgotten_first(clock: Clock) -> None:
+    verified = VerifiedPasswords(clock, limit=3)
+    for name in ("a", "b", "c"):
+        verified.remember(name, "pw", "h")
+    verified.remember("a", "pw", "h")  # checked again: now the latest
+    verified.remember("d", "pw", "h")
+    assert len(verified) == 3
+    assert not verified.matches("b", "pw", "h")
+    assert all(verified.matches(name, "pw", "h") for name in ("a", "c", "d"))
+    long = "x" * 200  # kept as a digest, still told apart
+    verified.remember(long, "pw", "h")
+    assert verified.matches(long, "pw", "h") and not verified.matches(long + "y", "pw", "h")
+
+
+def test_verified_passwords_keep_no_password() -> None:
+    verified = VerifiedPasswords(Clock())
+    verified.remember("alice", "correct horse battery staple", "h")
+    assert "correct horse" not in repr(vars(verified))
