@@ -50,7 +50,7 @@ from canopy.transport import Handler, WebSocketStream
 from sessions.countries import CountryTable
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
 from sessions.incidents import IncidentLog
-from sessions.limits import Limits, PropertyLimitError, shown
+from sessions.limits import Limits, PropertyLimitError
 from sessions.logins import LoginFailure, LoginGuard, VerifiedPasswords, describe_failure
 from sessions.registry import Session, SessionRegistry
 from sessions.requests import RequestError
@@ -752,9 +752,5 @@ def _hello(data: Any, limits: Limits) -> wire.Hello:
             "UNSUPPORTED_VERSION",
             f"protocol version {hello.version} is not supported; this server speaks {wire.PROTOCOL_VERSION}",
         )
-    for key in hello.properties:
-        if key.startswith("$") or not key:
-            raise RequestError(
-                "INVALID_PROPERTIES", f"user session property {shown(key)!r} may not be empty or start with '$'")
-    limits.properties(hello.properties)
+    limits.user_properties(hello.properties)
     return hello

@@ -502,10 +502,7 @@ class MQTTConnection(asyncio.Protocol):
             client_id = assigned = self.server.assign_client_id()
         user = {k: v for k, v in connect.properties.user_properties} if v5 else {}
         try:
-            for key in user:
-                if not key or key.startswith("$"):
-                    raise PropertyLimitError(f"user property {key!r} may not be empty or start with '$'")
-            self.connections.registry.limits.properties(user)
+            self.connections.registry.limits.user_properties(user)
             password = connect.password.decode() if connect.password is not None else None
         except (PropertyLimitError, UnicodeDecodeError) as e:
             self._refuse_connect(V311_NOT_AUTHORIZED, 0x99 if isinstance(e, UnicodeDecodeError) else 0x83, str(e))

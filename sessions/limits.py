@@ -102,6 +102,15 @@ class Limits:
                     f"session property {shown(name)!r} has a value of {len(value):,} characters; at most "
                     f"{self.max_property_value_length:,} (max_property_value_length)")
 
+    def user_properties(self, properties: Mapping[str, str | None]) -> None:
+        """Refuse ``properties`` a client names for its own session (a HELLO's, an MQTT
+        CONNECT's user properties) when one is over a limit or its name is empty or starts
+        with ``$`` (those are the server's: ``$Principal``, ``$ClientIP`` and the rest)."""
+        for name in properties:
+            if not name or name.startswith("$"):
+                raise PropertyLimitError(f"user session property {shown(name)!r} may not be empty or start with '$'")
+        self.properties(properties)
+
     def selector(self, text: Any) -> Selector:
         """``text`` parsed as a selector, or :class:`SelectorError` if invalid or over a limit.
 

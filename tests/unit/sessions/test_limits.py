@@ -7,7 +7,7 @@ from dataclasses import asdict
 import pytest
 
 from cluster.config import ServerConfig
-from sessions.limits import Limits
+from sessions.limits import Limits, PropertyLimitError
 from topics.errors import PathError, SelectorError
 from topics.selectors import parse_selector
 
@@ -52,3 +52,10 @@ def test_selector_members_may_not_name_paths_over_the_limits() -> None:
         limits.selector(">" + "x" * 17)
     with pytest.raises(SelectorError, match="split-path pattern has 3 segments; at most 2"):
         limits.selector("?a/b/c//")
+
+
+@pytest.mark.parametrize("name", ["", "$Principal", "$anything"])
+def test_a_client_may_not_name_the_servers_properties(name: str) -> None:
+    with pytest.raises(PropertyLimitError, match="may not be empty or start with"):
+        Limits().user_properties({name: "x"})
+    Limits().user_properties({"tier": "gold"})  # its own are fine
