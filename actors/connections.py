@@ -83,7 +83,7 @@ def to_wire(item: object) -> wire.Message | bytes:
     """The protocol message for a queued item (a delivery, or a message as it is,
     encoded already or not)."""
     if isinstance(item, Update):
-        return wire.Value(item.alias, item.value)
+        return wire.Value(item.alias, item.value, item.retained)
     if isinstance(item, Subscribed):
         return wire.Subscribed(item.alias, item.path, item.type, item.properties, item.value)
     if isinstance(item, SeriesUpdate):

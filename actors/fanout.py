@@ -232,7 +232,8 @@ class FanoutLink:
             elif kind == "value":
                 ts = event.event
                 operation = mirror.value(
-                    event.path, event.value, (ts.value, ts.timestamp, ts.author) if ts is not None else None)
+                    event.path, event.value, (ts.value, ts.timestamp, ts.author) if ts is not None else None,
+                    retained=event.retained)
                 now = time.monotonic()
                 self.last_update = time.time()
                 if operation is not None and now - self._probe_at >= PROBE_EVERY:

@@ -206,11 +206,14 @@ def _print_event(event: Any, as_json: bool, name: str | None = None) -> None:
             record["name"] = name
         if event.reason:
             record["reason"] = event.reason
+        if not event.retained:
+            record["retained"] = False
         print(_json_line(record), flush=True)
     elif event.kind == "unsubscribed":
         print(f"unsubscribed {label} ({event.reason})", flush=True)
     else:
-        print(f"{event.kind} {label} {event.type.value} {_text(event.value)}", flush=True)
+        passing = "" if event.retained else " (not retained)"
+        print(f"{event.kind} {label} {event.type.value} {_text(event.value)}{passing}", flush=True)
 
 
 def _follow(subscription: Any, count: int | None, as_json: bool, hub: bool) -> None:
@@ -248,7 +251,8 @@ def _topic(args: argparse.Namespace) -> int:
                         f"no topic at {args.path!r}; give --type to create it", "NO_SUCH_TOPIC"
                     )
                 type_name = found[0].type.value
-            t.set(args.path, _parse_value(args.value, type_name), type_name, add_if_missing=args.type is not None)
+            t.set(args.path, _parse_value(args.value, type_name), type_name, add_if_missing=args.type is not None,
+                  retain=not args.no_retain)
         elif args.action == "remove":
             print(t.remove(args.selector))
         elif args.action == "fetch":
@@ -746,6 +750,8 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
     set_.add_argument("path")
     set_.add_argument("value")
     set_.add_argument("--type")
+    set_.add_argument("--no-retain", action="store_true",
+                      help="deliver the value to the subscribers without keeping it as the topic's value")
     remove = topic.add_parser("remove", parents=[client], help="remove the topics a selector selects")
     remove.add_argument("selector")
     fetch = topic.add_parser("fetch", parents=[client], help="fetch topics")

@@ -129,6 +129,9 @@ class TopicEvent(NamedTuple):
     reason: str | None = None
     name: str | None = None  # the OpenAjax name, for hub subscriptions
     event: TimeSeriesEvent | None = None
+    #: false for a value delivered without becoming the topic's value (an MQTT publish
+    #: without RETAIN, a ``set`` with ``retain=False``): the topic keeps the one it had
+    retained: bool = True
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,7 @@ class _Topic:
         return values.decode(kind, data)
 
     def value_event(self, value: Any) -> TopicEvent:
-        return _new_event(TopicEvent, ("value", self.path, self.spec.type, value, self.spec, None, None, None))
+        return _new_event(TopicEvent, ("value", self.path, self.spec.type, value, self.spec, None, None, None, True))
 
 
 _new_event = tuple.__new__
@@ -316,7 +319,8 @@ class Topics:
         return AddResult(await self._s._call("add", path, spec.type.value, spec.properties))
 
     def set(
-        self, path: str, value: Any, type: TopicType | str | None = None, *, add_if_missing: bool = False
+        self, path: str, value: Any, type: TopicType | str | None = None, *, add_if_missing: bool = False,
+        retain: bool = True,
     ) -> asyncio.Future[None]:
         """Set a topic's value; await the result to know the partition applied it.
 
@@ -324,10 +328,19 @@ class Topics:
         or not the result is awaited, so many sets pipeline without a task
         each. Every error (a value that cannot be encoded included) comes
         out of the awaited result.
+
+        With ``retain=False`` the value goes to the subscribers (their
+        :class:`TopicEvent` says ``retained=False``) without becoming the
+        topic's value, which stays what it was: an MQTT publish without RETAIN.
         """
         try:
             topic_type = TopicType.parse(type) if type is not None else None
             data, raw = values.encode_any(value, topic_type)
+            if not retain:
+                return self._s._request(
+                    "set", path, data, raw, topic_type.value if topic_type else None, add_if_missing, False,
+                    result=_nothing,
+                )
             return self._s._request(
                 "set", path, data, raw, topic_type.value if topic_type else None, add_if_missing, result=_nothing
             )
@@ -1220,7 +1233,7 @@ class Session(Handler):
         self._protocol.discard()
         self._resync = None
         log.info("%s; reconnecting", lost)
-        notice = _new_event(TopicEvent, ("disconnected", "", None, None, None, lost, None, None))
+        notice = _new_event(TopicEvent, ("disconnected", "", None, None, None, lost, None, None, True))
         for sub in list(self._subscriptions):
             if not sub._down:
                 sub._down = True
@@ -1341,10 +1354,10 @@ class Session(Handler):
         for path in [p for p in self._known if p not in resync.seen]:
             gone = self._known.pop(path)
             self._fan_out(_new_event(TopicEvent, (
-                "unsubscribed", path, gone.spec.type, None, gone.spec, GONE_WHILE_DISCONNECTED, None, None
+                "unsubscribed", path, gone.spec.type, None, gone.spec, GONE_WHILE_DISCONNECTED, None, None, True
             )))
         how = RESUMED if resync.resumed else NEW_SESSION
-        notice = _new_event(TopicEvent, ("reconnected", "", None, self.session_id, None, how, None, None))
+        notice = _new_event(TopicEvent, ("reconnected", "", None, self.session_id, None, how, None, None, True))
         for sub in list(self._subscriptions):
             if sub._down:
                 sub._down = False
@@ -1404,8 +1417,10 @@ class Session(Handler):
         if isinstance(m, wire.Value):
             topic = self._aliases.get(m.alias)
             if topic is not None:
-                topic.value = self._decode(topic.spec, m.value)
-                self._fan_out(TopicEvent("value", topic.path, topic.spec.type, topic.value, topic.spec))
+                value = self._decode(topic.spec, m.value)
+                if m.retained:
+                    topic.value = value
+                self._fan_out(TopicEvent("value", topic.path, topic.spec.type, value, topic.spec, retained=m.retained))
         elif isinstance(m, wire.Response):
             pending = self._pending.pop(m.cid, None)
             if pending is not None and not pending[0].done():

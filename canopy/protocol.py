@@ -22,7 +22,7 @@ code   message         fields after the code
                        message (str)                                 s → c
 5      SUBSCRIBED      topic alias (int), path, type, properties
                        (array of [name, value]), value (bin|nil)     s → c
-6      VALUE           topic alias, value (bin)                      s → c
+6      VALUE           topic alias, value (bin)[, retained (bool)]   s → c
 7      UNSUBSCRIBED    topic alias, reason (str)                     s → c
 8      CLOSE           code (str), message (str)                     s → c
 9      EVENT           topic alias, sequence, timestamp (ms), author,
@@ -364,8 +364,13 @@ class Subscribed(NamedTuple):
 
 
 class Value(NamedTuple):
+    """A subscribed topic's new value. ``retained`` false: a value delivered without
+    becoming the topic's value (an MQTT publish without its RETAIN flag, a ``set`` with
+    ``retain`` false); only then is the field on the wire."""
+
     alias: int
     value: bytes
+    retained: bool = True
 
 
 class Unsubscribed(NamedTuple):
@@ -448,6 +453,8 @@ def _fields(message: Message) -> list[Any]:
     code = _CODES.get(type(message))
     if code is None:
         raise TypeError(f"not a protocol message: {message!r}")
+    if code == VALUE and message.retained:  # type: ignore[union-attr]
+        return [VALUE, message[0], message[1]]  # the common value: its default stays off the wire
     return [code, *message]
 
 
@@ -531,7 +538,10 @@ def _decode_one(item: Any) -> Message:
     if code in (HELLO, WELCOME) and len(item) > 1 and type(item[1]) is int and item[1] != PROTOCOL_VERSION:
         # another version's handshake: only its version is read, so that the answer can say so
         return Hello(item[1], None, None, {}) if code == HELLO else Welcome(item[1], "", {}, 0, "")
-    if len(item) != arity and not (code == HELLO and len(item) == arity - 1):  # a HELLO may leave out resume
+    if len(item) != arity and not (
+        (code == HELLO and len(item) == arity - 1)  # a HELLO may leave out resume
+        or (code == VALUE and len(item) == arity + 1)  # a VALUE not retained says so
+    ):
         raise ValueError(f"message type {code} has {arity - 1} fields, got {len(item) - 1}")
     if code == REQUEST:
         cid = _expect(item[1], int, "correlation id")
@@ -545,6 +555,9 @@ def _decode_one(item: Any) -> Message:
                 break
         return Request(cid, _expect(item[2], str, "operation"), args)
     if code == VALUE:
+        if len(item) == 4:
+            return Value(_expect(item[1], int, "alias"), _expect(item[2], bytes, "value"),
+                         _expect(item[3], bool, "retained"))
         return Value(_expect(item[1], int, "alias"), _expect(item[2], bytes, "value"))
     if code == RESPONSE:
         return Response(_expect(item[1], int, "correlation id"), item[2])

@@ -113,8 +113,12 @@ class SyncTopics:
     def add(self, path: str, type: TopicType | str, properties: dict[str, Any] | None = None) -> AddResult:
         return self._r.run(self._s.topics.add(path, type, properties), self._t)
 
-    def set(self, path: str, value: Any, type: TopicType | str | None = None, *, add_if_missing: bool = False) -> None:
-        self._r.run(_in_loop(self._s.topics.set, path, value, type, add_if_missing=add_if_missing), self._t)
+    def set(
+        self, path: str, value: Any, type: TopicType | str | None = None, *, add_if_missing: bool = False,
+        retain: bool = True,
+    ) -> None:
+        self._r.run(
+            _in_loop(self._s.topics.set, path, value, type, add_if_missing=add_if_missing, retain=retain), self._t)
 
     def add_and_set(self, path: str, value: Any, type: TopicType | str | None = None) -> None:
         self._r.run(_in_loop(self._s.topics.add_and_set, path, value, type), self._t)

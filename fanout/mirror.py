@@ -78,12 +78,19 @@ class Mirror:
         return RefPut(path, self.precedence, self.name, spec.type.value, spec.properties or None,
                       self.values.get(path))
 
-    def value(self, path: str, value: Any, event: tuple[Any, int, str] | None = None) -> RefPut | None:
-        """A new value (or, for a time series, an event ``(value, timestamp ms, author)``)."""
+    def value(
+        self, path: str, value: Any, event: tuple[Any, int, str] | None = None, *, retained: bool = True
+    ) -> RefPut | None:
+        """A new value (or, for a time series, an event ``(value, timestamp ms, author)``).
+        A value not ``retained`` (an MQTT publish without RETAIN) is passed on to the
+        replica's subscribers without becoming its value, as on the primary."""
         spec = self.topics.get(path)
         if spec is None:
             return None
         self.updates += 1
+        if not retained and event is None:
+            return RefPut(path, self.precedence, self.name, spec.type.value, spec.properties or None,
+                          _encoded(spec, value), retain=False)
         if event is not None and spec.event_type is not None:
             appended = encode(spec.event_type, event[0])
             return RefPut(path, self.precedence, self.name, spec.type.value, spec.properties or None, None,

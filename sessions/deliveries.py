@@ -36,6 +36,8 @@ class Update(NamedTuple):
     value: bytes
     #: what the publisher sent with the value, opaque (MQTT 5 message properties), or empty
     attributes: bytes = b""
+    #: false for a value delivered without becoming the topic's value (see ``set``'s ``retain``)
+    retained: bool = True
 
 
 class SeriesUpdate(NamedTuple):

@@ -693,7 +693,7 @@ class SessionRegistry:
         sessions, dirty, policy = self.sessions, self._dirty, state.policy
         for view in list(state.views.values()):
             alias = view.alias
-            message = Update(alias, value, attributes) if attributes else Update(alias, value)
+            message = Update(alias, value, attributes, retained) if attributes or not retained else Update(alias, value)
             others: list[Session] = []
             for session_id in view.sessions:
                 session = sessions.get(session_id)

@@ -172,7 +172,10 @@ class RefEvent(NamedTuple):
 
 
 class RefPut(NamedTuple):
-    """A view's claim on a reference topic path (lower precedence wins)."""
+    """A view's claim on a reference topic path (lower precedence wins). With ``retain``
+    false it claims nothing: ``value`` goes to the topic's subscribers (if the claim holds
+    the path) without becoming its value (a fan-out replica of an MQTT publish without
+    RETAIN)."""
 
     path: str
     precedence: int
@@ -181,6 +184,7 @@ class RefPut(NamedTuple):
     properties: dict[str, str] | None
     value: bytes | None
     event: RefEvent | None = None
+    retain: bool = True
 
 
 class RefReserve(NamedTuple):

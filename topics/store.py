@@ -195,7 +195,7 @@ class TopicStore:
                 op.path, op.anchor, op.anchor_value, op.span, op.span_value, op.view, op.limit
             ),
             RefPut: lambda _, op: self.ref_put(
-                op.path, op.precedence, op.view, op.type, op.properties, op.value, op.event
+                op.path, op.precedence, op.view, op.type, op.properties, op.value, op.event, op.retain
             ),
             RefReserve: lambda _, op: self.ref_reserve(op.path, op.precedence, op.view),
             RefDrop: lambda _, op: self.ref_drop(op.path, op.precedence),
@@ -599,12 +599,21 @@ class TopicStore:
         properties: dict[str, str] | None,
         value: bytes | None,
         event: RefEvent | None = None,
+        retain: bool = True,
     ) -> bool:
         """Claim ``path``; True when a fan-out claim (a negative precedence) finds another
-        fan-out claim on the path: two links mirror one topic, and the lower precedence wins."""
+        fan-out claim on the path: two links mirror one topic, and the lower precedence wins.
+        Not ``retain``: no claim, ``value`` is delivered as a :class:`Changed` not retained
+        when the claim of ``precedence`` holds the path, and kept nowhere."""
         spec = TopicSpecification.of(type_name, properties)
         if value is not None:
             value = values.validate(spec.type, value) if spec.type is not TopicType.TIME_SERIES else None
+        if not retain:
+            topic = self.tree.get(path)
+            if value is not None and self.references.get(path) == precedence and topic is not None \
+                    and topic.specification == spec:
+                self._emit(path, Changed(path, value, False))
+            return False
         claims = self.claims.setdefault(path, {})
         claims[precedence] = _Claim(view, spec, value)
         self._rebind(path)

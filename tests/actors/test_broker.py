@@ -78,6 +78,25 @@ async def test_subscription_lifecycle(broker: str, prefix: str) -> None:
         assert (event.kind, event.value) == ("subscribed", "after")
 
 
+async def test_a_value_set_without_retain_is_delivered_not_kept(broker: str, prefix: str) -> None:
+    """``set(..., retain=False)``: the subscribers get it, marked ``retained=False``; the topic
+    keeps its value, which a later subscriber and a fetch see (an MQTT publish without RETAIN)."""
+    async with canopy.connect(broker, *ADMIN) as s:
+        path = f"{prefix}/x"
+        await s.topics.add_and_set(path, "kept")
+        sub = await s.topics.subscribe(path)
+        assert (await sub.next(timeout=10)).value == "kept"
+        await s.topics.set(path, "passing", retain=False)
+        event = await sub.next(timeout=10)
+        assert (event.kind, event.value, event.retained) == ("value", "passing", False)
+        assert [t.value for t in await s.topics.fetch(path)] == ["kept"]
+        await s.topics.set(path, "next")
+        assert (await sub.next(timeout=10)).retained is True
+        async with canopy.connect(broker, *ADMIN) as late:
+            later = await late.topics.subscribe(path)
+            assert (await later.next(timeout=10)).value == "next"
+
+
 async def test_updates_arrive_in_order_per_topic(broker: str, prefix: str) -> None:
     async with canopy.connect(broker, *ADMIN) as pub, canopy.connect(broker, *ADMIN) as s:
         paths = [f"{prefix}/{i}" for i in range(8)]

@@ -41,7 +41,7 @@ def test_subscribe_prints_events_and_stops_after_count(server: Server) -> None:
     url = server.url
     ok(cli("topic", "set", "follow/a", "1", "--type", "INT64", url=url))
     proc = subprocess.Popen(
-        [str(BIN / "canopy"), "topic", "subscribe", "?follow//", "--count", "3", "--json", "--url", url],
+        [str(BIN / "canopy"), "topic", "subscribe", "?follow//", "--count", "4", "--json", "--url", url],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -50,12 +50,15 @@ def test_subscribe_prints_events_and_stops_after_count(server: Server) -> None:
         assert first == {"event": "subscribed", "path": "follow/a", "type": "INT64", "value": 1}
         ok(cli("topic", "set", "follow/a", "2", url=url))
         ok(cli("topic", "set", "follow/a", "3", url=url))
+        ok(cli("topic", "set", "follow/a", "4", "--no-retain", url=url))  # delivered, not kept
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert [json.loads(line)["value"] for line in out.splitlines()] == [2, 3]
+    assert [(r["value"], r.get("retained", True)) for r in map(json.loads, out.splitlines())] == [
+        (2, True), (3, True), (4, False)]
+    assert ok(cli("topic", "fetch", ">follow/a", url=url)).strip() == "follow/a INT64 3"
 
 
 def test_hub_commands(server: Server) -> None:

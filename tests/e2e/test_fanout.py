@@ -45,11 +45,18 @@ def mirrored(url: str, selector: str) -> dict[str, object]:
     return asyncio.run(fetch())
 
 
+async def fetched(url: str, selector: str) -> list[Any]:
+    async with canopy.connect(url) as s:
+        return await s.topics.fetch(selector)
+
+
 async def publish(url: str, *changes: tuple[str, str, object]) -> None:
     async with canopy.connect(url, *ADMIN) as s:
         for verb, path, value in changes:
             if verb == "add":
                 await s.topics.add_and_set(path, value)
+            elif verb == "pass":  # delivered, not kept (an MQTT publish without RETAIN)
+                await s.topics.set(path, value, retain=False)
             elif verb == "add-volatile":
                 await s.topics.add(path, "STRING", {"PERSISTENT": "false"})
                 await s.topics.set(path, value)
@@ -78,6 +85,13 @@ def test_a_secondary_mirrors_adds_updates_and_removals_and_resyncs_after_a_prima
                 events = [await sub.next(timeout=10) for _ in range(3)]
                 assert [(e.kind, e.path, e.value) for e in events] == [
                     ("value", "A/B", "b2"), ("unsubscribed", "A/C", None), ("subscribed", "A/D", "d")]
+                # a value not retained is passed on as one: the replica keeps the value it had
+                await publish(primary.url, ("pass", "A/B", "passing"))
+                passing = await sub.next(timeout=10)
+                assert (passing.path, passing.value, passing.retained) == ("A/B", "passing", False)
+                for url in (secondary.url, primary.url):
+                    [kept] = await s.topics.fetch("A/B") if url == secondary.url else await fetched(url, "A/B")
+                    assert kept.value == "b2", (url, kept)
                 # replicas are read-only here
             async with canopy.connect(secondary.url, *ADMIN) as admin:
                 with pytest.raises(errors.ReferenceTopicError, match="fan-out main"):

@@ -21,6 +21,7 @@ MESSAGES: list[wire.Message] = [
     wire.Subscribed(3, "a/b", "JSON", [["CONFLATION", "off"]], b"\xa0"),
     wire.Subscribed(4, "a/c", "STRING", [], None),
     wire.Value(3, b"\x01"),
+    wire.Value(3, b"\x02", False),
     wire.Unsubscribed(3, "REMOVED"),
     wire.Close("QUEUE_LIMIT", "too slow"),
     wire.Notify("missing_topic", {"id": "gw0:m1", "selector": ">a/d", "servers": ["s1"]}),
@@ -58,6 +59,8 @@ def test_garbage_frames_raise(data: bytes) -> None:
         ([wire.REQUEST, 0, "set", []], 0, "must be positive"),
         ([wire.REQUEST, 5, "set", "args"], 5, "args must be list"),
         ([wire.HELLO, 3, None, None, {"k": 1}, None], 0, "map strings to strings"),
+        ([wire.VALUE, 3, b"x", 1], 0, "retained must be bool"),
+        ([wire.VALUE, 3, b"x", True, b""], 0, "has 2 fields"),
         ([wire.HELLO, 3, None, None], 0, "has 5 fields, got 3"),
         ([wire.HELLO, 3, None, None, {}, None, None], 0, "has 5 fields, got 6"),
         ([wire.HELLO, 3, None, None, {}, ["gw0-1"]], 0, "resume must be [session id, resume token]"),
@@ -221,3 +224,8 @@ def test_request_args_may_nest_up_to_the_limit(args: list[object], extra: int, a
     else:
         assert isinstance(message, wire.Malformed) and message.cid == 3
         assert f"deeper than {wire.MAX_ARGS_DEPTH} levels" in message.reason
+
+
+def test_a_value_says_retained_only_when_it_is_not() -> None:
+    assert msgpack.unpackb(wire.encode(wire.Value(3, b"x"))) == [wire.VALUE, 3, b"x"]
+    assert msgpack.unpackb(wire.encode(wire.Value(3, b"x", False))) == [wire.VALUE, 3, b"x", False]

@@ -6,7 +6,7 @@ import pytest
 
 from fanout.config import FanoutConfigError, FanoutConnection, from_tables
 from fanout.mirror import FANOUT_BASE, Mirror, claim_name, overlapping, precedence
-from topics.protocol import RefDrop, RefDropView, RefEvent, RefPut
+from topics.protocol import Changed, RefDrop, RefDropView, RefEvent, RefPut, Register, decode_operation, encode_operation
 from topics.specification import TopicSpecification
 from topics.store import TopicStore
 from topics.errors import ReferenceTopicError
@@ -119,3 +119,25 @@ def test_the_store_tells_a_link_that_another_link_claims_its_path() -> None:
     assert store.ref_put(*second.announced("x", spec, "two")) is True
     assert store.tree.get("x").value == encode(TopicType.STRING, "one")  # the first configured holds it
     assert store.ref_put(*RefPut("x", 5, "a view", "STRING", None, None)) is False  # views are not told
+
+
+def test_a_value_not_retained_is_passed_to_the_replica_s_subscribers_without_becoming_its_value() -> None:
+    """An MQTT publish without RETAIN on the primary reaches the secondary's subscribers as a
+    change not retained; the replica keeps the value it had, as the primary's topic does."""
+    store = TopicStore()
+    mirror, other = Mirror(precedence(0), "m"), Mirror(precedence(1), "other")
+    spec = TopicSpecification.of("STRING")
+    store.apply("g", [Register(">p", 1)])
+    store.ref_put(*mirror.announced("p", spec, "kept"))
+    store.drain_events()
+    passing = mirror.value("p", "passing", retained=False)
+    assert passing is not None and passing.retain is False
+    assert decode_operation(encode_operation(passing)) == passing  # it crosses the partition link as it is
+    store.apply("link", [passing])
+    assert store.drain_events() == {"g": [Changed("p", encode(TopicType.STRING, "passing"), False)]}
+    assert store.tree.get("p").value == encode(TopicType.STRING, "kept")  # type: ignore[union-attr]
+    assert mirror.reclaim("p").value == encode(TopicType.STRING, "kept")  # type: ignore[union-attr]
+    # a link whose claim does not hold the path is not heard
+    other.announced("p", spec, "theirs")
+    store.apply("link", [other.value("p", "not mine", retained=False)])
+    assert store.drain_events() == {}
