@@ -104,6 +104,8 @@ class MQTTServer:
         #: PUBLISH packets received from clients and sent to them
         self.received = 0
         self.sent = 0
+        #: messages dropped for a session because their Message Expiry Interval passed first
+        self.expired = 0
         self._assigned = 0
 
     def group(self, share: str, topic_filter: str) -> SharedGroup[Any]:
@@ -154,7 +156,7 @@ class MQTTServer:
         return {
             "mqtt_connections": len(self.open), "mqtt_kept_sessions": len(self.kept),
             "mqtt_publishes_received": self.received, "mqtt_publishes_sent": self.sent,
-            "mqtt_publishes_refused": self.publishes_refused,
+            "mqtt_publishes_refused": self.publishes_refused, "mqtt_publishes_expired": self.expired,
         }
 
 
@@ -716,7 +718,11 @@ class MQTTConnection(asyncio.Protocol):
         sid = self.session_id or ""
         may_add = registry.has(sid, PathPermission.MODIFY_TOPIC, path)
         args = [path, p.payload, TEXT, self.server.create_type if may_add else None, may_add, p.retain]
-        attributes = message_attributes(p.qos, p.retain, self.session_id or "", p.properties)
+        lifetime = p.properties.message_expiry_interval
+        attributes = message_attributes(
+            p.qos, p.retain, self.session_id or "", p.properties,
+            None if lifetime is None else int(time.time() * 1000) + lifetime * 1000,
+        )
         if attributes:
             args.append(attributes)
         self._request("set", args, ("publish", p.qos, p.packet_id, topic))
@@ -936,9 +942,16 @@ class MQTTConnection(asyncio.Protocol):
             return True  # no retained message for a shared subscription (MQTT 5, 4.8.2)
         published_retain = False
         if attributes:
-            published_qos, published_retain, origin, forwarded = _attributes(attributes)
+            published_qos, published_retain, origin, forwarded, deadline = _attributes(attributes)
             if no_local and origin == self.session_id:
                 return True  # its own publish, and every matching subscription is No Local
+            if deadline is not None and not first:
+                left = deadline - time.time() * 1000
+                if left <= 0:  # expired while it waited for this session (MQTT-3.3.2-5)
+                    self.server.expired += 1
+                    return True
+                # what is left of the interval, in whole seconds rounded up (MQTT-3.3.2-6)
+                forwarded = replace(forwarded, message_expiry_interval=-int(-left // 1000))
             if published_qos < qos:  # at the lower of the two (MQTT-3.8.4-8; 3.1.1: MQTT-3.8.4-6)
                 qos = published_qos
             if self.version == m.MQTT_5 and forwarded is not EMPTY:
@@ -1105,12 +1118,18 @@ def _attribute_head(qos: int, retain: bool, origin: str) -> bytes:
     return bytes((qos | (0x04 if retain else 0) | ATTRIBUTES_ORIGIN, len(sender))) + sender
 
 
-def message_attributes(qos: int, retain: bool, origin: str, properties: m.Properties) -> bytes:
+def message_attributes(
+    qos: int, retain: bool, origin: str, properties: m.Properties, deadline: int | None = None
+) -> bytes:
     """The attributes a set carries for an MQTT publish: a byte with its QoS (bits 0-1), its
-    RETAIN flag (bit 2) and bit 3 set, the publishing session's id (a length byte, then
-    UTF-8: for No Local), then its forwarded properties (an MQTT 5 property block). A set
-    without attributes (a native client's) reads as QoS 2, not retained, no origin."""
+    RETAIN flag (bit 2), bit 3 set and bit 4 when a deadline follows, the publishing
+    session's id (a length byte, then UTF-8: for No Local), with bit 4 the time the message
+    expires (``deadline``: ms since the epoch, 8 bytes big-endian: its Message Expiry
+    Interval after it arrived), then its forwarded properties (an MQTT 5 property block). A
+    set without attributes (a native client's) reads as QoS 2, not retained, no origin."""
     head = _attribute_head(qos, retain, origin)
+    if deadline is not None:
+        head = bytes((head[0] | ATTRIBUTES_DEADLINE,)) + head[1:] + deadline.to_bytes(8, "big")
     if properties is EMPTY:  # most publishes
         return head + b"\x00"
     kept = m.Properties(**{name: getattr(properties, name) for name in FORWARDED})
@@ -1119,23 +1138,30 @@ def message_attributes(qos: int, retain: bool, origin: str, properties: m.Proper
 
 #: bit 3 of the attributes' first byte: this front door wrote them
 ATTRIBUTES_ORIGIN = 0x08
+#: bit 4: the message's expiry time follows the publishing session's id
+ATTRIBUTES_DEADLINE = 0x10
 
 
 @functools.lru_cache(maxsize=1024)
-def _attributes(attributes: bytes) -> tuple[int, bool, str, m.Properties]:
+def _attributes(attributes: bytes) -> tuple[int, bool, str, m.Properties, int | None]:
     """What :func:`message_attributes` wrote: the publish's QoS and RETAIN flag, the publishing
-    session's id and the forwarded properties (QoS 2, not retained, no origin and none for
-    attributes this front door did not write)."""
-    unknown = (2, False, "", EMPTY)
-    if len(attributes) < 2 or attributes[0] & 0xF0 or not attributes[0] & ATTRIBUTES_ORIGIN or attributes[0] & 3 == 3:
+    session's id, the forwarded properties and the expiry time (QoS 2, not retained, no
+    origin, none and none for attributes this front door did not write)."""
+    unknown = (2, False, "", EMPTY, None)
+    if len(attributes) < 2 or attributes[0] & 0xE0 or not attributes[0] & ATTRIBUTES_ORIGIN or attributes[0] & 3 == 3:
         return unknown
     try:
         end = 2 + attributes[1]
         origin = attributes[2:end].decode()
+        deadline = None
+        if attributes[0] & ATTRIBUTES_DEADLINE:
+            if len(attributes) < end + 8:
+                return unknown
+            deadline, end = int.from_bytes(attributes[end:end + 8], "big"), end + 8
         properties = decode_properties(Cursor(attributes[end:], "PUBLISH"), m.PacketType.PUBLISH)
     except (m.MQTTError, UnicodeDecodeError):
         return unknown
-    return attributes[0] & 3, bool(attributes[0] & 0x04), origin, properties
+    return attributes[0] & 3, bool(attributes[0] & 0x04), origin, properties, deadline
 
 
 def _with_attributes(properties: m.Properties, forwarded: m.Properties) -> m.Properties:

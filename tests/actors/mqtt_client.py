@@ -95,9 +95,16 @@ class MQTT:
     def _ack(self, mid: int, code: Any) -> None:
         self._waiter(mid).put(code)
 
-    def publish(self, topic: str, payload: bytes | str, qos: int = 1, retain: bool = False) -> Any:
-        """Publish; for QoS 1 and 2 the broker's reason code (PUBACK / PUBREC), for QoS 0 once written."""
-        info = self.client.publish(topic, payload, qos, retain)
+    def publish(
+        self, topic: str, payload: bytes | str, qos: int = 1, retain: bool = False, *, expiry: int | None = None
+    ) -> Any:
+        """Publish (with ``expiry``, an MQTT 5 Message Expiry Interval); for QoS 1 and 2 the
+        broker's reason code (PUBACK / PUBREC), for QoS 0 once written."""
+        properties = None
+        if expiry is not None:
+            properties = Properties(PacketTypes.PUBLISH)
+            properties.MessageExpiryInterval = expiry
+        info = self.client.publish(topic, payload, qos, retain, properties)
         code = self._waiter(info.mid).get(timeout=TIMEOUT)
         with self._lock:
             del self._acks[info.mid]

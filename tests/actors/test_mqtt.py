@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -251,6 +252,36 @@ def test_a_session_with_an_expiry_outlives_its_connection_and_is_resumed(
             native.topics.add_and_set(f"{prefix}/marker", "m")
             clean.subscribe(f"{prefix}/marker", qos=1)
             assert clean.next().topic == f"{prefix}/marker"  # and not q: its subscription went with the old session
+
+
+def test_MQTT_3_3_2_5_and_6_a_message_expires_in_the_queue_and_goes_out_with_what_is_left(
+    mqtt_address: tuple[str, int], prefix: str
+) -> None:
+    """A message whose Message Expiry Interval passes while it waits for an absent session is
+    not delivered to it (MQTT-3.3.2-5); one that is delivered carries the interval less the
+    time it waited (MQTT-3.3.2-6)."""
+    client_id = f"{prefix.replace('/', '-')}-expiry"
+    options = dict(client_id=client_id, clean_start=False, session_expiry=60)
+    topic = f"{prefix}/e"
+    with admin_mqtt(mqtt_address, 5) as publisher:
+        away = admin_mqtt(mqtt_address, 5, **options)
+        away.subscribe(topic, qos=1)
+        away.drop()  # gone without a DISCONNECT: its session is kept, its messages queued
+        publisher.publish(topic, "short-lived", qos=1, expiry=1)
+        published = time.monotonic()
+        publisher.publish(topic, "long-lived", qos=1, expiry=100)
+        # the first message's interval must pass while it waits: that is what is tested
+        time.sleep(max(0.0, published + 1.5 - time.monotonic()))
+        with admin_mqtt(mqtt_address, 5, **options) as back:
+            assert back.session_present is True
+            got = back.next()
+            waited = time.monotonic() - published
+            assert got.payload == b"long-lived", got.payload  # the expired one, queued first, was dropped
+            left = got.properties.MessageExpiryInterval
+            assert 0 < left <= 100 - int(waited), (left, waited)
+            publisher.publish(topic, "fresh", qos=1, expiry=30)
+            fresh = back.next()
+            assert fresh.payload == b"fresh" and 28 <= fresh.properties.MessageExpiryInterval <= 30
 
 
 def test_a_client_identifier_of_another_principal_s_session_is_refused(
