@@ -140,11 +140,11 @@ class Gateway:
 
         self.mqtt = MQTTServer(self.connections, config)
         if count:
-            from actors.mqtt import SessionRecords
+            from actors.mqtt_records import SessionRecords
 
             self.mqtt.store = SessionRecords(self.link)
         if config.get("mqtt_port"):
-            from actors.mqtt import WebSocketMQTT
+            from actors.mqtt_websocket import WebSocketMQTT
 
             self.connections.websocket_mqtt = lambda stream, release: WebSocketMQTT(self.mqtt, stream, release)
         self.mqtt_server: asyncio.Server | None = None
@@ -222,6 +222,7 @@ class Gateway:
                 put(f"{base}/messages/mqtt/received", "INT64", stats["mqtt_publishes_received"])
                 put(f"{base}/messages/mqtt/sent", "INT64", stats["mqtt_publishes_sent"])
                 put(f"{base}/messages/mqtt/refused", "INT64", stats["mqtt_publishes_refused"])
+                put(f"{base}/messages/mqtt/expired", "INT64", stats["mqtt_publishes_expired"])
                 self.link.flush()
             except Exception as e:  # a partition away: the next round
                 log.debug("could not publish the $SYS figures: %s", e)

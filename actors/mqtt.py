@@ -18,8 +18,11 @@ that match the topic, QoS 1 and 2 ones at most ``mqtt_receive_maximum`` (or the 
 Receive Maximum, if lower) unacknowledged at a time; the rest wait in the session's queue,
 where the topics' conflation policies and the session's byte budget bound them.
 
-Every session ends with its connection (a clean start; sessions kept across connections are
-yet to come); a will is published when the connection ends without a DISCONNECT. A
+A session with an expiry outlives its connection: kept at its gateway, its queue filling,
+and recorded (:mod:`actors.mqtt_records`) so that any gateway takes it up again; a will is
+published when the connection ends without a DISCONNECT (after its delay). MQTT over
+WebSocket is :mod:`actors.mqtt_websocket`; what a publish carries to its subscribers besides
+the payload, :mod:`mqtt.attributes`. A
 malformed packet closes the connection (MQTT 5: after a DISCONNECT with the codec's reason
 code). Keep-alive: a client silent for one and a half times its keep-alive is cut off
 (MQTT-3.1.2-24).
@@ -33,13 +36,13 @@ import logging
 import time
 from collections import deque
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from actors.connections import Connections
 from canopy import protocol as wire
-from canopy.transport import Handler, WebSocketStream
 from mqtt import codec as m
-from mqtt.properties import EMPTY, Cursor, decode_properties, encode_properties
+from mqtt.attributes import decode_attributes, encode_attributes, for_subscriber
+from mqtt.properties import EMPTY
 from mqtt.mapping import MappingError, has_topic_name, parse_shared, path_of, selector_of, topic_of
 from mqtt.shared import SharedGroup
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
@@ -48,10 +51,10 @@ from sessions.limits import PropertyLimitError
 from sessions.security import AuthenticationFailed, PathPermission
 from topics.selectors import Selector
 from topics.specification import TopicSpecification
-from topics.protocol import FetchTopics, Ok, RemoveTopics, SetValue
 from topics.types import TEXT, TopicType, to_text
-from topics.types import decode as decode_value
-from topics.types import encode as encode_value
+
+if TYPE_CHECKING:
+    from actors.mqtt_records import SessionRecords
 
 log = logging.getLogger("canopy.mqtt")
 
@@ -719,7 +722,7 @@ class MQTTConnection(asyncio.Protocol):
         may_add = registry.has(sid, PathPermission.MODIFY_TOPIC, path)
         args = [path, p.payload, TEXT, self.server.create_type if may_add else None, may_add, p.retain]
         lifetime = p.properties.message_expiry_interval
-        attributes = message_attributes(
+        attributes = encode_attributes(
             p.qos, p.retain, self.session_id or "", p.properties,
             None if lifetime is None else int(time.time() * 1000) + lifetime * 1000,
         )
@@ -942,20 +945,20 @@ class MQTTConnection(asyncio.Protocol):
             return True  # no retained message for a shared subscription (MQTT 5, 4.8.2)
         published_retain = False
         if attributes:
-            published_qos, published_retain, origin, forwarded, deadline = _attributes(attributes)
+            published_qos, published_retain, origin, forwarded, deadline = decode_attributes(attributes)
             if no_local and origin == self.session_id:
                 return True  # its own publish, and every matching subscription is No Local
-            if deadline is not None and not first:
+            left = None
+            if deadline is not None:
                 left = deadline - time.time() * 1000
                 if left <= 0:  # expired while it waited for this session (MQTT-3.3.2-5)
                     self.server.expired += 1
                     return True
-                # what is left of the interval, in whole seconds rounded up (MQTT-3.3.2-6)
-                forwarded = replace(forwarded, message_expiry_interval=-int(-left // 1000))
             if published_qos < qos:  # at the lower of the two (MQTT-3.8.4-8; 3.1.1: MQTT-3.8.4-6)
                 qos = published_qos
             if self.version == m.MQTT_5 and forwarded is not EMPTY:
-                properties = _with_attributes(properties, forwarded)
+                # the expiry interval less the time it waited (MQTT-3.3.2-6)
+                properties = for_subscriber(properties, forwarded, left)
         if groups is not None:
             answer = self._shared_answer
             if answer is None or answer[0] is not token:  # asked once per message, however often retried
@@ -1041,181 +1044,15 @@ class MQTTConnection(asyncio.Protocol):
             self.transport.abort()
 
 
-class WebSocketPipe:
-    """MQTT over WebSocket (the gateway's port, path ``/mqtt``, subprotocol ``mqtt``): each
-    MQTT packet goes out as one binary message; the connection reads what the messages carry
-    as one byte stream (a packet may span messages)."""
-
-    def __init__(self, stream: WebSocketStream, connection: MQTTConnection) -> None:
-        self.stream = stream
-        self.connection = connection
-
-    def write(self, data: bytes) -> None:
-        self.stream.send(data)
-        if self.stream.paused and not self.connection.paused:
-            self.connection.pause_writing()
-
-    def close(self) -> None:
-        self.stream.close(1000)
-
-    def abort(self) -> None:
-        self.stream.abort()
-
-    def is_closing(self) -> bool:
-        return not self.stream.open
-
-    def pause_reading(self) -> None:
-        if self.stream.transport is not None:
-            self.stream.transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self.stream.transport is not None:
-            self.stream.transport.resume_reading()
-
-
-class WebSocketMQTT(Handler):
-    """The handler of a gateway WebSocket connection whose handshake asked for ``/mqtt``:
-    it drives an :class:`MQTTConnection` with the messages' bytes. ``release`` is called
-    once when the connection is gone (the native handler counted it against the limits)."""
-
-    def __init__(self, server: MQTTServer, stream: WebSocketStream, release: Any) -> None:
-        self.connection = MQTTConnection(server)
-        self.release = release
-
-    def on_open(self, stream: WebSocketStream) -> None:
-        address = str(stream.remote_address[0]) if stream.remote_address else ""
-        self.connection.attach(WebSocketPipe(stream, self.connection), address)
-
-    def on_message(self, stream: WebSocketStream, data: bytes | str) -> None:
-        if isinstance(data, str):  # MQTT over WebSocket is binary only (MQTT-6.0.0-1)
-            self.connection.abort()
-            return
-        self.connection.data_received(data)
-
-    def on_writable(self, stream: WebSocketStream) -> None:
-        self.connection.resume_writing()
-
-    def on_closed(self, stream: WebSocketStream) -> None:
-        self.connection.connection_lost(None)
-        self.release(stream)
-
-
 def _connected(member: MQTTConnection) -> bool:
     """Whether a shared subscription's member has a connection (not a kept session)."""
     return member.transport is not None
-
-
-#: the properties of a PUBLISH that travel with its value to the subscribers (MQTT-3.3.2-4,
-#: -15 ... -20: forwarded unaltered); the others concern one connection (topic alias) or are
-#: the server's to set (subscription identifiers)
-FORWARDED = ("payload_format_indicator", "message_expiry_interval", "content_type", "response_topic",
-             "correlation_data", "user_properties")
-
-
-@functools.lru_cache(maxsize=4096)
-def _attribute_head(qos: int, retain: bool, origin: str) -> bytes:
-    sender = origin.encode()[:255]
-    return bytes((qos | (0x04 if retain else 0) | ATTRIBUTES_ORIGIN, len(sender))) + sender
-
-
-def message_attributes(
-    qos: int, retain: bool, origin: str, properties: m.Properties, deadline: int | None = None
-) -> bytes:
-    """The attributes a set carries for an MQTT publish: a byte with its QoS (bits 0-1), its
-    RETAIN flag (bit 2), bit 3 set and bit 4 when a deadline follows, the publishing
-    session's id (a length byte, then UTF-8: for No Local), with bit 4 the time the message
-    expires (``deadline``: ms since the epoch, 8 bytes big-endian: its Message Expiry
-    Interval after it arrived), then its forwarded properties (an MQTT 5 property block). A
-    set without attributes (a native client's) reads as QoS 2, not retained, no origin."""
-    head = _attribute_head(qos, retain, origin)
-    if deadline is not None:
-        head = bytes((head[0] | ATTRIBUTES_DEADLINE,)) + head[1:] + deadline.to_bytes(8, "big")
-    if properties is EMPTY:  # most publishes
-        return head + b"\x00"
-    kept = m.Properties(**{name: getattr(properties, name) for name in FORWARDED})
-    return head + (b"\x00" if kept == EMPTY else encode_properties(kept, m.PacketType.PUBLISH))
-
-
-#: bit 3 of the attributes' first byte: this front door wrote them
-ATTRIBUTES_ORIGIN = 0x08
-#: bit 4: the message's expiry time follows the publishing session's id
-ATTRIBUTES_DEADLINE = 0x10
-
-
-@functools.lru_cache(maxsize=1024)
-def _attributes(attributes: bytes) -> tuple[int, bool, str, m.Properties, int | None]:
-    """What :func:`message_attributes` wrote: the publish's QoS and RETAIN flag, the publishing
-    session's id, the forwarded properties and the expiry time (QoS 2, not retained, no
-    origin, none and none for attributes this front door did not write)."""
-    unknown = (2, False, "", EMPTY, None)
-    if len(attributes) < 2 or attributes[0] & 0xE0 or not attributes[0] & ATTRIBUTES_ORIGIN or attributes[0] & 3 == 3:
-        return unknown
-    try:
-        end = 2 + attributes[1]
-        origin = attributes[2:end].decode()
-        deadline = None
-        if attributes[0] & ATTRIBUTES_DEADLINE:
-            if len(attributes) < end + 8:
-                return unknown
-            deadline, end = int.from_bytes(attributes[end:end + 8], "big"), end + 8
-        properties = decode_properties(Cursor(attributes[end:], "PUBLISH"), m.PacketType.PUBLISH)
-    except (m.MQTTError, UnicodeDecodeError):
-        return unknown
-    return attributes[0] & 3, bool(attributes[0] & 0x04), origin, properties, deadline
-
-
-def _with_attributes(properties: m.Properties, forwarded: m.Properties) -> m.Properties:
-    """A PUBLISH's properties: the forwarded ones of the message, and this session's own."""
-    if properties.is_empty:
-        return forwarded
-    return replace(forwarded, subscription_identifiers=properties.subscription_identifiers)
 
 
 class _Established(NamedTuple):
     """Queued after the topics a subscription's first answer brought (see ``_learn``)."""
 
     topic_filter: str
-
-
-class SessionRecords:
-    """The MQTT sessions kept for absent clients (and those whose clients are connected with a
-    session expiry), recorded as persistent JSON topics under ``$MQTT/sessions/`` through the
-    gateway's partition link: journaled and on a backup, so that another gateway, or this one
-    restarted, takes a session up (:meth:`MQTTConnection._restore`)."""
-
-    BRANCH = "$MQTT/sessions"
-
-    def __init__(self, link: Any) -> None:
-        self.link = link
-
-    def path(self, client_id: str) -> str:
-        return f"{self.BRANCH}/{client_id.encode().hex() or '-'}"
-
-    def save(self, client_id: str, record: dict[str, Any]) -> None:
-        path = self.path(client_id)
-        self.link.route(path, SetValue(path, encode_value(TopicType.JSON, record), False, "JSON", True))
-        self.link.flush()
-
-    def drop(self, client_id: str) -> None:
-        path = self.path(client_id)
-        self.link.route(path, RemoveTopics(">" + path))
-        self.link.flush()
-
-    async def load(self, client_id: str) -> dict[str, Any] | None:
-        path = self.path(client_id)
-        try:
-            result = await asyncio.wait_for(self.link.request_route(path, FetchTopics(">" + path)), 10)
-        except Exception as e:  # its partition away: no record to take up now
-            log.warning("the record of MQTT client %r could not be read: %s", client_id, e)
-            return None
-        if not isinstance(result, Ok) or not result.value:
-            return None
-        row = result.value[0]
-        try:
-            record = decode_value(TopicType.JSON, row.value) if row.value is not None else None
-        except Exception:
-            return None
-        return record if isinstance(record, dict) else None
 
 
 @functools.lru_cache(maxsize=1024)
