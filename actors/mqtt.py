@@ -51,7 +51,10 @@ from sessions.limits import PropertyLimitError
 from sessions.security import AuthenticationFailed, PathPermission
 from topics.selectors import Selector
 from topics.specification import TopicSpecification
+from topics.protocol import AddTopic, SetValue
 from topics.types import TEXT, TopicType, to_text
+from topics.types import decode as decode_value
+from topics.types import encode as encode_value
 
 if TYPE_CHECKING:
     from actors.mqtt_records import SessionRecords
@@ -60,6 +63,8 @@ log = logging.getLogger("canopy.mqtt")
 
 #: the branch of the broker's own figures (each gateway's under gateways/NAME), read-only to MQTT
 SYS = "$SYS"
+#: where each gateway announces the client identifiers its MQTT CONNECTs take, for the others
+TAKEOVERS = "$MQTT/takeovers"
 #: the largest Topic Alias a client may use towards the gateway (MQTT 5's Topic Alias Maximum)
 TOPIC_ALIAS_MAXIMUM = 64
 WRITE_HIGH = 256 * 1024
@@ -98,6 +103,10 @@ class MQTTServer:
         self.open: set[MQTTConnection] = set()
         #: client identifier -> its connection (a second CONNECT with the identifier takes over)
         self.clients: dict[str, MQTTConnection] = {}
+        #: the partition link CONNECTs are announced through (:meth:`watch_takeovers`)
+        self.link: Any = None
+        #: sessions ended here because another gateway took their client identifier
+        self.taken_elsewhere = 0
         self.refused = IncidentLog(REFUSED_LOG_INTERVAL)
         #: id(value) -> (value, its type, its payload); (message, version, ...) -> (its token, its
         #: QoS 0 PUBLISH bytes): what many sessions' deliveries of one message share
@@ -110,6 +119,57 @@ class MQTTServer:
         #: messages dropped for a session because their Message Expiry Interval passed first
         self.expired = 0
         self._assigned = 0
+
+    # -- client identifiers taken over at another gateway --------------------------------------
+
+    def watch_takeovers(self, link: Any) -> None:
+        """Hear of every MQTT CONNECT at the other gateways (:data:`TAKEOVERS`), so that a client
+        identifier taken there ends its session here (MQTT-3.1.4-3): an internal session of
+        this gateway subscribes to the topic its CONNECTs are announced on."""
+        self.link = link
+        link.route(TAKEOVERS, AddTopic(TAKEOVERS, "JSON", {"CONFLATION": "off", "PERSISTENT": "false"}))
+        link.flush()
+        session = self.connections.open({}, "", frozenset({"ADMINISTRATOR"}), "", "INTERNAL")
+        watch = _TakeoverWatch(self, session.id)
+        self.connections.by_session[session.id] = watch
+        self.connections.submit(watch, wire.Request(1, "subscribe", [">" + TAKEOVERS]), time.perf_counter_ns())
+        self.connections.received()
+
+    def announce(self, client_id: str, principal: str, resumed: bool) -> None:
+        """Tell the other gateways this one has just taken ``client_id`` (a value of
+        :data:`TAKEOVERS` not retained: delivered, kept nowhere)."""
+        if self.link is None:
+            return
+        data = encode_value(TopicType.JSON, {
+            "client": client_id, "principal": principal, "gateway": self.connections.gateway_id, "resumed": resumed,
+        })
+        self.link.route(TAKEOVERS, SetValue(TAKEOVERS, data, False, None, False, False))
+        self.link.flush()
+
+    def taken_over(self, announced: Any) -> None:
+        """Another gateway took a client identifier: a session of the same principal held
+        here for it ends, its connection with DISCONNECT 0x8E; its will is published unless the
+        session was resumed there (its record is the other gateway's now: left alone)."""
+        if not isinstance(announced, dict) or announced.get("gateway") == self.connections.gateway_id:
+            return
+        client_id = announced.get("client")
+        holder = self.clients.get(client_id) if isinstance(client_id, str) else None
+        if holder is None or holder.session_id is None:
+            holder = self.kept.get(client_id) if isinstance(client_id, str) else None
+        if holder is None or holder.principal != announced.get("principal"):
+            return
+        self.taken_elsewhere += 1
+        holder._recorded = False  # the record is the other gateway's now
+        holder.ended = True
+        if announced.get("resumed"):  # the session goes on there: no will
+            holder.disconnected = True
+            if holder._will_timer is not None:
+                holder._will_timer.cancel()
+                holder._will_timer = None
+        if holder.transport is not None:
+            holder._disconnect(0x8E, "another connection took over this client identifier, at another gateway")
+        else:
+            holder._expire()
 
     def group(self, share: str, topic_filter: str) -> SharedGroup[Any]:
         """The shared subscription group ``$share/share/topic_filter`` at this gateway."""
@@ -160,6 +220,7 @@ class MQTTServer:
             "mqtt_connections": len(self.open), "mqtt_kept_sessions": len(self.kept),
             "mqtt_publishes_received": self.received, "mqtt_publishes_sent": self.sent,
             "mqtt_publishes_refused": self.publishes_refused, "mqtt_publishes_expired": self.expired,
+            "mqtt_taken_over_elsewhere": self.taken_elsewhere,
         }
 
 
@@ -598,6 +659,7 @@ class MQTTConnection(asyncio.Protocol):
         else:
             ack = m.Connack(resumed, 0)
         self._send(ack)
+        self.server.announce(client_id, principal, resumed)
         if resumed:
             self._resend()
         self.transport.resume_reading()
@@ -1047,6 +1109,54 @@ class MQTTConnection(asyncio.Protocol):
 def _connected(member: MQTTConnection) -> bool:
     """Whether a shared subscription's member has a connection (not a kept session)."""
     return member.transport is not None
+
+
+class _TakeoverWatch:
+    """The internal session through which a gateway hears of the client identifiers taken at
+    the others: what :class:`~actors.connections.Connections` asks of a session's connection,
+    its deliveries handed to :meth:`MQTTServer.taken_over`."""
+
+    closing = False
+
+    def __init__(self, server: MQTTServer, session_id: str) -> None:
+        self.server = server
+        self.session_id: str | None = session_id
+        self.in_flight = 0
+        self.wide_in_flight = 0
+        self.waiting: deque[tuple[wire.Request, int]] = deque()
+        self.outstanding: dict[int, int] = {}
+
+    def write(self, session: Any) -> None:
+        queue = session.queue
+        while len(queue):
+            items = queue.take()
+            if not items:
+                return
+            for item in items:
+                if isinstance(item, Update):
+                    try:
+                        announced = decode_value(TopicType.JSON, item.value)
+                    except Exception:  # not an announcement: nothing to do
+                        continue
+                    self.server.taken_over(announced)
+
+    def respond(self, cid: int, result: Any) -> None:
+        pass
+
+    def refuse(self, cid: int, code: str, message: str) -> None:
+        log.warning("this gateway cannot hear of MQTT client identifiers taken at others: %s %s", code, message)
+
+    def end(self, code: str, message: str, ws_code: int) -> None:
+        log.warning("the watch of MQTT client identifiers taken at other gateways ended: %s %s", code, message)
+
+    def kept_on_drop(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
 
 
 class _Established(NamedTuple):

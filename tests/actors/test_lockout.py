@@ -81,7 +81,7 @@ async def test_guessing_two_principals_locks_out_neither_a_third_nor_their_owner
 FLEET = 24
 
 
-async def test_parallel_logins_with_the_right_password_are_all_admitted(broker: str, prefix: str) -> None:
+async def test_parallel_right_logins_of_one_account_are_all_admitted(broker: str, prefix: str) -> None:
     """A fleet of clients sharing one account behind one address logs in at once: the
     attempts take turns, none counts as another's failure, and after the first check the
     rest match the password checked right lately instead of running scrypt each. (Counting

@@ -85,6 +85,25 @@ def duplicates(observed: dict[str, list[int]]) -> int:
     return sum(len(values) - len(set(values)) for values in observed.values())
 
 
+def takeover_across_gateways(cluster: Server, here: str, there: str) -> None:
+    """MQTT-3.1.4-3 across gateways: a client identifier connected at one gateway, connected
+    again at another (clean start 0), takes its session over there (session present, from
+    the record) and the first connection gets DISCONNECT 0x8E (session taken over)."""
+    options: dict[str, Any] = dict(username=ADMIN[0], password=ADMIN[1], client_id="takeover-across-gateways",
+                                   clean_start=False, session_expiry=60)
+    first = MQTT(mqtt_address(cluster, here), 5, **options)
+    try:
+        first.subscribe("takeover/#", qos=1)
+        with MQTT(mqtt_address(cluster, there), 5, **options) as second:
+            assert second.session_present is True  # its subscription came with the record
+            reason = first.disconnected.get(timeout=20)
+            assert getattr(reason, "value", reason) == 0x8E, reason
+            second.publish("takeover/x", "here", qos=1, retain=True)
+            assert second.next().payload == b"here"  # subscribed there, as it was here
+    finally:
+        first.close()
+
+
 async def test_an_mqtt_subscriber_on_a_surviving_gateway_misses_no_acknowledged_update(cluster: Server) -> None:
     """The subscriber (MQTT 5, QoS 1, ``mqtt/#``) and two native publishers (12 topics,
     CONFLATION off, spread over all 4 partitions; the client's reconnect) are on node-0's
@@ -100,6 +119,8 @@ async def test_an_mqtt_subscriber_on_a_surviving_gateway_misses_no_acknowledged_
     work = Workload(home, ADMIN, publishers=2, topics=6, subscribers=1, branch=BRANCH)
     spread = {partition_of(path, PARTITIONS) for group in work.paths for path in group}
     assert spread == set(range(PARTITIONS)), spread
+
+    await loop.run_in_executor(None, takeover_across_gateways, cluster, home[0], gateway_url(now, "node-2"))
 
     subscriber = MQTT(mqtt_address(cluster, home[0]), 5, username=ADMIN[0], password=ADMIN[1])
     received = Received(subscriber)
