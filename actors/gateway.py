@@ -174,7 +174,7 @@ class Gateway:
             scheme = "mqtts" if context is not None else "mqtt"
             self.mqtt_url = f"{scheme}://{self.host}:{self.mqtt_server.sockets[0].getsockname()[1]}"
             if self.mqtt.store is not None:
-                self.mqtt.watch_takeovers(self.link)
+                self.mqtt.watch_announcements(self.link)
         interval = int(self.config.get("sys_interval", 10))
         if interval:
             self._sys_task = asyncio.ensure_future(self._publish_figures(interval))

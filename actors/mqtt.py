@@ -44,7 +44,7 @@ from mqtt import codec as m
 from mqtt.attributes import decode_attributes, encode_attributes, for_subscriber
 from mqtt.properties import EMPTY
 from mqtt.mapping import MappingError, has_topic_name, parse_shared, path_of, selector_of, topic_of
-from mqtt.shared import SharedGroup
+from mqtt.shared import ShareDirectory, SharedGroup
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
 from sessions.incidents import IncidentLog
 from sessions.limits import PropertyLimitError
@@ -63,8 +63,12 @@ log = logging.getLogger("canopy.mqtt")
 
 #: the branch of the broker's own figures (each gateway's under gateways/NAME), read-only to MQTT
 SYS = "$SYS"
-#: where each gateway announces the client identifiers its MQTT CONNECTs take, for the others
-TAKEOVERS = "$MQTT/takeovers"
+#: where each gateway announces to the others the client identifiers its MQTT CONNECTs take and
+#: the shared subscriptions it has members of
+ANNOUNCEMENTS = "$MQTT/announcements"
+#: seconds between two announcements of a gateway's shared subscriptions (a third of how long
+#: the others believe one: mqtt.shared.ShareDirectory.ttl)
+SHARES_EVERY = 2.0
 #: the largest Topic Alias a client may use towards the gateway (MQTT 5's Topic Alias Maximum)
 TOPIC_ALIAS_MAXIMUM = 64
 WRITE_HIGH = 256 * 1024
@@ -103,8 +107,12 @@ class MQTTServer:
         self.open: set[MQTTConnection] = set()
         #: client identifier -> its connection (a second CONNECT with the identifier takes over)
         self.clients: dict[str, MQTTConnection] = {}
-        #: the partition link CONNECTs are announced through (:meth:`watch_takeovers`)
+        #: the partition link announcements go through (:meth:`watch_announcements`)
         self.link: Any = None
+        #: the gateways with members of each shared subscription, this one's included
+        self.directory = ShareDirectory(connections.gateway_id, time.monotonic, ttl=3 * SHARES_EVERY)
+        self._shares_told = False
+        self._share_timer: asyncio.TimerHandle | None = None
         #: sessions ended here because another gateway took their client identifier
         self.taken_elsewhere = 0
         self.refused = IncidentLog(REFUSED_LOG_INTERVAL)
@@ -120,38 +128,74 @@ class MQTTServer:
         self.expired = 0
         self._assigned = 0
 
-    # -- client identifiers taken over at another gateway --------------------------------------
+    # -- what the gateways tell each other: client identifiers taken, shared subscriptions --------
 
-    def watch_takeovers(self, link: Any) -> None:
-        """Hear of every MQTT CONNECT at the other gateways (:data:`TAKEOVERS`), so that a client
-        identifier taken there ends its session here (MQTT-3.1.4-3): an internal session of
-        this gateway subscribes to the topic its CONNECTs are announced on."""
+    def watch_announcements(self, link: Any) -> None:
+        """Hear what the other gateways announce (:data:`ANNOUNCEMENTS`): the client identifiers
+        their CONNECTs take (a session held here for one ends: MQTT-3.1.4-3), and the shared
+        subscriptions they have members of (:class:`~mqtt.shared.ShareDirectory`). An internal
+        session of this gateway subscribes to the topic they are announced on."""
         self.link = link
-        link.route(TAKEOVERS, AddTopic(TAKEOVERS, "JSON", {"CONFLATION": "off", "PERSISTENT": "false"}))
+        link.route(ANNOUNCEMENTS, AddTopic(ANNOUNCEMENTS, "JSON", {"CONFLATION": "off", "PERSISTENT": "false"}))
         link.flush()
         session = self.connections.open({}, "", frozenset({"ADMINISTRATOR"}), "", "INTERNAL")
-        watch = _TakeoverWatch(self, session.id)
+        watch = _AnnouncementWatch(self, session.id)
         self.connections.by_session[session.id] = watch
-        self.connections.submit(watch, wire.Request(1, "subscribe", [">" + TAKEOVERS]), time.perf_counter_ns())
+        self.connections.submit(watch, wire.Request(1, "subscribe", [">" + ANNOUNCEMENTS]), time.perf_counter_ns())
         self.connections.received()
+        self._share_timer = asyncio.get_running_loop().call_later(SHARES_EVERY, self._shares_due)
 
-    def announce(self, client_id: str, principal: str, resumed: bool) -> None:
-        """Tell the other gateways this one has just taken ``client_id`` (a value of
-        :data:`TAKEOVERS` not retained: delivered, kept nowhere)."""
+    def _tell(self, announcement: dict[str, Any]) -> None:
+        """Announce to every gateway (a value of :data:`ANNOUNCEMENTS` not retained: delivered,
+        kept nowhere)."""
         if self.link is None:
             return
-        data = encode_value(TopicType.JSON, {
-            "client": client_id, "principal": principal, "gateway": self.connections.gateway_id, "resumed": resumed,
-        })
-        self.link.route(TAKEOVERS, SetValue(TAKEOVERS, data, False, None, False, False))
+        data = encode_value(TopicType.JSON, {**announcement, "gateway": self.connections.gateway_id})
+        self.link.route(ANNOUNCEMENTS, SetValue(ANNOUNCEMENTS, data, False, None, False, False))
         self.link.flush()
 
-    def taken_over(self, announced: Any) -> None:
+    def announce(self, client_id: str, principal: str, resumed: bool) -> None:
+        """Tell the other gateways this one has just taken ``client_id``."""
+        self._tell({"kind": "connect", "client": client_id, "principal": principal, "resumed": resumed})
+
+    def _announce_shares(self) -> None:
+        """Tell the other gateways which shared subscriptions this one has members of (an empty
+        list once, after the last member left)."""
+        groups = sorted(self.shares)
+        if groups or self._shares_told:
+            self._tell({"kind": "shares", "groups": [list(g) for g in groups]})
+        self._shares_told = bool(groups)
+
+    def _shares_due(self) -> None:
+        self._announce_shares()
+        self._share_timer = asyncio.get_running_loop().call_later(SHARES_EVERY, self._shares_due)
+
+    def _shares_changed(self) -> None:
+        if self.link is not None:
+            asyncio.get_running_loop().call_soon(self._announce_shares)
+
+    def heard(self, announced: Any) -> None:
+        """An announcement of a gateway (this one's own included, which change nothing)."""
+        if not isinstance(announced, dict):
+            return
+        gateway = announced.get("gateway")
+        if not isinstance(gateway, str) or gateway == self.connections.gateway_id:
+            return
+        kind = announced.get("kind")
+        if kind == "connect":
+            self._taken_over(announced)
+        elif kind == "shares":
+            groups = announced.get("groups")
+            if isinstance(groups, list):
+                self.directory.heard(gateway, [
+                    (g[0], g[1]) for g in groups
+                    if isinstance(g, list) and len(g) == 2 and all(isinstance(x, str) for x in g)
+                ])
+
+    def _taken_over(self, announced: dict[str, Any]) -> None:
         """Another gateway took a client identifier: a session of the same principal held
         here for it ends, its connection with DISCONNECT 0x8E; its will is published unless the
         session was resumed there (its record is the other gateway's now: left alone)."""
-        if not isinstance(announced, dict) or announced.get("gateway") == self.connections.gateway_id:
-            return
         client_id = announced.get("client")
         holder = self.clients.get(client_id) if isinstance(client_id, str) else None
         if holder is None or holder.session_id is None:
@@ -176,7 +220,8 @@ class MQTTServer:
         key = (share, topic_filter)
         group = self.shares.get(key)
         if group is None:
-            group = self.shares[key] = SharedGroup()
+            group = self.shares[key] = SharedGroup(key=key)
+            self._shares_changed()
         return group
 
     def leave(self, group: SharedGroup[Any] | None, member: MQTTConnection) -> None:
@@ -185,6 +230,7 @@ class MQTTServer:
         group.leave(member)
         if not len(group):
             self.shares = {k: g for k, g in self.shares.items() if g is not group}
+            self._shares_changed()
 
     def payload(self, value_type: TopicType, value: bytes) -> bytes:
         """A value as MQTT payload text; one conversion for every session it goes to."""
@@ -211,6 +257,9 @@ class MQTTServer:
         return f"canopy-{self.connections.gateway_id}-{self._assigned:x}"
 
     def close_all(self) -> None:
+        if self._share_timer is not None:
+            self._share_timer.cancel()
+            self._share_timer = None
         for connection in list(self.open):
             if connection.session_id is None:
                 connection.abort()
@@ -1000,7 +1049,7 @@ class MQTTConnection(asyncio.Protocol):
         known = self.topics.get(alias)
         if known is None:
             return True
-        _, name, value_type, qos, retained, properties, groups, no_local, as_published, initial, topic = known
+        path, name, value_type, qos, retained, properties, groups, no_local, as_published, initial, topic = known
         if not name or qos < 0 or (first and initial and not retained):
             return True
         if first and initial and groups is not None:
@@ -1024,7 +1073,9 @@ class MQTTConnection(asyncio.Protocol):
         if groups is not None:
             answer = self._shared_answer
             if answer is None or answer[0] is not token:  # asked once per message, however often retried
-                taken = any([group.takes(self, token, _connected) for group in groups])
+                # the gateway whose members take the message, then the member here
+                owns = self.server.directory.owns
+                taken = any([group.takes(self, token, _connected) for group in groups if owns(group.key, path)])
                 answer = self._shared_answer = (token, taken)
             if not answer[1]:
                 return True
@@ -1111,10 +1162,10 @@ def _connected(member: MQTTConnection) -> bool:
     return member.transport is not None
 
 
-class _TakeoverWatch:
-    """The internal session through which a gateway hears of the client identifiers taken at
-    the others: what :class:`~actors.connections.Connections` asks of a session's connection,
-    its deliveries handed to :meth:`MQTTServer.taken_over`."""
+class _AnnouncementWatch:
+    """The internal session through which a gateway hears the others' announcements: what
+    :class:`~actors.connections.Connections` asks of a session's connection, its deliveries
+    handed to :meth:`MQTTServer.heard`."""
 
     closing = False
 
@@ -1138,16 +1189,16 @@ class _TakeoverWatch:
                         announced = decode_value(TopicType.JSON, item.value)
                     except Exception:  # not an announcement: nothing to do
                         continue
-                    self.server.taken_over(announced)
+                    self.server.heard(announced)
 
     def respond(self, cid: int, result: Any) -> None:
         pass
 
     def refuse(self, cid: int, code: str, message: str) -> None:
-        log.warning("this gateway cannot hear of MQTT client identifiers taken at others: %s %s", code, message)
+        log.warning("this gateway cannot hear the other gateways' MQTT announcements: %s %s", code, message)
 
     def end(self, code: str, message: str, ws_code: int) -> None:
-        log.warning("the watch of MQTT client identifiers taken at other gateways ended: %s %s", code, message)
+        log.warning("this gateway no longer hears the other gateways' MQTT announcements: %s %s", code, message)
 
     def kept_on_drop(self) -> bool:
         return False

@@ -11,8 +11,10 @@ a value may come twice (QoS 1 is at least once), none may be missing. Checked wi
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import queue
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,6 +106,55 @@ def takeover_across_gateways(cluster: Server, here: str, there: str) -> None:
         first.close()
 
 
+def shared_across_gateways(cluster: Server, here: str, there: str) -> None:
+    """A shared subscription with members at two gateways: each message to one member of the
+    whole group (MQTT 5, 4.8.2), not one per gateway. The gateways learn of each other's
+    members from their announcements: rounds of 20 messages (one per topic) are published
+    until one arrives exactly once each, with both members getting some; then one more round
+    must too."""
+    options: dict[str, Any] = dict(username=ADMIN[0], password=ADMIN[1])
+    members = [MQTT(mqtt_address(cluster, url), 5, **options) for url in (here, there)]
+    publisher = MQTT(mqtt_address(cluster, here), 5, **options)
+    try:
+        for member in members:
+            granted = member.subscribe("$share/workers/shared/#", qos=1)
+            assert [c.value for c in granted] == [1], granted
+
+        def one_round(n: int) -> tuple[bool, list[list[str]]]:
+            sent = {f"{n}-{k}" for k in range(20)}
+            for k in range(20):
+                publisher.publish(f"shared/{k}", f"{n}-{k}", qos=1)
+            got: list[list[str]] = [[], []]
+            quiet_until = time.monotonic() + 3
+            while time.monotonic() < quiet_until and sum(map(len, got)) < len(sent) * 2:
+                for i, member in enumerate(members):
+                    try:
+                        payload = member.messages.get(timeout=0.05).payload.decode()
+                    except queue.Empty:
+                        continue
+                    if payload in sent:
+                        got[i].append(payload)
+                        if sum(map(len, got)) >= len(sent):
+                            quiet_until = min(quiet_until, time.monotonic() + 0.5)  # a duplicate would come soon
+            every = sorted(got[0] + got[1])
+            return every == sorted(sent) and all(got), got
+
+        rounds, last = itertools.count(1), {}
+
+        def settled() -> bool:
+            exact, last["got"] = one_round(next(rounds))
+            return exact
+
+        wait_for(settled, 30, "each message to exactly one member of the group",
+                 describe=lambda: f"received per member: {last.get('got')}")
+        exact, got = one_round(next(rounds))
+        assert exact, f"a round after the group settled: {[len(g) for g in got]} received per member ({got})"
+    finally:
+        publisher.close()
+        for member in members:
+            member.close()
+
+
 async def test_an_mqtt_subscriber_on_a_surviving_gateway_misses_no_acknowledged_update(cluster: Server) -> None:
     """The subscriber (MQTT 5, QoS 1, ``mqtt/#``) and two native publishers (12 topics,
     CONFLATION off, spread over all 4 partitions; the client's reconnect) are on node-0's
@@ -121,6 +172,7 @@ async def test_an_mqtt_subscriber_on_a_surviving_gateway_misses_no_acknowledged_
     assert spread == set(range(PARTITIONS)), spread
 
     await loop.run_in_executor(None, takeover_across_gateways, cluster, home[0], gateway_url(now, "node-2"))
+    await loop.run_in_executor(None, shared_across_gateways, cluster, home[0], gateway_url(now, "node-2"))
 
     subscriber = MQTT(mqtt_address(cluster, home[0]), 5, username=ADMIN[0], password=ADMIN[1])
     received = Received(subscriber)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqtt.shared import SharedGroup
+from mqtt.shared import ShareDirectory, SharedGroup
 
 
 def always(member: str) -> bool:
@@ -65,3 +65,69 @@ def test_decisions_are_bounded() -> None:
     for token in tokens:
         group.takes("a", token, always)  # "b" never catches up
     assert len(group._decided) == 3
+
+
+# -- across gateways ---------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+GROUP = ("workers", "jobs/#")
+
+
+def directories(names: list[str], clock: Clock, members: dict[str, set[tuple[str, str]]]) -> dict[str, ShareDirectory]:
+    """One directory per gateway, each having heard every other's announcement."""
+    found = {name: ShareDirectory(name, clock) for name in names}
+    for name, directory in found.items():
+        for other in names:
+            if other != name:
+                directory.heard(other, members.get(other, set()))
+    return found
+
+
+@given(st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=50))
+def test_each_message_goes_to_exactly_one_gateway_with_members(paths: list[str]) -> None:
+    clock = Clock()
+    names = ["gw-0", "gw-1", "gw-2"]
+    members = {"gw-0": {GROUP}, "gw-2": {GROUP}}  # gw-1 has none: it never owns a message
+    found = directories(names, clock, members)
+    for path in paths:
+        owners = [name for name in ("gw-0", "gw-2") if found[name].owns(GROUP, path)]
+        assert len(owners) == 1, (path, owners)
+    assert found["gw-0"].gateways(GROUP) == ("gw-0", "gw-2")
+
+
+def test_messages_spread_over_the_gateways_and_stick_per_topic() -> None:
+    clock = Clock()
+    found = directories(["a", "b"], clock, {"a": {GROUP}, "b": {GROUP}})
+    owned = [found["a"].owns(GROUP, f"jobs/{k}") for k in range(200)]
+    assert 60 < sum(owned) < 140  # both get a fair share
+    assert owned == [found["a"].owns(GROUP, f"jobs/{k}") for k in range(200)]  # the same answer again
+
+
+def test_a_gateway_not_heard_from_for_the_ttl_has_no_members() -> None:
+    clock = Clock()
+    directory = ShareDirectory("a", clock, ttl=6)
+    directory.heard("b", [GROUP])
+    assert directory.gateways(GROUP) == ("a", "b")
+    clock.now += 6
+    assert directory.gateways(GROUP) == ("a", "b")
+    clock.now += 0.5
+    assert directory.gateways(GROUP) == ("a",)
+    assert all(directory.owns(GROUP, f"p{k}") for k in range(20))
+    directory.heard("b", [GROUP])  # back
+    assert directory.gateways(GROUP) == ("a", "b")
+    directory.heard("b", [])  # its last member left
+    assert directory.gateways(GROUP) == ("a",) and directory.gateways(("other", "#")) == ("a",)
+
+
+def test_a_gateway_s_own_announcements_change_nothing() -> None:
+    directory = ShareDirectory("a", Clock())
+    directory.heard("a", [("x", "#")])
+    assert directory.gateways(("x", "#")) == ("a",)
