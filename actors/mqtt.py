@@ -315,6 +315,10 @@ class MQTTConnection(asyncio.Protocol):
         #: subscription groups when only those match]
         self.topics: dict[int, list[Any]] = {}
         self.inbound_aliases: dict[int, str] = {}
+        #: topic aliases this server may still assign on this connection (MQTT 5: the client's
+        #: Topic Alias Maximum, at most 64), and those assigned: topic name bytes -> alias
+        self.alias_room = 0
+        self.outbound_aliases: dict[bytes, int] = {}
         self.received_qos2: set[int] = set()
         #: packet id -> the QoS 1 or 2 PUBLISH sent and not acknowledged (True once PUBREC came)
         self.inflight: dict[int, bool] = {}
@@ -688,6 +692,8 @@ class MQTTConnection(asyncio.Protocol):
                 self.send_quota = min(self.send_quota, properties.receive_maximum)
             if properties.maximum_packet_size:
                 self.client_max_packet = properties.maximum_packet_size
+            # topic aliases for what this server sends: as many as the client takes, at most 64
+            self.alias_room = min(properties.topic_alias_maximum or 0, TOPIC_ALIAS_MAXIMUM)
         server_keep_alive = None
         if keep_alive == 0 or keep_alive > self.server.max_keep_alive:
             if v5:
@@ -1084,11 +1090,27 @@ class MQTTConnection(asyncio.Protocol):
         if first and not payload:
             return True  # no value: no retained message
         retain = (first and initial) or (as_published and published_retain and not first)
+        kept_properties = properties
+        aliased = bool(self.alias_room or self.outbound_aliases)
+        if aliased:
+            # a topic alias: the first PUBLISH of a topic carries its name and the alias it gets,
+            # the later ones the alias alone (MQTT 5, 3.3.2.3.4); per connection, so not shared
+            alias = self.outbound_aliases.get(topic)
+            if alias is None and self.alias_room:
+                self.alias_room -= 1
+                alias = self.outbound_aliases[topic] = len(self.outbound_aliases) + 1
+                properties = replace(properties, topic_alias=alias)
+            elif alias is not None:
+                properties = replace(properties, topic_alias=alias)
+                topic = b"\x00\x00"
         if qos > 0:
             if len(self.inflight) >= self.send_quota:
                 return False
             packet_id = self._packet_id()
             data = m.publish_bytes(topic, payload, qos, retain, packet_id, self._block(properties))
+        elif aliased:  # this connection's own packet
+            packet_id = None
+            data = m.publish_bytes(topic, payload, 0, retain, None, self._block(properties))
         else:
             packet_id = None
             # the same message to many sessions: built once (the value object is what they share)
@@ -1103,8 +1125,8 @@ class MQTTConnection(asyncio.Protocol):
             return True  # larger than the client takes (MQTT-3.1.2-25): dropped
         if packet_id is not None:
             self.inflight[packet_id] = False
-            if self.expiry:
-                self.unacked[packet_id] = m.Publish(name, payload, qos, retain, False, packet_id, properties)
+            if self.expiry:  # sent again on another connection: by its name, without this one's alias
+                self.unacked[packet_id] = m.Publish(name, payload, qos, retain, False, packet_id, kept_properties)
         self._chunks.append(data)
         server.sent += 1
         return True

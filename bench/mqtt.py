@@ -60,10 +60,10 @@ topic with the default CONFLATION). Mosquitto gets the configuration of
 bench/peers.py; nats-server ``jetstream { store_dir }`` and ``mqtt { port }``
 (NATS's MQTT speaks 3.1.1 only, which is what every client here uses).
 
-The load clients log in one at a time: canopy's login guard (sessions/logins.py)
-counts each login as a failure until it succeeds, so of a burst of parallel
-logins as one principal from one address only the first 7 are admitted and the
-rest are answered "bad user name or password". A subscriber a broker cut off is
+The load clients log in one at a time, so that connecting is not part of what is
+measured (canopy's login guard lets parallel logins of one principal from one
+address take turns, and after the first they cost no scrypt; sessions/logins.py).
+A subscriber a broker cut off is
 connected again before the next phase (and reported). Each phase counts only
 messages sent after it began, so a backlog of the previous one cannot pass for
 its deliveries (reported as "stale"). The "other cores" column is what the rest
@@ -479,10 +479,8 @@ class _Subscriber:
             self.events.append(f"subscriber {self.index} disconnected at {time.strftime('%H:%M:%S')}: {reason}")
 
     async def connect(self) -> None:
-        """Connect (again) and wait until subscribed. One login at a time: canopy's login guard
-        counts a login as a failure until it succeeds, so of a burst of parallel logins as one
-        principal from one address only the first 7 are admitted and the rest refused as a
-        wrong password (sessions/logins.py)."""
+        """Connect (again) and wait until subscribed; one login at a time, so that connecting
+        stays out of what is measured."""
         self.subscribed.clear()
         if self.connects == 0:
             self.client.connect("127.0.0.1", self.port, keepalive=60)

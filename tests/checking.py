@@ -197,11 +197,14 @@ class Workload:
                 self.history.refused += 1
         return unknown
 
-    async def stop(self, settle: float = 1.0) -> None:
-        """Stop publishing; wait until every answer is in (and ``settle`` seconds for deliveries)."""
+    async def stop(self) -> None:
+        """Stop publishing; wait until every answer is in (:func:`finish` then waits until the
+        subscribers have every final value)."""
         self._stop.set()
         await asyncio.gather(*self._tasks)
-        await asyncio.sleep(settle)
+
+    def acknowledged_per_topic(self) -> dict[str, int]:
+        return {path: len(self.history.acknowledged.get(path, ())) for group in self.paths for path in group}
 
     async def read_final(self, urls: list[str] | None = None, deadline: float = 60.0) -> None:
         """Each topic's value now, from a fresh session (retried until the broker answers)."""
@@ -242,6 +245,22 @@ def behind(work: Workload) -> list[tuple[int, str, int | None, int | None]]:
             if last != final:
                 out.append((k, path, last, final))
     return out
+
+
+async def progressed(*works: Workload, writes: int = 10, timeout: float = 60.0) -> None:
+    """Wait until every topic of each workload has ``writes`` more acknowledged writes than
+    it had when called: traffic flows on every topic (a condition with a deadline, not a
+    sleep); fail with what each topic got meanwhile."""
+    loop = asyncio.get_running_loop()
+    before = [work.acknowledged_per_topic() for work in works]
+
+    def short() -> dict[str, int]:
+        return {path: n - was[path] for work, was in zip(works, before)
+                for path, n in work.acknowledged_per_topic().items() if n < was[path] + writes}
+
+    await loop.run_in_executor(None, lambda: wait_for(
+        lambda: not short(), timeout, f"{writes} more acknowledged writes on every topic",
+        describe=lambda: dict(list(short().items())[:6])))
 
 
 async def finish(*works: Workload, urls: list[str]) -> None:

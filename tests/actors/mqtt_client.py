@@ -23,6 +23,7 @@ class MQTT:
         password: str | None = None, client_id: str | None = None, user_properties: dict[str, str] | None = None,
         connect: bool = True, transport: str = "tcp", tls_ca: str | None = None,
         clean_start: bool = True, session_expiry: int | None = None, bind_address: str = "",
+        topic_alias_maximum: int | None = None,
     ) -> None:
         self.address = address
         self.version = version
@@ -35,6 +36,7 @@ class MQTT:
         self.clean_start = clean_start
         self.bind_address = bind_address
         self.session_expiry = session_expiry
+        self.topic_alias_maximum = topic_alias_maximum
         #: the session present flag of the last CONNACK
         self.session_present: bool | None = None
         if transport == "websockets":
@@ -62,8 +64,11 @@ class MQTT:
     def connect(self) -> Any:
         """Connect; the CONNACK's reason code."""
         properties = None
-        if self.version == 5 and (self.user_properties or self.session_expiry is not None):
+        if self.version == 5 and (self.user_properties or self.session_expiry is not None
+                                  or self.topic_alias_maximum is not None):
             properties = Properties(PacketTypes.CONNECT)
+            if self.topic_alias_maximum is not None:
+                properties.TopicAliasMaximum = self.topic_alias_maximum
             if self.user_properties:
                 properties.UserProperty = list(self.user_properties.items())
             if self.session_expiry is not None:

@@ -284,6 +284,30 @@ def test_MQTT_3_3_2_5_and_6_a_message_expires_in_the_queue_and_goes_out_with_wha
             assert fresh.payload == b"fresh" and 28 <= fresh.properties.MessageExpiryInterval <= 30
 
 
+def test_MQTT_3_3_2_8_and_11_the_server_sends_topic_aliases_within_the_client_s_maximum(
+    mqtt_address: tuple[str, int], prefix: str
+) -> None:
+    """A client that takes topic aliases (Topic Alias Maximum 2 in its CONNECT) gets each
+    topic's first PUBLISH with its name and an alias between 1 and 2 (never 0: MQTT-3.3.2-8;
+    never over its maximum: MQTT-3.3.2-11), the later ones with the alias alone; a third topic,
+    with no alias left, by its name. A client that takes none gets none."""
+    with admin_mqtt(mqtt_address, 5) as publisher, \
+            admin_mqtt(mqtt_address, 5, topic_alias_maximum=2) as aliased, admin_mqtt(mqtt_address, 5) as plain:
+        for client in (aliased, plain):
+            client.subscribe(f"{prefix}/#", qos=1)
+        sent = ["a", "a", "b", "c", "b", "c"]
+        for k, name in enumerate(sent):
+            publisher.publish(f"{prefix}/{name}", str(k), qos=1)
+        got = [aliased.next() for _ in sent]
+        alias_of = lambda m: getattr(m.properties, "TopicAlias", None)  # noqa: E731
+        assert [(m.topic, alias_of(m), m.payload) for m in got] == [
+            (f"{prefix}/a", 1, b"0"), ("", 1, b"1"), (f"{prefix}/b", 2, b"2"), (f"{prefix}/c", None, b"3"),
+            ("", 2, b"4"), (f"{prefix}/c", None, b"5"),
+        ]
+        assert [(m.topic, alias_of(m)) for m in (plain.next() for _ in sent)] == [
+            (f"{prefix}/{name}", None) for name in sent]
+
+
 def test_a_client_identifier_of_another_principal_s_session_is_refused(
     broker: str, mqtt_address: tuple[str, int], prefix: str
 ) -> None:

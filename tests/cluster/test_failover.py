@@ -19,7 +19,7 @@ import pytest
 
 import canopy
 from replication.config_log import ConfigLogStore
-from tests.checking import Workload, check, finish
+from tests.checking import Workload, check, finish, progressed
 from tests.conftest import free_port, wait_for
 from tests.e2e.conftest import ADMIN, Server, cli
 from cluster import processes
@@ -236,7 +236,7 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
             await admin.fanout.add("up", primary.url, "?F//", principal=ADMIN[0], password=ADMIN[1], retry_delay=0.2)
             await fanned(admin, 1)
         assert status(cluster)["services"]["fanout-up"] == "node-1"
-        await asyncio.sleep(3)
+        await progressed(work, roaming)
         await loop.run_in_executor(None, crash_node, cluster, "node-1")
         after = await loop.run_in_executor(
             None, lambda: wait_for(lambda: healthy_without("node-1")(cluster), FAILOVER,
@@ -263,7 +263,7 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
         moved = status(cluster)["services"]
         assert moved["views"] in ("node-0", "node-2") and moved["session-trees"] in ("node-0", "node-2"), moved
         assert moved["fanout-up"] in ("node-0", "node-2"), moved
-        await asyncio.sleep(2)
+        await progressed(work, roaming)
         added = node_cli(cluster, "add-node", "node-1")
         assert added.returncode == 0 and "starting again" in added.stdout, (added.stdout, added.stderr)
 
@@ -276,7 +276,7 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
 
         back = await loop.run_in_executor(None, lambda: wait_for(rejoined, FAILOVER, "node-1 back, holding partitions"))
         assert gateway_url(back, "node-1") == roaming.urls[0], back["gateways"]  # at the URL its clients know
-        await asyncio.sleep(2)
+        await progressed(work, roaming)
         await finish(work, roaming, urls=home)
     finally:
         await work.close()
@@ -320,7 +320,7 @@ async def test_a_paused_primary_acknowledges_nothing_after_its_successor_took_ov
     await work.start()
     await stranded.start()
     try:
-        await asyncio.sleep(2)
+        await progressed(work, stranded)
         paused = node_cli(cluster, "pause-node", victim, "--seconds", "12")
         assert paused.returncode == 0, (paused.stdout, paused.stderr)
         await loop.run_in_executor(
@@ -335,7 +335,7 @@ async def test_a_paused_primary_acknowledges_nothing_after_its_successor_took_ov
         await loop.run_in_executor(None, lambda: wait_for(
             lambda: not left(), 60, f"{victim}'s raylet and canopy's actors there to exit once resumed",
             describe=left))
-        await asyncio.sleep(2)
+        await progressed(work, stranded)
         await finish(work, stranded, urls=home)
     finally:
         await work.close()
@@ -440,7 +440,9 @@ async def test_a_killed_controller_comes_back_and_every_change_was_made_or_refus
                             await asyncio.sleep(0.05)
 
             changing = asyncio.ensure_future(change())
-            await asyncio.sleep(2)
+            await loop.run_in_executor(None, lambda: wait_for(
+                lambda: len(made["principals"]) >= 3, 30, "security changes made before the kill",
+                describe=lambda: (made, refused)))
             info = json.loads((cluster.data_dir / "server.json").read_text())
             seen = sum("(ControllerActor) is back and serving" in line for line in cluster.lines)
             os.kill(info["controller_pid"], 9)
@@ -458,7 +460,7 @@ async def test_a_killed_controller_comes_back_and_every_change_was_made_or_refus
             references = {r.path for r in await s.topics.fetch("?v.*//")}
         after = await loop.run_in_executor(None, lambda: wait_for(
             lambda: (st := status(cluster))["healthy"] and st, 60, "a healthy cluster after the restart"))
-        await asyncio.sleep(1)
+        await progressed(work)
         await finish(work, urls=urls[:1])
     finally:
         await work.close()

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import canopy
-from tests.checking import Workload, check
+from tests.checking import Workload, check, progressed
 from tests.cluster.test_failover import FAILOVER, crash_node, finish, gateway_url, healthy_without, node_cli, status
 from tests.conftest import free_port, wait_for
 from tests.e2e.conftest import ADMIN, Server
@@ -111,7 +111,7 @@ async def test_ray_gcs_restarts_from_redis_and_the_cluster_goes_on(tmp_path: Pat
             async with canopy.connect(home, *ADMIN) as admin:
                 await admin.topics.add_and_set("src/x", 1)
                 await admin.views.create("mirror", "map ?src// to mirror/<path(1)>")
-            await asyncio.sleep(2)
+            await progressed(work)
             asked = node_cli(srv, "restart-gcs", "--seconds", "4")
             assert asked.returncode == 0 and "started again 4 s later" in asked.stdout, (asked.stdout, asked.stderr)
 

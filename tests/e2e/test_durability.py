@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import canopy
-from tests.checking import Workload, check
+from tests.checking import Workload, check, finish, progressed
 from tests.conftest import wait_for
 from tests.e2e.conftest import ADMIN, Server, cli
 from tests.e2e.test_supervision import _actor_pid, _descendants, _instance_gone, _session_dir
@@ -30,15 +30,17 @@ def back(srv: Server, actor: str, seen: int) -> bool:
     return sum(f"({actor}) is back and serving" in line for line in srv.lines) > seen
 
 
-async def run_with(srv: Server, fault: object, seconds: float, **shape: int) -> Workload:
+async def run_with(srv: Server, fault: object, writes: int, **shape: int) -> Workload:
+    """The workload writing, the fault, the workload writing again (``writes`` more acknowledged
+    writes on every topic before the fault and after it), then every final value read and seen
+    by the subscribers."""
     work = Workload([srv.url], ADMIN, **shape)  # type: ignore[arg-type]
     await work.start()
     try:
-        await asyncio.sleep(seconds / 2)
+        await progressed(work, writes=writes)
         await asyncio.get_running_loop().run_in_executor(None, fault)  # type: ignore[arg-type]
-        await asyncio.sleep(seconds / 2)
-        await work.stop()
-        await work.read_final()
+        await progressed(work, writes=writes)
+        await finish(work, urls=[srv.url])
     finally:
         await work.close()
     return work
@@ -54,7 +56,7 @@ def kill_actor(srv: Server, actor: str) -> None:
 async def test_a_killed_actor_loses_nothing_acknowledged(tmp_path: Path, actor: str) -> None:
     srv = Server(tmp_path / "data", "--partitions", "2").wait_ready()
     try:
-        work = await run_with(srv, lambda: kill_actor(srv, actor), 6, publishers=2, topics=8, subscribers=2)
+        work = await run_with(srv, lambda: kill_actor(srv, actor), 20, publishers=2, topics=8, subscribers=2)
     finally:
         assert srv.stop() == 0, srv.output
     report = check(work.history)
@@ -78,7 +80,7 @@ async def test_a_killed_serve_restarts_with_everything_acknowledged(tmp_path: Pa
         second = Server(data, "--partitions", "2", port=port).wait_ready()
 
     try:
-        work = await run_with(first, kill_and_restart, 6, publishers=2, topics=8, subscribers=2)
+        work = await run_with(first, kill_and_restart, 20, publishers=2, topics=8, subscribers=2)
     finally:
         first.stop()
         if second is not None:
@@ -201,7 +203,7 @@ async def test_soak_repeated_partition_kills_lose_nothing_acknowledged(tmp_path:
             time.sleep(15)
 
     try:
-        work = await run_with(srv, kill_repeatedly, 20, publishers=4, topics=25, subscribers=4)
+        work = await run_with(srv, kill_repeatedly, 60, publishers=4, topics=25, subscribers=4)
     finally:
         assert srv.stop() == 0, srv.output
     report = check(work.history)

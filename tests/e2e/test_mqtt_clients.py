@@ -583,6 +583,24 @@ def test_mqttjs_receives_native_updates_and_a_late_subscriber_the_retained_value
         }
 
 
+def test_mqttjs_resolves_the_topic_aliases_canopy_sends(server: Server, mqttjs: Path, native: Any, prefix: str) -> None:
+    """MQTT.js takes 3 topic aliases (Topic Alias Maximum in its CONNECT): canopy sends three
+    topics' later messages by alias alone, which MQTT.js resolves to their names, and it would
+    refuse an alias over its maximum (MQTT-3.3.2-11). At QoS 1: MQTT.js 5.16 leaves the topic
+    of a QoS 2 message that came by alias empty."""
+    add_typed(native, prefix, *TYPES)
+    with MQTTjs(mqttjs, server, 5, properties={"topicAliasMaximum": 3}) as js:
+        assert js.subscribe(f"{prefix}/#", 1) == [1]
+        for i in range(2):
+            for t in TYPES:
+                native.topics.set(f"{prefix}/{leaf(t)}", VALUES[t][i][0])
+        assert by_topic(js.wait_messages(2 * len(TYPES), "MQTT.js to receive the native updates")) == {
+            f"{prefix}/{leaf(t)}": [(VALUES[t][0][1], 1, False), (VALUES[t][1][1], 1, False)] for t in TYPES
+        }
+        by_alias = [e["alias"] for e in js.events() if e["event"] == "message"]
+        assert sorted(a for a in by_alias if a is not None) == [1, 1, 2, 2, 3, 3], by_alias
+
+
 @pytest.mark.parametrize("version", MQTTJS_VERSIONS)
 def test_a_native_client_receives_mqttjs_publishes_at_qos_1_and_2(
     server: Server, mqttjs: Path, native: Any, prefix: str, version: int

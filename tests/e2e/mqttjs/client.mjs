@@ -10,7 +10,8 @@
 //   {"event": "connect", "reasonCode": 0, "properties": {...}}
 //   {"event": "suback", "id": 1, "granted": [2], "error": null}
 //   {"event": "puback", "id": 2, "error": null, "code": null}   (code: an MQTT 5 reason code >= 0x80)
-//   {"event": "message", "topic": "a/b", "payload": "aGk=", "qos": 1, "retain": false}
+//   {"event": "message", "topic": "a/b", "payload": "aGk=", "qos": 1, "retain": false, "alias": null}
+//     (topic: resolved by MQTT.js when the PUBLISH came with a topic alias, which "alias" gives)
 //   {"event": "error" | "disconnect" | "close" | "ended", ...}
 import mqtt from "mqtt";
 import { createInterface } from "node:readline";
@@ -22,7 +23,8 @@ const client = mqtt.connect(url, { reconnectPeriod: 0, connectTimeout: 15000, ..
 client.on("connect", (connack) =>
   out({ event: "connect", reasonCode: connack.reasonCode ?? connack.returnCode ?? 0, properties: connack.properties ?? {} }));
 client.on("message", (topic, payload, packet) =>
-  out({ event: "message", topic, payload: payload.toString("base64"), qos: packet.qos, retain: packet.retain }));
+  out({ event: "message", topic, payload: payload.toString("base64"), qos: packet.qos, retain: packet.retain,
+         alias: packet.properties?.topicAlias ?? null }));
 client.on("error", (err) => out({ event: "error", message: err.message, code: err.code ?? null }));
 client.on("disconnect", (packet) => out({ event: "disconnect", reasonCode: packet.reasonCode ?? null }));
 client.on("close", () => out({ event: "close" }));
