@@ -1220,7 +1220,8 @@ class _AnnouncementWatch:
         log.warning("this gateway cannot hear the other gateways' MQTT announcements: %s %s", code, message)
 
     def end(self, code: str, message: str, ws_code: int) -> None:
-        log.warning("this gateway no longer hears the other gateways' MQTT announcements: %s %s", code, message)
+        if code != "SERVER_SHUTDOWN":
+            log.warning("this gateway no longer hears the other gateways' MQTT announcements: %s %s", code, message)
 
     def kept_on_drop(self) -> bool:
         return False
