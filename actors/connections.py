@@ -432,6 +432,7 @@ class Connections:
             except AuthenticationFailed:
                 self._log_refusal(None, address, LoginFailure.ANONYMOUS_NOT_ALLOWED, known=False)
                 raise
+        deadline = time.monotonic() + self.logins.max_wait  # the answer comes within it, whatever it waits for
         pair = (principal, address)
         turn = self._turns.get(pair)
         if turn is None:
@@ -441,12 +442,13 @@ class Connections:
             try:  # one attempt of a pair at a time: the next sees whether this one was right
                 await asyncio.wait_for(turn.lock.acquire(), self.logins.max_wait)
             except asyncio.TimeoutError:
+                self.logins.turn_timed_out()
                 self._log_refusal(principal, address, LoginFailure.REFUSED, known=principal in security.principals)
                 raise AuthenticationFailed.wrong_credentials(principal) from None
             try:
                 if not is_open():  # gone while it queued: not counted
                     raise AuthenticationFailed.wrong_credentials(principal)
-                return await self._check(is_open, principal, password, address)
+                return await self._check(is_open, principal, password, address, deadline - time.monotonic())
             finally:
                 turn.lock.release()
         finally:
@@ -454,10 +456,13 @@ class Connections:
             if not turn.users:
                 del self._turns[pair]
 
-    async def _check(self, is_open: Callable[[], bool], principal: str, password: str | None, address: str) -> frozenset[str]:
-        """One attempt's turn: the guard's wait or refusal, then the password check."""
+    async def _check(
+        self, is_open: Callable[[], bool], principal: str, password: str | None, address: str, left: float
+    ) -> frozenset[str]:
+        """One attempt's turn: the guard's wait (at most ``left`` seconds more) or refusal,
+        then the password check."""
         security = self.registry.security
-        admission = self.logins.admit(principal, address)  # counts as a failure until it succeeds
+        admission = self.logins.admit(principal, address, left)  # counts as a failure until it succeeds
         if admission.wait:
             await asyncio.sleep(admission.wait)  # only this connection waits
         if not admission.admitted:

@@ -98,7 +98,8 @@ past the address's 100 free failures, the address's).
 
 **One attempt at a time per pair.** The gateway decides the attempts of
 one (principal, address) one after another (each waits for the one before
-it to be checked, at most ``max_wait``, else it is refused):
+it to be checked; waiting for its turn and the guard's wait together last
+at most ``max_wait``, else it is refused, so the answer still comes in time):
 a guesser's parallel attempts queue as above, while a client's parallel
 logins with the right password are never counted as each other's
 failures -- each finds the one before it succeeded, and, with
@@ -313,11 +314,14 @@ class LoginGuard:
         self._trusted: OrderedDict[tuple[str | bytes, str | bytes], None] = OrderedDict()  # latest success last
         self._max_trusted = max_tracked
         self._admitted = self._succeeded = self._delayed = 0
-        self._refused = dict.fromkeys(_KINDS, 0)
+        self._refused = dict.fromkeys((*_KINDS, "turn"), 0)
 
-    def admit(self, principal: str, address: str) -> Admission:
+    def admit(self, principal: str, address: str, max_wait: float | None = None) -> Admission:
         """The fate of an attempt to log in as ``principal`` from ``address``;
-        an admitted attempt counts as a failure until :meth:`succeeded`."""
+        an admitted attempt counts as a failure until :meth:`succeeded`.
+        ``max_wait``: the most this attempt may still wait (less than the
+        guard's own when it waited already, e.g. for its turn)."""
+        limit = self.max_wait if max_wait is None else max(0.0, min(self.max_wait, max_wait))
         now = self._clock()
         p, a = _key(principal), _key(address)
         trusted = (p, a) in self._trusted
@@ -329,9 +333,9 @@ class LoginGuard:
         }
         blamed = max(_KINDS, key=waits.__getitem__)  # the first of the longest
         wait = waits[blamed]
-        if wait > self.max_wait:
+        if wait > limit:
             self._refused[blamed] += 1
-            return Admission(self.max_wait, admitted=False)
+            return Admission(limit, admitted=False)
         at = now + wait
         self._pairs.fail((p, a), now, at)
         self._addresses.fail(a, now, at, paced=paced)
@@ -340,6 +344,11 @@ class LoginGuard:
         if wait > 0:
             self._delayed += 1
         return Admission(wait, admitted=True)
+
+    def turn_timed_out(self) -> None:
+        """An attempt waited ``max_wait`` for its pair's turn and is refused unchecked (counted
+        as ``login_refused_turn``)."""
+        self._refused["turn"] += 1
 
     def succeeded(self, principal: str, address: str) -> None:
         """The admitted attempt was right: clear the pair, take the attempt
@@ -379,7 +388,8 @@ class LoginGuard:
           whose wait was the longest: ``login_refused_pair`` (one client
           guessing one principal), ``login_refused_address`` (one client
           trying many principals), ``login_refused_principal`` (many
-          clients guessing one principal).
+          clients guessing one principal); and ``login_refused_turn``, attempts
+          that waited ``max_wait`` for the attempts of their pair before them.
 
         Gauges:
 

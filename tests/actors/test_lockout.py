@@ -107,3 +107,4 @@ async def test_parallel_right_logins_of_one_account_are_all_admitted(broker: str
 async def verified_matches(admin: canopy.Session) -> int:
     status = await admin.server.cluster_status()
     return sum((g["guard"] or {}).get("login_verified_matches", 0) for g in status["gateways"])
+

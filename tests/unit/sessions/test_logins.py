@@ -391,7 +391,7 @@ def test_stats_count_what_the_guard_did(clock: Clock) -> None:
     guard = LoginGuard(clock)
     assert guard.stats() == {
         "login_admitted": 0, "login_succeeded": 0, "login_failures": 0, "login_delayed": 0, "login_refused": 0,
-        "login_refused_pair": 0, "login_refused_address": 0, "login_refused_principal": 0,
+        "login_refused_pair": 0, "login_refused_address": 0, "login_refused_principal": 0, "login_refused_turn": 0,
         "login_pairs": 0, "login_addresses": 0, "login_principals": 0, "login_trusted": 0,
     }
     for _ in range(9):
@@ -402,13 +402,16 @@ def test_stats_count_what_the_guard_did(clock: Clock) -> None:
     login(guard, clock, "alice", "10.0.0.1")
     assert guard.stats() == {
         "login_admitted": 22, "login_succeeded": 1, "login_failures": 21, "login_delayed": 8, "login_refused": 3,
-        "login_refused_pair": 2, "login_refused_address": 0, "login_refused_principal": 1,
+        "login_refused_pair": 2, "login_refused_address": 0, "login_refused_principal": 1, "login_refused_turn": 0,
         "login_pairs": 15, "login_addresses": 15, "login_principals": 2, "login_trusted": 1,
     }
     guard.admit("victim", "10.0.0.1")
     for i in range(120):
         guard.admit(f"user{i}", "10.0.0.1")  # new principals, all at once: beyond the paced queue
     assert guard.stats()["login_refused_address"] == 120 - (100 - 8) - 6
+    before = guard.stats()["login_refused"]
+    guard.turn_timed_out()  # an attempt that waited its whole time for its turn
+    assert guard.stats()["login_refused_turn"] == 1 and guard.stats()["login_refused"] == before + 1
 
 
 def test_a_flood_of_fresh_names_does_not_push_out_a_guessed_principal() -> None:
@@ -467,3 +470,16 @@ def test_verified_passwords_keep_no_password() -> None:
     verified = VerifiedPasswords(Clock())
     verified.remember("alice", "correct horse battery staple", "h")
     assert "correct horse" not in repr(vars(verified))
+
+
+def test_an_attempt_that_waited_already_waits_at_most_what_is_left(clock: Clock) -> None:
+    """An attempt that waited for its turn gets only the rest of max_wait: a wait longer
+    than that is refused, uncounted, and answered when the rest has passed."""
+    guard = pair_only(clock)
+    for _ in range(4):  # 3 free failures, then one more: the next waits 0.5 s
+        attempt(guard, clock, "p", "a")
+    before = guard.failures("p", "a")
+    refused = guard.admit("p", "a", max_wait=0.2)
+    assert refused == Admission(0.2, admitted=False) and guard.failures("p", "a") == before
+    assert guard.admit("p", "a", max_wait=1.0) == Admission(0.5, admitted=True)
+    assert guard.admit("q", "a", max_wait=-3).admitted  # nothing to wait for: never refused
