@@ -301,6 +301,9 @@ class Connections:
         self.per_address: dict[str, int] = {}
         #: connections that are not WebSocket streams (MQTT over TCP), counted against the limits too
         self.others = 0
+        #: the gateway's own sessions (not clients': the MQTT front door's announcement watch),
+        #: which no session query or change names and no session count includes
+        self.internal: set[str] = set()
         #: makes the handler of a WebSocket connection for ``/mqtt`` (stream, release), when MQTT is on
         self.websocket_mqtt: Callable[..., Handler] | None = None
 

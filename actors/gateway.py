@@ -219,7 +219,7 @@ class Gateway:
                 put(f"{base}/uptime", "INT64", int(time.monotonic() - started))
                 put(f"{base}/clients/connected", "INT64", len(self.connections.streams) + self.connections.others)
                 put(f"{base}/clients/mqtt", "INT64", stats["mqtt_connections"])
-                put(f"{base}/sessions", "INT64", len(self.registry.sessions))
+                put(f"{base}/sessions", "INT64", len(self.registry.sessions) - len(self.connections.internal))
                 put(f"{base}/sessions/mqtt_kept", "INT64", stats["mqtt_kept_sessions"])
                 put(f"{base}/messages/mqtt/received", "INT64", stats["mqtt_publishes_received"])
                 put(f"{base}/messages/mqtt/sent", "INT64", stats["mqtt_publishes_sent"])
@@ -256,7 +256,7 @@ class Gateway:
             "login_verified_matches": self.connections.verified.matched,
             "unexpected_errors": self.unexpected,
             "unexpected_errors_not_logged": self.incidents.suppressed,
-            "sessions": len(self.registry.sessions),
+            "sessions": len(self.registry.sessions) - len(self.connections.internal),
             "kept_sessions": len(self.connections.kept),
             "groups": len(self.registry.groups),
             "interest": len(self.registry.interest),
@@ -322,11 +322,14 @@ class Gateway:
         return changed
 
     def _select(self, kind: str, value: str) -> list[str]:
-        """This gateway's sessions a target names."""
+        """This gateway's sessions a target names (its own internal ones never: they are
+        not clients' sessions)."""
+        internal = self.connections.internal
         if kind == "id":
-            return [value] if value in self.registry.sessions else []
+            return [value] if value in self.registry.sessions and value not in internal else []
         session_filter = parse_filter(value)
-        return [s.id for s in self.registry.sessions.values() if session_filter.matches(s.properties, s.roles)]
+        return [s.id for s in self.registry.sessions.values()
+                if s.id not in internal and session_filter.matches(s.properties, s.roles)]
 
     # -- events from partitions ----------------------------------------------
 

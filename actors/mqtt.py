@@ -141,6 +141,7 @@ class MQTTServer:
         session = self.connections.open({}, "", frozenset({"ADMINISTRATOR"}), "", "INTERNAL")
         watch = _AnnouncementWatch(self, session.id)
         self.connections.by_session[session.id] = watch
+        self.connections.internal.add(session.id)
         self.connections.submit(watch, wire.Request(1, "subscribe", [">" + ANNOUNCEMENTS]), time.perf_counter_ns())
         self.connections.received()
         self._share_timer = asyncio.get_running_loop().call_later(SHARES_EVERY, self._shares_due)

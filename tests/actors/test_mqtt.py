@@ -158,6 +158,14 @@ def test_mqtt_5_user_properties_become_session_properties(
         assert properties["$Principal"] == "admin"
 
 
+def test_the_gateway_s_own_session_is_no_client_s(broker: str) -> None:
+    """The session through which a gateway hears the others' MQTT announcements is not a
+    client's: no session query finds it and no session change reaches it."""
+    with canopy.connect_sync(broker, *ADMIN) as admin:
+        assert admin.sessions.get_properties(filter="$Transport is 'INTERNAL'") == {}
+        assert all(p["$Transport"] != "INTERNAL" for p in admin.sessions.get_properties(filter="$Principal is ''").values())
+
+
 def test_wrong_credentials_are_refused_with_the_connack_code(mqtt_address: tuple[str, int]) -> None:
     """MQTT 5 CONNACK 0x86; MQTT 3.1.1 return code 4 (bad user name or password), then the
     connection is closed (MQTT-3.2.2-5)."""
