@@ -574,20 +574,7 @@ async def _publisher(conn: Connection, port: int, topics: int, seen: Any, lead: 
         await asyncio.wait_for(connected.wait(), 20)
     except TimeoutError:
         raise RuntimeError("publisher not connected within 20 s") from None
-    names = [f"bench/t{i}" for i in range(topics)]
-    queued = 0
-
-    async def publish(topic: int, payload: bytes) -> None:
-        # as bench/peers.py: publish() only queues; every BATCH messages wait until paho handed
-        # its queue to the kernel, which bounds what the publisher holds in user space
-        nonlocal queued
-        info = client.publish(names[topic], payload, qos=0)
-        if info.rc != paho.MQTT_ERR_SUCCESS:
-            raise RuntimeError(f"paho publish failed: {paho.error_string(info.rc)}")
-        queued += 1
-        if queued >= peers.BATCH:
-            queued = 0
-            await driver.drained()
+    publish = peers.paho_publisher(client, driver, topics)  # as bench/peers.py's publisher
 
     commands: asyncio.Queue[Any] = asyncio.Queue()
     loop.add_reader(conn.fileno(), lambda: commands.put_nowait(conn.recv()))

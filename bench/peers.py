@@ -686,28 +686,36 @@ async def _bench_mosquitto(
         except TimeoutError:
             raise RuntimeError("mosquitto publisher not connected within 10 s") from None
 
-        names = [f"bench/t{i}" for i in range(topics)]
-        queued = 0
-
-        async def publish(topic: int, payload: bytes) -> None:
-            # publish() only queues the packet; the loop's writer callback sends
-            # it.  Waiting for the queue to empty every BATCH messages bounds
-            # what the publisher can hold in user space, like nats-py's buffer.
-            nonlocal queued
-            info = pub.publish(names[topic], payload, qos=0)
-            if info.rc != mqtt.MQTT_ERR_SUCCESS:
-                raise RuntimeError(f"paho publish failed: {mqtt.error_string(info.rc)}")
-            queued += 1
-            if queued >= BATCH:
-                queued = 0
-                await pub_driver.drained()
-
+        publish = paho_publisher(pub, pub_driver, topics)
         measurement = await run_async_workload(
             publish, pub_driver.drained, phase, tallies, duration=duration, topics=topics, rate=rate
         )
     finally:
         await asyncio.gather(*(driver.close() for driver in drivers), return_exceptions=True)
     return measurement.result(broker, rate)
+
+
+def paho_publisher(client: Any, driver: _PahoOnLoop, topics: int) -> Callable[[int, bytes], Awaitable[None]]:
+    """``publish(topic index, payload)`` at QoS 0 to ``bench/t<index>`` through a paho client
+    driven by ``driver``. paho's publish() only queues the packet (the loop's writer callback
+    sends it); waiting for the queue to empty every BATCH messages bounds what the publisher
+    holds in user space, like nats-py's buffer."""
+    import paho.mqtt.client as mqtt
+
+    names = [f"bench/t{i}" for i in range(topics)]
+    queued = 0
+
+    async def publish(topic: int, payload: bytes) -> None:
+        nonlocal queued
+        info = client.publish(names[topic], payload, qos=0)
+        if info.rc != mqtt.MQTT_ERR_SUCCESS:
+            raise RuntimeError(f"paho publish failed: {mqtt.error_string(info.rc)}")
+        queued += 1
+        if queued >= BATCH:
+            queued = 0
+            await driver.drained()
+
+    return publish
 
 
 # --------------------------------------------------------------------------

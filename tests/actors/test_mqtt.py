@@ -461,8 +461,10 @@ def test_the_broker_s_figures_under_sys_are_read_only(broker: str, mqtt_address:
         client.subscribe("$SYS/broker/version", qos=1)
         version = client.next()
         assert version.payload.startswith(b"canopy ") and version.retain
-        client.subscribe("$SYS/broker/gateways/+/clients/mqtt", qos=1)
-        assert int(client.next().payload) >= 0
+        for figure in ("clients/mqtt", "messages/mqtt/expired", "sessions/mqtt_taken_over"):
+            client.subscribe(f"$SYS/broker/gateways/+/{figure}", qos=1)
+            got = client.next()
+            assert got.topic.endswith(figure) and int(got.payload) >= 0, (got.topic, got.payload)
         assert code(client.publish("$SYS/broker/version", "forged", qos=1, retain=True)) == 0x87
 
 
