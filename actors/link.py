@@ -192,6 +192,9 @@ class _Channel:
         self.last_done = (0, 0, 0)
         self.batches = 0
         self.operations = 0
+        #: the partition's newest message position as of the last frame handled: while a
+        #: frame's events are handed on, a position below every message they carry
+        self.position = 0
         #: what this link registered here (selector -> token), to register again after a restart
         self.registered: dict[str, int] = {}
         self.reconnecting: asyncio.Task[None] | None = None
@@ -245,6 +248,8 @@ class _Channel:
             arrived = time.perf_counter_ns()
             if frame.events:
                 self._events(frame.events)
+            if frame.position:
+                self.position = frame.position
             if not self._in_flight or self._in_flight[0][0] != frame.sequence:
                 raise ProtocolError(f"answer {frame.sequence} to a batch that is not the oldest unanswered")
             _, batch, written = self._in_flight.popleft()
@@ -273,6 +278,8 @@ class _Channel:
                 self._schedule()
         elif isinstance(frame, Events):
             self._events(frame.events)
+            if frame.position:
+                self.position = frame.position
         else:
             raise ProtocolError(f"a partition does not send {type(frame).__name__}")
 

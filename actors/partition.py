@@ -46,6 +46,7 @@ from topics.protocol import (
     Replicated,
     Superseded,
     TopicEvent,
+    decode_event,
     decode_operation,
     encode_event,
     encode_frame,
@@ -211,6 +212,8 @@ class Partition:
             clock=lambda: time.time_ns() // 1_000_000,
             record_changes=self.journal is not None,
             record_volatile=self.replicated,
+            # a fresh numbering of messages, above every one an earlier replica handed out
+            position=time.time_ns() // 1_000_000 * 1_000,
         )
 
     async def serve(self) -> dict[str, Any]:
@@ -270,34 +273,43 @@ class Partition:
             results.append(encode_result(store.apply_one(peer.link, op)))
         self.batches += 1
         self.operations += len(results)
+        encoded: dict[int, list[Any]] = {}
         if self.backup_address is not None:
-            self._replicate()
+            self._replicate(encoded)
         elif self.journal is not None:
             self._journal(store.drain_changes())
+            store.drain_recent()
         elif self.replicated:
             store.drain_replicated()
+            store.drain_recent()
         events = store.drain_events()
-        encoded: dict[int, list[Any]] = {}
         own = events.pop(peer.link, None)
-        done = Done(batch.sequence, results, _encoded(own, encoded) if own else [], time.perf_counter_ns())
+        position = store.position
+        done = Done(batch.sequence, results, _encoded(own, encoded) if own else [], time.perf_counter_ns(), position)
         writes = [(peer, encode_frame(done))]
         for link, made in events.items():
             target = self.links.get(link)
             if target is not None:
-                writes.append((target, encode_frame(Events(_encoded(made, encoded)))))
+                writes.append((target, encode_frame(Events(_encoded(made, encoded), position))))
         self._answer(writes)
 
-    def _replicate(self) -> None:
-        """Journal the batch's changes here and send them all to the backup."""
-        changes, volatile = self.store.drain_replicated()
-        if not changes:
+    def _replicate(self, encoded: dict[int, list[Any]]) -> None:
+        """Journal the batch's changes here and send them all to the backup, with the
+        batch's messages (``encoded``: the events encoded so far, by id)."""
+        store = self.store
+        changes, volatile = store.drain_replicated()
+        recent = store.drain_recent()
+        if not changes and not recent:
             return
         now = time.time_ns() // 1_000_000
         first = 0
-        if self.journal is not None:
+        if self.journal is not None and changes:
             first = self.journal.last_sequence + 1
             self._journal(persistent_only(changes, volatile), now)
-        sent = self._to_backup(lambda i: Replicate(i, first, now, [encode_change(c) for c in changes], volatile))
+        messages = _encoded(recent, encoded) if recent else []
+        position = store.position
+        sent = self._to_backup(lambda i: Replicate(
+            i, first, now, [encode_change(c) for c in changes], volatile, messages, position))
         if self.journal is not None and self.journal.last_sequence >= first:
             self._journaled_at.append((sent, self.journal.last_sequence))
 
@@ -395,11 +407,12 @@ class Partition:
         connect; every later batch follows it on the same stream."""
         self._drop_backup()
         states = self.store.state(volatile=True)
+        position = self.store.position
         sequence = self.journal.last_sequence if self.journal is not None else 0
         chunks = [states[i:i + PRIME_CHUNK] for i in range(0, len(states), PRIME_CHUNK)] or [[]]
         for n, chunk in enumerate(chunks, 1):
             encoded = [encode_state(state) for state in chunk]
-            self._prime_id = self._to_backup(lambda i: Prime(i, sequence, encoded, n == len(chunks)))
+            self._prime_id = self._to_backup(lambda i: Prime(i, sequence, encoded, n == len(chunks), position))
         address = self.backup_address
         assert address is not None
         self._backup_task = asyncio.ensure_future(self._connect_backup(address, self.epoch, delay))
@@ -459,6 +472,8 @@ class Partition:
             changes = [decode_change(c) for c in frame.changes]
             self.store.replay(changes)
             self.store.drain_replicated()
+            if frame.position:
+                self.store.extend_recent([decode_event(e) for e in frame.recent], frame.position)
             persistent = persistent_only(changes, frame.volatile)
             if self.journal is not None and persistent:
                 try:
@@ -478,6 +493,7 @@ class Partition:
                 self._priming = None
                 store = self._new_store()
                 store.load(priming)
+                store.position = frame.position or store.position
                 self.store = store
                 if self.journal is not None:
                     self.journal.reset([s for s in priming if s.specification().persistent], frame.sequence)

@@ -12,12 +12,12 @@ Frames (one msgpack array each, back to back on the stream)::
 
     link -> partition   Hello(link, secret, epoch)   first frame, once
                         Batch(sequence, operations)  sequence 1, 2, 3, ...
-    partition -> link   Done(sequence, results, events)
-                        Events(events)
+    partition -> link   Done(sequence, results, events, applied_ns, position)
+                        Events(events, position)
 
     primary -> backup   Follow(secret, epoch)        first frame, once
-                        Prime(id, sequence, states, final)
-                        Replicate(id, first, timestamp, changes, volatile)
+                        Prime(id, sequence, states, final, position)
+                        Replicate(id, first, timestamp, changes, volatile, recent, position)
     backup -> primary   Replicated(id)
                         Superseded(epoch)            the follow was refused: a newer
                                                      epoch's primary took over
@@ -47,6 +47,7 @@ operation              ``Ok`` payload
 :class:`AppendEvent`   :class:`EventMeta`
 :class:`EditEvent`     :class:`EditMeta`
 :class:`QueryEvents`   :class:`QueryAnswer`
+:class:`ReadRecent`    :class:`RecentAnswer`
 :class:`RefPut` ...    ``None`` (:class:`RefDropView`: claims dropped)
 =====================  ================================================
 
@@ -57,7 +58,7 @@ Events: :class:`Snapshot` (a registration's current state, per topic),
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import msgpack
@@ -202,14 +203,23 @@ class RefDropView(NamedTuple):
     precedence: int
 
 
+class ReadRecent(NamedTuple):
+    """The partition's recent messages after position ``since`` on paths that one of
+    ``selectors`` selects (:meth:`topics.store.TopicStore.recent_since`); answered with a
+    :class:`RecentAnswer`."""
+
+    selectors: list[str]
+    since: int
+
+
 Operation = (
     AddTopic | SetValue | RemoveTopics | FetchTopics | Register | Unregister | AppendEvent | EditEvent
-    | QueryEvents | RefPut | RefReserve | RefDrop | RefDropView
+    | QueryEvents | RefPut | RefReserve | RefDrop | RefDropView | ReadRecent
 )
 
 _OPERATIONS: tuple[type[Any], ...] = (
     AddTopic, SetValue, RemoveTopics, FetchTopics, Register, Unregister, AppendEvent, EditEvent,
-    QueryEvents, RefPut, RefReserve, RefDrop, RefDropView,
+    QueryEvents, RefPut, RefReserve, RefDrop, RefDropView, ReadRecent,
 )
 _OP_CODE: dict[type[Any], int] = {cls: code for code, cls in enumerate(_OPERATIONS, 1)}
 _SET = _OP_CODE[SetValue]
@@ -302,12 +312,23 @@ class QueryAnswer(NamedTuple):
     event_type: str
 
 
+class RecentAnswer(NamedTuple):
+    """What :class:`ReadRecent` found: the positions of the oldest and the newest message
+    the partition keeps, and the chosen messages (events), oldest first."""
+
+    first: int
+    last: int
+    events: list[Any]
+
+
 def encode_result(result: Result) -> list[Any]:
     if isinstance(result, Failed):
         return [1, result.code, result.message]
     value = result.value
     if type(value) is QueryAnswer:
         value = [value.selected_count, [_event_wire(e) for e in value.events], value.event_type]
+    elif type(value) is RecentAnswer:
+        value = [value.first, value.last, [encode_event(e) for e in value.events]]
     return [0, value]
 
 
@@ -329,6 +350,10 @@ def decode_result(op: Operation, item: Any) -> Result:
         value = EditMeta(*value)
     elif kind is QueryEvents:
         value = QueryAnswer(value[0], [_event_of(e) for e in value[1]], value[2])
+    elif kind is ReadRecent:
+        if not isinstance(value, list) or len(value) != 3 or not isinstance(value[2], list):
+            raise ProtocolError(f"recent messages are [first, last, events], got {value!r}")
+        value = RecentAnswer(value[0], value[1], [decode_event(e) for e in value[2]])
     return Ok(value)
 
 
@@ -439,18 +464,23 @@ class Done(NamedTuple):
     """A batch applied: its encoded results in order, and the encoded events
     it made for this link (they happened before the results were sent).
     ``applied_ns`` is the partition's monotonic clock when it had applied the
-    batch (comparable with the link's only on the same machine: tracing)."""
+    batch (comparable with the link's only on the same machine: tracing).
+    ``position``: the partition's newest message position after the batch (every
+    message this link was to hear of up to there has come by this frame)."""
 
     sequence: int
     results: list[list[Any]]
     events: list[list[Any]]
     applied_ns: int = 0
+    position: int = 0
 
 
 class Events(NamedTuple):
-    """Encoded events that other links' batches made for this link."""
+    """Encoded events that other links' batches made for this link; ``position`` as
+    in :class:`Done`."""
 
     events: list[list[Any]]
+    position: int = 0
 
 
 class Follow(NamedTuple):
@@ -465,25 +495,31 @@ class Prime(NamedTuple):
     """Part of the primary's whole state (encoded :class:`~topics.changes.TopicState`
     items): a backup starts over from it. ``sequence`` is the primary's last
     journal record; the part with ``final`` completes it. ``id`` numbers what the
-    backup acknowledges (:class:`Replicated`)."""
+    backup acknowledges (:class:`Replicated`). ``position``: the primary's newest
+    message position, where the backup's numbering goes on."""
 
     id: int
     sequence: int
     states: list[list[Any]]
     final: bool
+    position: int = 0
 
 
 class Replicate(NamedTuple):
     """A batch's changes (encoded :class:`~topics.changes.Change` items, in order),
     applied on the primary at ``timestamp``; ``volatile``: the positions of changes to
     topics that are not persistent (applied, not journaled); ``first``: the journal
-    sequence of the first journaled change."""
+    sequence of the first journaled change; ``recent``: the batch's messages (encoded
+    events), the last of them at message ``position`` (the backup keeps them as its
+    recent messages, numbered as the primary numbered them)."""
 
     id: int
     first: int
     timestamp: int
     changes: list[list[Any]]
     volatile: list[int]
+    recent: Sequence[list[Any]] = ()
+    position: int = 0
 
 
 class Replicated(NamedTuple):

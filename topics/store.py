@@ -45,10 +45,23 @@ is every persistent topic as it is now: take it right after draining, so it
 holds exactly the changes drained so far. A fresh store rebuilds the
 original with :meth:`TopicStore.load` of a state and :meth:`TopicStore.replay`
 of the changes drained after it; neither emits events nor records changes.
+
+Recent messages: every event that carries a value to subscribers (a :class:`Changed`, an
+:class:`Appended`, an :class:`Added` with a value) takes the next *position* of the store and
+joins a window of the newest ``recent`` of them, whether or not a link is registered for its
+path. :meth:`TopicStore.recent_since` reads the window after a position: what a subscriber that
+had everything up to that position missed (an MQTT session whose gateway was lost takes up its
+queue from there). Positions only grow; a store starts at the ``position`` its owner gives (a
+partition gives its start time in milliseconds times 1,000, so that a replica started afresh
+numbers above every position an earlier one handed out, and a position from before is
+recognised as out of its window). A backup is handed the primary's messages and position
+(:meth:`TopicStore.extend_recent`), so a promoted backup goes on numbering where its primary was.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +112,8 @@ from topics.protocol import (
     Operation,
     QueryAnswer,
     QueryEvents,
+    ReadRecent,
+    RecentAnswer,
     RefDrop,
     RefDropView,
     RefEvent,
@@ -118,6 +133,10 @@ from topics.tree import Topic, TopicTree
 from topics.types import TopicType
 
 CREATED, EXISTS = "CREATED", "EXISTS"
+#: messages a store keeps for :meth:`TopicStore.recent_since` unless told otherwise
+RECENT = 100_000
+#: selectors one read of the recent messages may name
+MAX_RECENT_SELECTORS = 1_000
 
 
 @dataclass
@@ -163,9 +182,16 @@ class TopicStore:
     """
 
     def __init__(
-        self, clock: Callable[[], int] = _no_clock, *, record_changes: bool = False, record_volatile: bool = False
+        self, clock: Callable[[], int] = _no_clock, *, record_changes: bool = False, record_volatile: bool = False,
+        position: int = 0, recent: int = RECENT,
     ) -> None:
         self.clock = clock
+        #: the position of the newest message (see the module's "recent messages")
+        self.position = position
+        #: the newest messages, oldest first; the last one is at ``position``
+        self.recent: deque[TopicEvent] = deque(maxlen=max(recent, 0))
+        #: messages made since the last :meth:`drain_recent` (for a backup; None: not kept)
+        self._fresh: list[TopicEvent] | None = [] if record_volatile else None
         #: changes not drained yet; None: this store records none
         self._changes: list[Change] | None = [] if record_changes or record_volatile else None
         #: whether changes to topics that are not persistent are recorded too (replication)
@@ -200,6 +226,7 @@ class TopicStore:
             RefReserve: lambda _, op: self.ref_reserve(op.path, op.precedence, op.view),
             RefDrop: lambda _, op: self.ref_drop(op.path, op.precedence),
             RefDropView: lambda _, op: self.ref_drop_view(op.precedence),
+            ReadRecent: lambda _, op: RecentAnswer(*self.recent_since(op.since, op.selectors)),
         }
 
     # -- batches -----------------------------------------------------------
@@ -259,6 +286,60 @@ class TopicStore:
     def _emit(self, path: str, event: TopicEvent) -> None:
         for gateway in self.index.match(path):
             self._events.setdefault(gateway, []).append(event)
+
+    def _message(self, path: str, event: TopicEvent) -> None:
+        """Emit an event that carries a value: it takes the next position and joins the
+        recent messages."""
+        self.position += 1
+        self.recent.append(event)
+        if self._fresh is not None:
+            self._fresh.append(event)
+        for gateway in self.index.match(path):
+            self._events.setdefault(gateway, []).append(event)
+
+    # -- recent messages ---------------------------------------------------
+
+    def drain_recent(self) -> list[TopicEvent]:
+        """The messages made since the last drain, in order (kept only with
+        ``record_volatile``: what a primary hands its backup with the batch's changes)."""
+        fresh = self._fresh
+        if not fresh:
+            return []
+        self._fresh = []
+        return fresh
+
+    def extend_recent(self, messages: Iterable[TopicEvent], position: int) -> None:
+        """Take a primary's messages, the last of them at ``position`` (a backup)."""
+        self.recent.extend(messages)
+        self.position = position
+
+    def recent_since(self, since: int, selectors: Iterable[str]) -> tuple[int, int, list[TopicEvent]]:
+        """The recent messages after position ``since`` whose paths match one of
+        ``selectors``, oldest first, with the position of the oldest message kept and of
+        the newest: when the oldest is above ``since + 1`` some messages after ``since``
+        are no longer kept (or were made by an earlier replica), and those returned are
+        not all that was missed."""
+        if not isinstance(since, int) or isinstance(since, bool):
+            raise OperationError(f"a position is an integer, got {since!r}")
+        selectors = list(selectors)
+        if len(selectors) > MAX_RECENT_SELECTORS:
+            raise OperationError(f"at most {MAX_RECENT_SELECTORS} selectors, got {len(selectors)}")
+        parsed = [parse_selector(s) for s in selectors]
+        recent = self.recent
+        first = self.position - len(recent) + 1
+        skip = max(since + 1 - first, 0)
+        chosen: list[TopicEvent] = []
+        if skip < len(recent):
+            literal = {sel.literal_path for sel in parsed}
+            if None in literal:
+                matchers = [sel.matches for sel in parsed]
+                for event in itertools.islice(recent, skip, None):
+                    path = event.path  # type: ignore[union-attr]
+                    if any(m(path) for m in matchers):
+                        chosen.append(event)
+            else:
+                chosen = [e for e in itertools.islice(recent, skip, None) if e.path in literal]  # type: ignore[union-attr]
+        return first, self.position, chosen
 
     # -- topics ------------------------------------------------------------
 
@@ -339,12 +420,14 @@ class TopicStore:
                 self._record(TopicAdded(topic.path, spec.type.value, wire, kept), spec.persistent)
             if attributes or not retain:  # the value as a change of its own, with what goes with it
                 self._emit(topic.path, Added(topic.path, spec.type.value, wire, None))
-                self._emit(topic.path, Changed(topic.path, stored, retain, attributes))
+                self._message(topic.path, Changed(topic.path, stored, retain, attributes))
+            elif kept is not None:
+                self._message(topic.path, Added(topic.path, spec.type.value, wire, kept))
             else:
                 self._emit(topic.path, Added(topic.path, spec.type.value, wire, kept))
             return CREATED
         if not retain:
-            self._emit(topic.path, Changed(topic.path, stored, False, attributes))
+            self._message(topic.path, Changed(topic.path, stored, False, attributes))
             return None
         self._store(topic, stored)
         if changes is not None:
@@ -352,7 +435,7 @@ class TopicStore:
                 changes.append(ValueSet(topic.path, spec.type.value, stored))
             else:
                 self._record(ValueSet(topic.path, spec.type.value, stored), False)
-        self._emit(topic.path, Changed(topic.path, stored, True, attributes) if attributes else Changed(topic.path, stored))
+        self._message(topic.path, Changed(topic.path, stored, True, attributes) if attributes else Changed(topic.path, stored))
         return None
 
     def _store(self, topic: Topic, stored: bytes) -> None:
@@ -447,7 +530,7 @@ class TopicStore:
         event = log.append(stored, timestamp, author)
         if self._changes is not None:
             self._record(EventAppended(topic.path, event_type.value, event), topic.specification.persistent)
-        self._emit(topic.path, Appended(topic.path, event))
+        self._message(topic.path, Appended(topic.path, event))
         return EventMeta(event.sequence, event.timestamp, event.author)
 
     def edit(
@@ -472,7 +555,7 @@ class TopicStore:
         event = log.edit(original_sequence, stored, self._now(log), author)
         if self._changes is not None:
             self._record(EventAppended(topic.path, event_type.value, event), topic.specification.persistent)
-        self._emit(topic.path, Appended(topic.path, event))
+        self._message(topic.path, Appended(topic.path, event))
         assert event.original_sequence is not None and event.original_timestamp is not None
         return EditMeta(event.sequence, event.timestamp, event.author, event.original_sequence,
                         event.original_timestamp, event.original_author or "")
@@ -612,7 +695,7 @@ class TopicStore:
             topic = self.tree.get(path)
             if value is not None and self.references.get(path) == precedence and topic is not None \
                     and topic.specification == spec:
-                self._emit(path, Changed(path, value, False))
+                self._message(path, Changed(path, value, False))
             return False
         claims = self.claims.setdefault(path, {})
         claims[precedence] = _Claim(view, spec, value)
@@ -660,7 +743,7 @@ class TopicStore:
             if bound == winner and topic.specification == claim.spec:
                 if claim.value is not None and claim.value != topic.value:
                     self._store(topic, claim.value)
-                    self._emit(path, Changed(path, claim.value))
+                    self._message(path, Changed(path, claim.value))
                 return
             self._unbind(path)
         topic, _ = self.tree.add(path, claim.spec)
@@ -668,7 +751,11 @@ class TopicStore:
         if claim.value is not None:
             self._store(topic, claim.value)
         spec = claim.spec
-        self._emit(path, Added(path, spec.type.value, _spec_wire(spec), topic.value))
+        added = Added(path, spec.type.value, _spec_wire(spec), topic.value)
+        if topic.value is not None:
+            self._message(path, added)
+        else:
+            self._emit(path, added)
 
     def _unbind(self, path: str) -> None:
         del self.references[path]
@@ -685,7 +772,7 @@ class TopicStore:
         if latest is not None and timestamp < latest.timestamp:
             timestamp = latest.timestamp
         appended = topic.log.append(stored, timestamp, author)
-        self._emit(path, Appended(path, appended))
+        self._message(path, Appended(path, appended))
 
     # -- registrations -----------------------------------------------------
 

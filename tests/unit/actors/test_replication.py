@@ -276,3 +276,44 @@ async def test_an_unprimed_backup_cannot_take_over(replicas: dict[str, Partition
         await backup.become_primary(2, None)
     with pytest.raises(Exception, match="backup"):
         await backup.attach("gw", 1)
+
+
+async def test_a_promoted_backup_holds_the_recent_messages_numbered_as_its_primary_numbered_them(
+    replicas: dict[str, PartitionActor],
+) -> None:
+    """What an MQTT session whose gateway was lost takes up its queue from: every acknowledged
+    message (a non-retained publish too) is in the promoted backup's recent messages, at the
+    position its primary gave it, and the promoted backup numbers on from there."""
+    primary, backup = await pair(replicas)
+    positions: list[int] = []
+    link, routes = await linked(primary, 1)
+    frames = link.channels[0]
+    try:
+        assert await link.request(0, p.SetValue("m/x", cb(0), False, None, True)) == p.Ok("CREATED")
+        start = await link.request(0, p.ReadRecent(["?m//"], 0))
+        assert isinstance(start, p.Ok) and isinstance(start.value, p.RecentAnswer), start
+        for i in range(1, 50):
+            retain = i % 5 != 0
+            assert not isinstance(await link.request(0, p.SetValue("m/x", cb(i), False, retain=retain)), p.Failed)
+        got = await link.request(0, p.ReadRecent(["?m//"], start.value.last - 1))
+        assert isinstance(got, p.Ok), got
+        before = got.value
+        assert [cbor2.loads(e.value) for e in before.events] == list(range(50))
+        assert before.last == start.value.last + 49
+        positions.append(frames.position)
+
+        await crash(primary)
+        await backup.become_primary(2, None)
+        routes.route = Route(2, Handle(backup))
+        await until(lambda: link.channels[0].broken is None and link.channels[0].epoch == 2, "the link to move")
+        after = await link.request(0, p.ReadRecent(["?m//"], start.value.last - 1))
+        assert isinstance(after, p.Ok) and after.value == before  # the same messages at the same positions
+        assert [getattr(e, "retained", True) for e in after.value.events][:6] == [True] * 5 + [False]
+        assert await link.request(0, p.SetValue("m/x", cb(50), False)) == p.Ok(None)
+        numbered = await link.request(0, p.ReadRecent(["m/x"], before.last))
+        assert isinstance(numbered, p.Ok) and numbered.value.last == before.last + 1, numbered
+        assert [cbor2.loads(e.value) for e in numbered.value.events] == [50]
+        positions.append(frames.position)
+    finally:
+        link.close()
+    assert positions == [before.last, before.last + 1]  # the link heard each position with its answers

@@ -31,6 +31,7 @@ OPERATIONS: list[p.Operation] = [
     p.RefReserve("r", 1, "v"),
     p.RefDrop("r", 1),
     p.RefDropView(1),
+    p.ReadRecent([">a", "b"], 12),
 ]
 
 EVENTS: list[p.TopicEvent] = [
@@ -71,6 +72,7 @@ def test_events_round_trip(event: p.TopicEvent) -> None:
         (p.EditEvent("ts", 1, b"", True), p.Ok(p.EditMeta(3, 4, "me", 1, 2, "you"))),
         (p.QueryEvents("ts", "start", 0, "end", 0, "values"), p.Ok(p.QueryAnswer(2, [EVENT], "INT64"))),
         (p.RefDropView(1), p.Ok(4)),
+        (p.ReadRecent([">a"], 3), p.Ok(p.RecentAnswer(2, 9, [p.Changed("a/b", b"\x01"), p.Appended("a/ts", EVENT)]))),
     ],
 )
 def test_results_are_typed_by_their_operation(op: p.Operation, result: p.Result) -> None:

@@ -17,6 +17,7 @@ from topics.protocol import (
     FetchTopics,
     Ok,
     QueryEvents,
+    ReadRecent,
     Register,
     Removed,
     RemoveTopics,
@@ -42,6 +43,10 @@ def failed(result: Result) -> str:
 
 def cb(value: Any) -> bytes:
     return bytes(cbor2.dumps(value))
+
+
+def p_set(path: str, value: Any, add: bool = False) -> SetValue:
+    return SetValue(path, cb(value), False, None, add)
 
 
 def test_add_exists_and_conflict() -> None:
@@ -265,3 +270,55 @@ def test_registration_snapshot_carries_the_subscription_range() -> None:
     events = store.drain_events()["g"]
     assert [type(e) for e in events] == [Snapshot, Appended, Appended, End]
     assert [e.event.sequence for e in events[1:3]] == [3, 4]  # type: ignore[union-attr]
+
+
+# -- recent messages ---------------------------------------------------------------------
+
+
+def _paths(events: list[Any]) -> list[str]:
+    return [e.path for e in events]
+
+
+def test_every_message_takes_a_position_and_joins_the_recent_ones_whether_or_not_a_link_listens() -> None:
+    store = TopicStore(clock=lambda: 1000, position=500)
+    store.apply("gw", [p_set("a/x", 1, add=True), p_set("a/x", 2), p_set("b/y", 3, add=True)])
+    store.apply("gw", [AddTopic("a/empty", "STRING")])  # no value: not a message
+    store.apply("gw", [SetValue("a/x", b"9", "text", retain=False)])  # delivered, not kept: a message
+    assert store.position == 504 and not store.drain_events()  # nobody registered, all still numbered
+    first, last, chosen = store.recent_since(500, ["?a//"])
+    assert (first, last) == (501, 504)
+    assert [(type(e).__name__, e.path) for e in chosen] == [("Added", "a/x"), ("Changed", "a/x"), ("Changed", "a/x")]
+    assert chosen[-1].retained is False
+    assert _paths(store.recent_since(502, ["?a//", "b/y"])[2]) == ["b/y", "a/x"]
+    assert store.recent_since(504, ["?a//"])[2] == []
+
+
+def test_the_recent_window_keeps_the_newest_and_says_where_it_starts() -> None:
+    store = TopicStore(clock=lambda: 1000, recent=3)
+    for i in range(10):
+        store.apply("gw", [p_set("t", i, add=True)])
+    first, last, chosen = store.recent_since(2, ["t"])
+    assert (first, last) == (8, 10)  # 3..7 are gone: the caller sees it missed some
+    assert [cbor2.loads(e.value) for e in chosen] == [7, 8, 9]
+
+
+def test_a_backup_keeps_its_primary_messages_and_numbering() -> None:
+    primary = TopicStore(clock=lambda: 1000, position=7_000, record_volatile=True)
+    backup = TopicStore(clock=lambda: 1000, position=1, record_volatile=True)
+    primary.apply("gw", [p_set("t", 1, add=True), AppendEvent("s", b"", True)])  # the append fails: no topic
+    primary.apply("gw", [AddTopic("s", "TIME_SERIES", {"TIME_SERIES_EVENT_VALUE_TYPE": "INT64"})])
+    primary.apply("gw", [AppendEvent("s", cbor2.dumps(5), False, 3)])
+    backup.replay(primary.drain_changes())
+    backup.extend_recent(primary.drain_recent(), primary.position)
+    assert primary.drain_recent() == []
+    assert backup.position == primary.position == 7_002
+    assert backup.recent_since(7_000, ["?.*"]) == primary.recent_since(7_000, ["?.*"])
+    backup.apply("gw", [p_set("t", 2)])  # promoted: it numbers on
+    assert backup.position == 7_003
+
+
+def test_reading_recent_messages_checks_its_input() -> None:
+    store = TopicStore(clock=lambda: 1000)
+    results = store.apply("gw", [ReadRecent(["?["], 0), ReadRecent([">a"], "0"), ReadRecent([">a"] * 1001, 0)])  # type: ignore[list-item]
+    assert [type(r).__name__ for r in results] == ["Failed"] * 3, results
+    assert all(r.code in ("INVALID_SELECTOR", "INVALID_REQUEST") for r in results), results
