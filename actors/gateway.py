@@ -342,6 +342,7 @@ class Gateway:
         self.connections.wake()
 
     def _on_events(self, partition: int, events: list[TopicEvent]) -> None:
+        self.registry.set_mark(partition, self.link.channels[partition].position)
         for token in self.registry.on_events(events):
             self.ctx.token_live(token)
         self.connections.wake()

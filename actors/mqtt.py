@@ -39,6 +39,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from actors.connections import Connections
+from cluster.partitioning import partition_of
 from canopy import protocol as wire
 from mqtt import codec as m
 from mqtt.attributes import decode_attributes, encode_attributes, for_subscriber
@@ -51,7 +52,7 @@ from sessions.limits import PropertyLimitError
 from sessions.security import AuthenticationFailed, PathPermission
 from topics.selectors import Selector
 from topics.specification import TopicSpecification
-from topics.protocol import AddTopic, SetValue
+from topics.protocol import AddTopic, Ok, ReadRecent, RecentAnswer, SetValue
 from topics.types import TEXT, TopicType, to_text
 from topics.types import decode as decode_value
 from topics.types import encode as encode_value
@@ -71,6 +72,9 @@ ANNOUNCEMENTS = "$MQTT/announcements"
 SHARES_EVERY = 2.0
 #: the largest Topic Alias a client may use towards the gateway (MQTT 5's Topic Alias Maximum)
 TOPIC_ALIAS_MAXIMUM = 64
+#: seconds a session taken up from its record waits for a partition's recent messages before it
+#: takes the current values of its topics there instead
+RECENT_TIMEOUT = 10.0
 WRITE_HIGH = 256 * 1024
 WRITE_LOW = 64 * 1024
 #: entries of the caches that let many sessions share one message's payload and packet
@@ -98,6 +102,8 @@ class MQTTServer:
         self.max_keep_alive = int(config.get("mqtt_max_keep_alive", 300))
         self.max_packet_size = int(config["max_frame_size"])
         self.max_session_expiry = int(config.get("mqtt_max_session_expiry", 3600))
+        #: seconds between two records of where a kept session's messages stand (its positions)
+        self.checkpoint_interval = float(config.get("mqtt_checkpoint_ms", 1000)) / 1000
         #: client identifier -> the connection object still holding its session, gone itself
         self.kept: dict[str, MQTTConnection] = {}
         #: (share name, topic filter) -> the members of that shared subscription here
@@ -126,6 +132,10 @@ class MQTTServer:
         self.sent = 0
         #: messages dropped for a session because their Message Expiry Interval passed first
         self.expired = 0
+        #: sessions taken up from their record whose missed messages came from the partitions'
+        #: recent messages, and those for which some partition no longer had them all
+        self.replayed = 0
+        self.replay_gaps = 0
         self._assigned = 0
 
     # -- what the gateways tell each other: client identifiers taken, shared subscriptions --------
@@ -271,6 +281,7 @@ class MQTTServer:
             "mqtt_publishes_received": self.received, "mqtt_publishes_sent": self.sent,
             "mqtt_publishes_refused": self.publishes_refused, "mqtt_publishes_expired": self.expired,
             "mqtt_taken_over_elsewhere": self.taken_elsewhere,
+            "mqtt_sessions_replayed": self.replayed, "mqtt_replay_gaps": self.replay_gaps,
         }
 
 
@@ -325,6 +336,19 @@ class MQTTConnection(asyncio.Protocol):
         self.inflight: dict[int, bool] = {}
         #: packet id -> that PUBLISH, to send again (DUP) when a kept session is resumed
         self.unacked: dict[int, m.Publish] = {}
+        #: packet id -> where that PUBLISH's message stands in its partition (Update.mark)
+        self.unacked_marks: dict[int, tuple[int, int]] = {}
+        #: partition -> message position: every message there up to it that this session was
+        #: to get has been delivered (as last recorded; see :meth:`_positions`)
+        self.positions: dict[int, int] = {}
+        self._checkpoint_timer: asyncio.TimerHandle | None = None
+        self._left: float | None = None
+        #: a session taken up from its record: partition -> the recorded position it reads that
+        #: partition's recent messages from, until the partition answers (:meth:`_read_recent`)
+        self.replaying: dict[int, int] = {}
+        #: the values that came with its subscriptions from those partitions, kept back meanwhile
+        self.deferred: list[tuple[int, Subscribed]] = []
+        self._restoring = 0
         #: seconds the session outlives its connection (MQTT 5's Session Expiry Interval; MQTT
         #: 3.1.1's clean session 0: mqtt_max_session_expiry); 0: it ends with the connection
         self.expiry = 0
@@ -447,7 +471,7 @@ class MQTTConnection(asyncio.Protocol):
         if previous is not None and previous is not self:
             previous._expire()
         self.server.kept[self.client_id] = self
-        self._save(left=time.time() * 1000)
+        self._save(left=time.time() * 1000)  # where its messages stand, too (it still gets them)
         self._expiry_timer = asyncio.get_running_loop().call_later(min(self.expiry, 2**31 // 1000), self._expire)
         log.info("MQTT session %s (client %r) kept %d s for its client to resume it",
                  self.session_id, self.client_id, self.expiry)
@@ -488,7 +512,8 @@ class MQTTConnection(asyncio.Protocol):
         if self.server.kept.get(old.client_id) is old:
             del self.server.kept[old.client_id]
         for name in ("session_id", "subscriptions", "established", "topics", "inflight", "unacked", "received_qos2",
-                     "backlog", "_next_pid", "principal", "_recorded"):
+                     "backlog", "_next_pid", "principal", "_recorded", "unacked_marks", "positions", "replaying",
+                     "deferred", "_restoring"):
             setattr(self, name, getattr(old, name))
         old.session_id = None
         old.ended = True
@@ -585,6 +610,7 @@ class MQTTConnection(asyncio.Protocol):
             elif packet.packet_id in self.inflight:
                 self.inflight[packet.packet_id] = True
                 self.unacked.pop(packet.packet_id, None)
+                self.unacked_marks.pop(packet.packet_id, None)
                 self._send(m.Pubrel(packet.packet_id))
             else:
                 self._send(m.Pubrel(packet.packet_id, 0x92 if self.version == m.MQTT_5 else 0))
@@ -729,6 +755,21 @@ class MQTTConnection(asyncio.Protocol):
         expiry = int(record.get("expiry") or 0)
         if left is not None and time.time() * 1000 > left + expiry * 1000:
             return False
+        channels = self._channels()
+        replaying: dict[int, int] = {}
+        positions = record.get("positions")
+        for key, value in (positions.items() if isinstance(positions, dict) else ()):
+            try:
+                partition, position = int(key), int(value)
+            except (TypeError, ValueError):
+                continue
+            if 0 <= partition < len(channels) and position > 0:
+                replaying[partition] = position
+        if replaying and self.session_id is not None:
+            # what it missed comes from those partitions' recent messages, nothing meanwhile
+            self.replaying = replaying
+            self.connections.registry.hold(self.session_id, replaying)
+            asyncio.get_running_loop().call_later(RECENT_TIMEOUT, self._recent_timeout)
         for entry in record.get("subscriptions") or []:
             try:
                 topic_filter, qos, rh, identifier = entry
@@ -741,21 +782,126 @@ class MQTTConnection(asyncio.Protocol):
             if group is not None:
                 group.join(self)
             self.subscriptions[topic_filter] = (selector, options, int(identifier), group)
+            self._restoring += 1
             self._request("subscribe", [str(selector)], ("restore", topic_filter))
         self._matched()
+        if not self._restoring:
+            self._read_recent()
         log.info("MQTT session of client %r taken up from its record (%d subscriptions)",
                  self.client_id, len(self.subscriptions))
         return True
 
     def _save(self, left: float | None = None) -> None:
-        """Record the session for another gateway to take up (``left``: when its client went)."""
+        """Record the session for another gateway to take up (``left``: when its client went),
+        with where its messages stand in each partition (:meth:`_positions`), recorded again
+        every ``mqtt_checkpoint_ms`` while they move."""
         if self.server.store is None or not self.expiry or self.session_id is None:
             return
+        if left is not None:
+            self._left = left
         self._recorded = True
+        self.positions = self._positions()
         self.server.store.save(self.client_id, {
-            "principal": self.principal, "expiry": self.expiry, "left": left,
+            "principal": self.principal, "expiry": self.expiry, "left": self._left,
             "subscriptions": [[f, e[1].qos, e[1].retain_handling, e[2]] for f, e in self.subscriptions.items()],
+            "positions": {str(p): position for p, position in self.positions.items()},
         })
+        if self._checkpoint_timer is None:
+            self._checkpoint_timer = asyncio.get_running_loop().call_later(
+                self.server.checkpoint_interval, self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        self._checkpoint_timer = None
+        if self.session_id is None or self.ended or not self._recorded or not self.expiry:
+            return
+        if self._positions() != self.positions:
+            self._save()
+        else:
+            self._checkpoint_timer = asyncio.get_running_loop().call_later(
+                self.server.checkpoint_interval, self._checkpoint)
+
+    def _channels(self) -> list[Any]:
+        store = self.server.store
+        return getattr(getattr(store, "link", None), "channels", None) or []
+
+    def _positions(self) -> dict[int, int]:
+        """Per partition, a message position up to which this session has been given every
+        message it was to get there (QoS 1 and 2 ones acknowledged): the oldest mark of what
+        still waits for it (queued, or sent and not acknowledged), else how far this gateway
+        has heard the partition. A gateway taking the session up reads each partition's
+        recent messages from there; some may come twice, as QoS 1 allows."""
+        low: dict[int, int] = {}
+
+        def note(mark: Any) -> None:
+            if mark is not None and mark[1] < low.get(mark[0], mark[1] + 1):
+                low[mark[0]] = mark[1]
+
+        for mark in self.unacked_marks.values():
+            note(mark)
+        for item in self.backlog:
+            note(getattr(item, "mark", None))
+        session = self.connections.registry.sessions.get(self.session_id or "")
+        if session is not None:
+            for item in session.queue.messages():
+                note(getattr(item, "mark", None))
+        out: dict[int, int] = {}
+        for partition, channel in enumerate(self._channels()):
+            position = self.replaying.get(partition) or low.get(partition, channel.position)
+            if position:
+                out[partition] = position
+        return out
+
+    # -- a session taken up from its record: what it missed -----------------------------------
+
+    def _read_recent(self) -> None:
+        """Every subscription of a session taken up from its record is in place: read what it
+        missed from the recent messages of each partition it has a position for."""
+        sid = self.session_id
+        if sid is None or not self.replaying or self._restoring < 0:
+            return
+        self._restoring = -1  # asked once
+        registry = self.connections.registry
+        selectors = sorted({str(t) for entry in self.subscriptions.values() for t in registry.fetch_plan(sid, entry[0])})
+        link = self.server.store.link if self.server.store is not None else None
+        for partition, since in list(self.replaying.items()):
+            if not selectors or link is None:
+                self._recent_answer(partition, since, Ok(RecentAnswer(0, since, [])))
+            else:
+                link.submit(partition, ReadRecent(selectors, since),
+                            functools.partial(self._recent_answer, partition, since))
+
+    def _recent_timeout(self) -> None:
+        for partition, since in list(self.replaying.items()):
+            self._recent_answer(partition, since, None)
+
+    def _recent_answer(self, partition: int, since: int, result: Any) -> None:
+        """A partition's recent messages after ``since``, as the link hands them over (before
+        any later event of that partition): they go to the session's queue, and the messages
+        of the partition after them come as usual. When the partition no longer has them all
+        (or did not answer), the current values of the session's topics there come instead."""
+        sid = self.session_id
+        if sid is None or self.replaying.pop(partition, None) is None:
+            return
+        registry = self.connections.registry
+        answer = result.value if isinstance(result, Ok) and isinstance(result.value, RecentAnswer) else None
+        kept_back = [item for p, item in self.deferred if p == partition]
+        self.deferred = [(p, item) for p, item in self.deferred if p != partition]
+        if answer is not None and answer.first <= since + 1:
+            registry.replay(sid, answer.events, (partition, since))
+        else:
+            self.server.replay_gaps += 1
+            log.warning("MQTT session of client %r: partition %d no longer has every message after %d (%s); "
+                        "its topics' current values instead", self.client_id, partition, since,
+                        f"it keeps them from {answer.first}" if answer is not None else result)
+            self.backlog.extendleft(reversed(kept_back))
+        registry.release(sid, partition)
+        if not self.replaying:
+            self.server.replayed += 1
+            self._save()
+        session = registry.sessions.get(sid)
+        if session is not None:
+            self.write(session)
+        self.connections.wake()
 
     def _drop_record(self) -> None:
         if self._recorded and self.server.store is not None:
@@ -971,6 +1117,10 @@ class MQTTConnection(asyncio.Protocol):
                     self.server.leave(dropped[3], self)
                     self._matched()
                 self._save()
+            if self._restoring > 0:
+                self._restoring -= 1
+                if not self._restoring:
+                    self._read_recent()
         elif kind == "unsubscribe":
             self._save()
             _, packet_id, index = what
@@ -995,12 +1145,19 @@ class MQTTConnection(asyncio.Protocol):
     def _deliver(self, item: object) -> bool:
         """Write one queued item; ``False`` when it must wait for the QoS window."""
         if isinstance(item, Update):
-            return self._out(item.alias, item.value, False, item.value, item.attributes)
+            return self._out(item.alias, item.value, False, item.value, item.attributes, item.mark)
         if isinstance(item, Subscribed):
             self._learn(item)
-            return self._out(item.alias, item.value, True, item) if item.value is not None else True
+            if item.value is None:
+                return True
+            if self.replaying:
+                partition = self._partition(item.path)
+                if partition in self.replaying:  # what it missed comes first (_recent_answer)
+                    self.deferred.append((partition, item))
+                    return True
+            return self._out(item.alias, item.value, True, item)
         if isinstance(item, SeriesUpdate):
-            return self._out(item.alias, item.event.value, False, item.event)
+            return self._out(item.alias, item.event.value, False, item.event, b"", item.mark)
         if isinstance(item, Unsubscribed):
             self.topics.pop(item.alias, None)
         elif isinstance(item, _Established):
@@ -1050,7 +1207,15 @@ class MQTTConnection(asyncio.Protocol):
         for known in self.topics.values():
             known[3:9] = self._match(known[0])
 
-    def _out(self, alias: int, value: bytes, first: bool, token: object, attributes: bytes = b"") -> bool:
+    def _partition(self, session_path: str) -> int:
+        channels = self._channels()
+        path = self.connections.registry.resolve(self.session_id or "", session_path)
+        return partition_of(path, len(channels)) if channels else -1
+
+    def _out(
+        self, alias: int, value: bytes, first: bool, token: object, attributes: bytes = b"",
+        mark: tuple[int, int] | None = None,
+    ) -> bool:
         """Write one value of a subscribed topic (``token``: what every session offered this
         message shares, for shared subscriptions); ``False`` when the QoS window is full."""
         known = self.topics.get(alias)
@@ -1128,6 +1293,8 @@ class MQTTConnection(asyncio.Protocol):
             self.inflight[packet_id] = False
             if self.expiry:  # sent again on another connection: by its name, without this one's alias
                 self.unacked[packet_id] = m.Publish(name, payload, qos, retain, False, packet_id, kept_properties)
+                if mark is not None:
+                    self.unacked_marks[packet_id] = mark
         self._chunks.append(data)
         server.sent += 1
         return True
@@ -1145,6 +1312,7 @@ class MQTTConnection(asyncio.Protocol):
 
     def _acknowledged(self, packet_id: int) -> None:
         self.unacked.pop(packet_id, None)
+        self.unacked_marks.pop(packet_id, None)
         if self.inflight.pop(packet_id, None) is not None and self.backlog:
             session = self.connections.registry.sessions.get(self.session_id or "")
             if session is not None:

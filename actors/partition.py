@@ -42,6 +42,7 @@ from topics.protocol import (
     Hello,
     Prime,
     ProtocolError,
+    ReadRecent,
     Replicate,
     Replicated,
     Superseded,
@@ -263,14 +264,23 @@ class Partition:
             self._answer([(peer, encode_frame(done))])
             return
         store = self.store
-        results = []
+        results: list[Any] = []
+        reads: list[tuple[int, ReadRecent]] = []
         for item in batch.operations:
             try:
                 op = decode_operation(item)
             except ProtocolError as e:
                 results.append(encode_result(Failed(e.code, str(e))))
                 continue
+            if type(op) is ReadRecent:
+                # read once the whole batch is applied: every message whose event this Done
+                # carries is then in the answer (the link hands events on before results)
+                reads.append((len(results), op))
+                results.append(None)
+                continue
             results.append(encode_result(store.apply_one(peer.link, op)))
+        for i, op in reads:
+            results[i] = encode_result(store.apply_one(peer.link, op))
         self.batches += 1
         self.operations += len(results)
         encoded: dict[int, list[Any]] = {}

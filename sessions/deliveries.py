@@ -38,6 +38,9 @@ class Update(NamedTuple):
     attributes: bytes = b""
     #: false for a value delivered without becoming the topic's value (see ``set``'s ``retain``)
     retained: bool = True
+    #: (partition, a message position below this value's): where a session that had
+    #: everything before this value would read the partition's recent messages again
+    mark: tuple[int, int] | None = None
 
 
 class SeriesUpdate(NamedTuple):
@@ -45,6 +48,7 @@ class SeriesUpdate(NamedTuple):
 
     alias: int
     event: Event
+    mark: tuple[int, int] | None = None
 
 
 class Unsubscribed(NamedTuple):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from sessions.deliveries import size_of
 from topics.properties import Conflation
@@ -88,6 +88,10 @@ class OutboundQueue:
     @property
     def pending_values(self) -> int:
         return self._values
+
+    def messages(self) -> Iterator[object]:
+        """The messages queued, oldest first (those dropped after queueing left out)."""
+        return (item[1] for item in self._items if item[1] is not None)
 
     @property
     def under_backpressure(self) -> bool:

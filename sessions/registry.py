@@ -205,6 +205,12 @@ class SessionRegistry:
         self._closing: dict[str, tuple[str, str]] = {}
         #: topics of a restarted partition not seen again yet (see resync_begin)
         self._doubtful: set[str] = set()
+        #: where the events being applied come from (see :meth:`set_mark`)
+        self.mark: tuple[int, int] | None = None
+        #: session -> partitions whose messages it takes from their recent messages instead
+        #: (:meth:`hold`), and the sessions held for the partition of the events being applied
+        self._held: dict[str, set[int]] = {}
+        self._skip: frozenset[str] | set[str] = frozenset()
 
     # -- groups -------------------------------------------------------------------
 
@@ -336,6 +342,7 @@ class SessionRegistry:
         session = self.sessions.pop(session_id, None)
         self._dirty.discard(session_id)
         self._closing.pop(session_id, None)
+        self._held.pop(session_id, None)
         if session is None or session.group is None:
             return []
         for session_path in list(session.views):
@@ -690,14 +697,14 @@ class SessionRegistry:
             return
         if retained and not state.spec.dont_retain_value:
             self.cache.set_value(path, value, check=False)
-        sessions, dirty, policy = self.sessions, self._dirty, state.policy
+        sessions, dirty, policy, mark, skip = self.sessions, self._dirty, state.policy, self.mark, self._skip
         for view in list(state.views.values()):
             alias = view.alias
-            message = Update(alias, value, attributes, retained) if attributes or not retained else Update(alias, value)
+            message = Update(alias, value, attributes, retained, mark)
             others: list[Session] = []
             for session_id in view.sessions:
                 session = sessions.get(session_id)
-                if session is None:
+                if session is None or (skip and session_id in skip):
                     continue
                 # the common outcome inline; the others (which may unsubscribe,
                 # changing view.sessions) after the loop, in _queue_value
@@ -715,12 +722,62 @@ class SessionRegistry:
         event = appended.event
         if not state.window.add(event):
             return  # seen already, through another registration
+        skip = self._skip
         for view in list(state.views.values()):
-            message = SeriesUpdate(view.alias, event)
+            message = SeriesUpdate(view.alias, event, self.mark)
             for session_id in list(view.sessions):
                 session = self.sessions.get(session_id)
-                if session is not None:
+                if session is not None and not (skip and session_id in skip):
                     self._queue_value(session, state, view, message)
+
+    # -- a session's messages from a partition's recent messages -------------------------
+
+    def set_mark(self, partition: int, position: int) -> None:
+        """The events applied next come from ``partition``, every message of them above
+        ``position`` (the deliveries carry it as their ``mark``)."""
+        self.mark = (partition, position)
+        held = self._held
+        self._skip = {sid for sid, partitions in held.items() if partition in partitions} if held else frozenset()
+
+    def hold(self, session_id: str, partitions: Iterable[int]) -> None:
+        """Deliver the session no messages from ``partitions`` until :meth:`release`: it
+        takes them from those partitions' recent messages (:meth:`replay`) instead."""
+        self._held.setdefault(session_id, set()).update(partitions)
+
+    def release(self, session_id: str, partition: int) -> None:
+        held = self._held.get(session_id)
+        if held is not None:
+            held.discard(partition)
+            if not held:
+                del self._held[session_id]
+
+    def replay(self, session_id: str, events: Iterable[TopicEvent], mark: tuple[int, int]) -> int:
+        """Queue for one session the messages of ``events`` (a partition's recent messages)
+        on the topics it is subscribed to, as their updates were queued then; how many."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            return 0
+        queued = 0
+        for event in events:
+            path = event.path  # type: ignore[union-attr]
+            state = self._topics.get(path)
+            if state is None:
+                continue
+            for view in list(state.views.values()):
+                if session_id not in view.sessions:
+                    continue
+                message: object
+                if isinstance(event, Changed):
+                    message = Update(view.alias, event.value, event.attributes, event.retained, mark)
+                elif isinstance(event, Appended):
+                    message = SeriesUpdate(view.alias, event.event, mark)
+                elif isinstance(event, Added) and event.value is not None:
+                    message = Update(view.alias, event.value, b"", True, mark)
+                else:
+                    continue
+                self._queue_value(session, state, view, message)
+                queued += 1
+        return queued
 
     def _queue_value(
         self, session: Session, state: _TopicState, view: _View, message: object, *, pushed: bool = False

@@ -173,6 +173,14 @@ def test_a_crashed_actor_is_restarted_and_serve_says_so(tmp_path: Path, actor: s
         if actor == "GatewayActor":  # a missing-topic handler registered before the crash
             handler = _Handler(srv.url)
             mqtt = _mqtt_session(srv)  # and an MQTT session with an expiry, subscribed
+            from canopy.sync import connect_sync
+
+            with connect_sync(srv.url, *ADMIN) as writer:
+                writer.topics.add("mqtt-kept/n", "INT64", {"CONFLATION": "off"})
+                for n in range(1, 4):
+                    writer.topics.set("mqtt-kept/n", n)
+            wait_for(lambda: [int(m.payload) for m in _drain(mqtt) if m.topic == "mqtt-kept/n"][-1:] == [3], 30,
+                     "the session to have the values before the crash")
         before = _actor_pid(srv.proc.pid, actor)
         os.kill(before, signal.SIGKILL)
         wait_for(lambda: any(f"({actor}) is back and serving" in line for line in srv.lines), EXIT_DEADLINE,
@@ -187,9 +195,23 @@ def test_a_crashed_actor_is_restarted_and_serve_says_so(tmp_path: Path, actor: s
         assert _server_json(srv.data_dir)["state"] == "serving"
         if mqtt is not None:  # the gateway restarted: the session is taken up from its record
             mqtt.drop()
+            from canopy.sync import connect_sync
+
+            with connect_sync(srv.url, *ADMIN) as writer:  # while no gateway holds the session
+                for n in range(4, 21):
+                    writer.topics.set("mqtt-kept/n", n)
             again = _mqtt_session(srv, subscribe=False)
             try:
                 assert again.session_present is True
+                missed: list[int] = []
+
+                def every_missed_value() -> bool:  # from the partition's recent messages, in order
+                    missed.extend(int(m.payload) for m in _drain(again) if m.topic == "mqtt-kept/n")
+                    return missed[-1:] == [20]
+
+                wait_for(every_missed_value, 30, "the values published while no gateway held the session",
+                         describe=lambda: missed)
+                assert missed == list(range(min(missed), 21)) and min(missed) <= 4, missed
                 cli("topic", "add", "mqtt-kept/x", "--type", "STRING", url=srv.url)
                 cli("topic", "set", "mqtt-kept/x", "after", url=srv.url)
                 wait_for(lambda: any(m.payload == b"after" for m in _drain(again)), 30,

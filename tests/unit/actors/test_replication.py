@@ -317,3 +317,22 @@ async def test_a_promoted_backup_holds_the_recent_messages_numbered_as_its_prima
     finally:
         link.close()
     assert positions == [before.last, before.last + 1]  # the link heard each position with its answers
+
+
+async def test_recent_messages_read_in_a_batch_include_the_whole_batch(replicas: dict[str, PartitionActor]) -> None:
+    """A read of the recent messages answers for the end of its batch: a write after it in
+    the same batch, whose event comes in the same Done ahead of the answer, is in it."""
+    primary, _ = await pair(replicas)
+    link, _ = await linked(primary, 1)
+    try:
+        assert await link.request(0, p.SetValue("r/x", cb(0), False, None, True)) == p.Ok("CREATED")
+        start = await link.request(0, p.ReadRecent(["r/x"], 0))
+        assert isinstance(start, p.Ok), start
+        batches = link.channels[0].batches
+        read = link.request(0, p.ReadRecent(["r/x"], start.value.last))
+        write = link.request(0, p.SetValue("r/x", cb(1), False))  # the same loop turn: the same batch
+        answer, written = await asyncio.gather(read, write)
+        assert link.channels[0].batches == batches + 1 and written == p.Ok(None)
+        assert isinstance(answer, p.Ok) and [cbor2.loads(e.value) for e in answer.value.events] == [1], answer
+    finally:
+        link.close()
