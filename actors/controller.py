@@ -888,6 +888,10 @@ class ControllerActor:
                 "mqtt": info.get("mqtt") or None,
                 "mqtt_connections": st.get("mqtt_connections") if st else None,
                 "mqtt_kept_sessions": st.get("mqtt_kept_sessions") if st else None,
+                # MQTT sessions taken up from their records, and those that missed messages no
+                # partition kept any more (since the gateway started)
+                "mqtt_sessions_replayed": st.get("mqtt_sessions_replayed") if st else None,
+                "mqtt_replay_gaps": st.get("mqtt_replay_gaps") if st else None,
                 # what clients attempted: logins (sessions/logins.py) and requests that failed unexpectedly
                 "guard": {k: v for k, v in st.items() if k.startswith(GUARD_STATS)} if st else None,
             })

@@ -222,6 +222,8 @@ class Gateway:
                 put(f"{base}/sessions", "INT64", len(self.registry.sessions) - len(self.connections.internal))
                 put(f"{base}/sessions/mqtt_kept", "INT64", stats["mqtt_kept_sessions"])
                 put(f"{base}/sessions/mqtt_taken_over", "INT64", stats["mqtt_taken_over_elsewhere"])
+                put(f"{base}/sessions/mqtt_replayed", "INT64", stats["mqtt_sessions_replayed"])
+                put(f"{base}/sessions/mqtt_replay_gaps", "INT64", stats["mqtt_replay_gaps"])
                 put(f"{base}/messages/mqtt/received", "INT64", stats["mqtt_publishes_received"])
                 put(f"{base}/messages/mqtt/sent", "INT64", stats["mqtt_publishes_sent"])
                 put(f"{base}/messages/mqtt/refused", "INT64", stats["mqtt_publishes_refused"])

@@ -861,7 +861,13 @@ class MQTTConnection(asyncio.Protocol):
             return
         self._restoring = -1  # asked once
         registry = self.connections.registry
-        selectors = sorted({str(t) for entry in self.subscriptions.values() for t in registry.fetch_plan(sid, entry[0])})
+        chosen: set[str] = set()
+        for entry in self.subscriptions.values():
+            try:
+                chosen.update(str(t) for t in registry.fetch_plan(sid, entry[0]))
+            except Exception:  # not permitted any more: that filter's topics send it nothing
+                continue
+        selectors = sorted(chosen)
         link = self.server.store.link if self.server.store is not None else None
         for partition, since in list(self.replaying.items()):
             if not selectors or link is None:

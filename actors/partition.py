@@ -56,7 +56,7 @@ from topics.protocol import (
 from history import export_worker
 from history.store import Exporter, history_location
 from replication.journal import SEGMENT_BYTES, FsyncPolicy, Journal, JournalError, JournalGap
-from topics.store import TopicStore
+from topics.store import RECENT, TopicStore
 
 log = logging.getLogger("canopy.partition")
 
@@ -160,9 +160,11 @@ class Partition:
 
     def __init__(
         self, index: int, host: str, journal: Journal | None = None, snapshot_every: int = 100_000,
-        *, role: str = PRIMARY, replicated: bool = False,
+        *, role: str = PRIMARY, replicated: bool = False, recent: int = RECENT,
     ) -> None:
         self.index = index
+        #: messages kept for sessions taken up elsewhere (TopicStore.recent_since)
+        self.recent = recent
         self.host = host
         self.replicated = replicated
         self.journal = journal
@@ -215,6 +217,7 @@ class Partition:
             record_volatile=self.replicated,
             # a fresh numbering of messages, above every one an earlier replica handed out
             position=time.time_ns() // 1_000_000 * 1_000,
+            recent=self.recent,
         )
 
     async def serve(self) -> dict[str, Any]:
@@ -818,6 +821,7 @@ class PartitionActor:
                 core = Partition(
                     self.index, self._host or ray.util.get_node_ip_address(), self._journal, snapshot_every,
                     role=self._role, replicated=self._replicated,
+                    recent=int((self._config or {}).get("recent_messages", RECENT)),
                 )
                 await core.serve()
                 if self._exporter is not None:

@@ -632,7 +632,9 @@ def format_status(status: dict[str, Any]) -> list[str]:
                       f"refused {guard.get('login_refused', 0)}; unexpected errors {guard.get('unexpected_errors', 0)}")
         if g.get("answering") and g.get("mqtt"):
             state += (f"; MQTT at {g['mqtt']}: {g.get('mqtt_connections')} connections, "
-                      f"{g.get('mqtt_kept_sessions')} sessions kept for absent clients")
+                      f"{g.get('mqtt_kept_sessions')} sessions kept for absent clients, "
+                      f"{g.get('mqtt_sessions_replayed') or 0} taken up from their records "
+                      f"({g.get('mqtt_replay_gaps') or 0} missing messages no partition kept)")
         lines.append(f"  {g['gateway']:<12} {str(g.get('node')):<16} {str(g.get('url')):<24} {state}")
     return lines
 

@@ -192,6 +192,11 @@ class ServerConfig:
         10, "how often each gateway publishes its figures under $SYS/broker/ (MQTT's convention: clients, "
         "sessions, messages, uptime), in seconds; 0: never", low=0, high=86_400, metavar="S",
     )
+    mqtt_checkpoint_ms: int = setting(
+        1000, "how often an MQTT session with an expiry records where its messages stand in each partition "
+        "(when they moved): a gateway taking it up sends again what came after, so at most about this much "
+        "comes twice", low=50, high=3_600_000, metavar="MS",
+    )
     mqtt_receive_maximum: int = setting(
         64, "QoS 1 and 2 messages an MQTT session may have unacknowledged each way (MQTT 5's Receive "
         "Maximum); more wait in the session's queue", low=1, high=65535, metavar="N",
@@ -297,6 +302,11 @@ class ServerConfig:
     snapshot_every: int = setting(
         100_000, "journaled changes after which a partition writes a snapshot (bounding what a restart replays)",
         low=100, high=1_000_000_000, metavar="CHANGES",
+    )
+    recent_messages: int = setting(
+        100_000, "messages each partition keeps after they are delivered (its primary and its backup alike), "
+        "from which an MQTT session taken up at another gateway gets what it missed; 0 keeps none (such a "
+        "session then gets its topics' current values)", low=0, high=10_000_000, metavar="N",
     )
     journal_segment_bytes: int = setting(
         64 * 1024 * 1024, "size at which a partition's journal closes its segment and opens the next",

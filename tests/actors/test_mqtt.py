@@ -461,7 +461,8 @@ def test_the_broker_s_figures_under_sys_are_read_only(broker: str, mqtt_address:
         client.subscribe("$SYS/broker/version", qos=1)
         version = client.next()
         assert version.payload.startswith(b"canopy ") and version.retain
-        for figure in ("clients/mqtt", "messages/mqtt/expired", "sessions/mqtt_taken_over"):
+        for figure in ("clients/mqtt", "messages/mqtt/expired", "sessions/mqtt_taken_over", "sessions/mqtt_replayed",
+                       "sessions/mqtt_replay_gaps"):
             client.subscribe(f"$SYS/broker/gateways/+/{figure}", qos=1)
             got = client.next()
             assert got.topic.endswith(figure) and int(got.payload) >= 0, (got.topic, got.payload)

@@ -371,3 +371,48 @@ def test_a_snapshot_again_delivers_a_value_the_gateway_missed_and_only_that() ->
     r.on_events([Snapshot(token, "t", "INT64", [], cb(2)), End(token)])  # missed: delivered
     assert summary(r, "s") == [("sub", "t", 1), ("val", "t", 2)]
     assert r.cache.get("t").value == cb(2)  # type: ignore[union-attr]
+
+
+# -- a session taken up elsewhere: marks, hold, replay -----------------------------------------
+
+
+def test_deliveries_carry_the_mark_their_partition_events_came_with() -> None:
+    r = SessionRegistry()
+    r.open("s1", "", {})
+    regs, _ = r.subscribe("s1", sel("?a/.*"))
+    feed_snapshot(r, regs, {"a/x": ("INT64", 0)})
+    messages(r, "s1")
+    r.set_mark(2, 700)
+    r.on_events([Changed("a/x", cb(1))])
+    r.set_mark(2, 701)
+    r.on_events([Changed("a/x", cb(2), False)])
+    assert [(cbor2.loads(m.value), m.retained, m.mark) for m in messages(r, "s1")] == [(1, True, (2, 700)),
+                                                                                       (2, False, (2, 701))]
+
+
+def test_a_held_session_gets_a_partition_messages_only_from_its_replay_then_live_again() -> None:
+    r = SessionRegistry()
+    for sid in ("held", "other"):
+        r.open(sid, "", {})
+    regs, _ = r.subscribe("held", sel("?a/.*"))
+    r.subscribe("other", sel("?a/.*"))
+    feed_snapshot(r, regs, {"a/x": ("INT64", 0), "a/y": ("INT64", 0)})
+    messages(r, "held"), messages(r, "other")
+    r.hold("held", {1})
+    r.set_mark(1, 10)
+    r.on_events([Changed("a/x", cb(1))])  # partition 1: not for the held session
+    r.set_mark(0, 50)
+    r.on_events([Changed("a/y", cb(7))])  # partition 0 is not held
+    assert [cbor2.loads(m.value) for m in messages(r, "held")] == [7]
+    assert [cbor2.loads(m.value) for m in messages(r, "other")] == [1, 7]
+    # its replay: the messages it missed, in order, a publish not retained as it was, nothing else
+    assert r.replay("held", [Changed("a/x", cb(1)), Changed("b/z", cb(9)), Changed("a/x", cb(2), False)], (1, 9)) == 2
+    r.release("held", 1)
+    r.set_mark(1, 12)
+    r.on_events([Changed("a/x", cb(3))])
+    got = [(cbor2.loads(m.value), m.retained, m.mark) for m in messages(r, "held")]
+    assert got == [(1, True, (1, 9)), (2, False, (1, 9)), (3, True, (1, 12))]
+    assert r.replay("gone", [Changed("a/x", cb(4))], (1, 12)) == 0
+    r.hold("held", {0})
+    r.close("held")
+    assert not r._held
