@@ -892,6 +892,8 @@ class ControllerActor:
                 # partition kept any more (since the gateway started)
                 "mqtt_sessions_replayed": st.get("mqtt_sessions_replayed") if st else None,
                 "mqtt_replay_gaps": st.get("mqtt_replay_gaps") if st else None,
+                # sessions whose gateway was lost, held here since (MQTTServer.adopt)
+                "mqtt_sessions_adopted": st.get("mqtt_sessions_adopted") if st else None,
                 # what clients attempted: logins (sessions/logins.py) and requests that failed unexpectedly
                 "guard": {k: v for k, v in st.items() if k.startswith(GUARD_STATS)} if st else None,
             })

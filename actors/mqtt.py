@@ -31,7 +31,9 @@ code). Keep-alive: a client silent for one and a half times its keep-alive is cu
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
+import json
 import logging
 import time
 from collections import deque
@@ -72,6 +74,11 @@ ANNOUNCEMENTS = "$MQTT/announcements"
 SHARES_EVERY = 2.0
 #: the largest Topic Alias a client may use towards the gateway (MQTT 5's Topic Alias Maximum)
 TOPIC_ALIAS_MAXIMUM = 64
+#: seconds between two looks at the session records for sessions whose gateway is gone (a
+#: record found so twice in a row, unchanged, is adopted: :meth:`MQTTServer.adopt`)
+SWEEP_EVERY = 5.0
+#: gateways whose announcements one gateway keeps track of
+MAX_GATEWAYS_HEARD = 1024
 #: seconds a session taken up from its record waits for a partition's recent messages before it
 #: takes the current values of its topics there instead
 RECENT_TIMEOUT = 10.0
@@ -117,11 +124,17 @@ class MQTTServer:
         self.link: Any = None
         #: the gateways with members of each shared subscription, this one's included
         self.directory = ShareDirectory(connections.gateway_id, time.monotonic, ttl=3 * SHARES_EVERY)
-        self._shares_told = False
         self._share_timer: asyncio.TimerHandle | None = None
         #: sessions ended here because another gateway took their client identifier
         self.taken_elsewhere = 0
         self.refused = IncidentLog(REFUSED_LOG_INTERVAL)
+        #: gateway -> when it was last heard (every gateway announces itself every SHARES_EVERY)
+        self.heard_at: dict[str, float] = {}
+        #: client identifier -> a record whose gateway is gone, as the last sweep found it
+        self._orphans: dict[str, str] = {}
+        self._sweep_timer: asyncio.TimerHandle | None = None
+        #: sessions whose gateway was lost, adopted here from their records
+        self.adopted = 0
         #: id(value) -> (value, its type, its payload); (message, version, ...) -> (its token, its
         #: QoS 0 PUBLISH bytes): what many sessions' deliveries of one message share
         self._payloads: dict[int, tuple[bytes, TopicType, bytes]] = {}
@@ -155,6 +168,7 @@ class MQTTServer:
         self.connections.submit(watch, wire.Request(1, "subscribe", [">" + ANNOUNCEMENTS]), time.perf_counter_ns())
         self.connections.received()
         self._share_timer = asyncio.get_running_loop().call_later(SHARES_EVERY, self._shares_due)
+        self._sweep_timer = asyncio.get_running_loop().call_later(SWEEP_EVERY, self._sweep_due)
 
     def _tell(self, announcement: dict[str, Any]) -> None:
         """Announce to every gateway (a value of :data:`ANNOUNCEMENTS` not retained: delivered,
@@ -170,12 +184,9 @@ class MQTTServer:
         self._tell({"kind": "connect", "client": client_id, "principal": principal, "resumed": resumed})
 
     def _announce_shares(self) -> None:
-        """Tell the other gateways which shared subscriptions this one has members of (an empty
-        list once, after the last member left)."""
-        groups = sorted(self.shares)
-        if groups or self._shares_told:
-            self._tell({"kind": "shares", "groups": [list(g) for g in groups]})
-        self._shares_told = bool(groups)
+        """Tell the other gateways which shared subscriptions this one has members of (every
+        time, so that they know this gateway is there: see :meth:`_sweep`)."""
+        self._tell({"kind": "shares", "groups": [list(g) for g in sorted(self.shares)]})
 
     def _shares_due(self) -> None:
         self._announce_shares()
@@ -192,6 +203,8 @@ class MQTTServer:
         gateway = announced.get("gateway")
         if not isinstance(gateway, str) or gateway == self.connections.gateway_id:
             return
+        if len(self.heard_at) < MAX_GATEWAYS_HEARD or gateway in self.heard_at:
+            self.heard_at[gateway] = time.monotonic()
         kind = announced.get("kind")
         if kind == "connect":
             self._taken_over(announced)
@@ -225,6 +238,86 @@ class MQTTServer:
             holder._disconnect(0x8E, "another connection took over this client identifier, at another gateway")
         else:
             holder._expire()
+
+    # -- sessions whose gateway is gone ----------------------------------------------------------
+
+    def _sweep_due(self) -> None:
+        self._sweep_timer = asyncio.get_running_loop().call_later(SWEEP_EVERY, self._sweep_due)
+        self.connections.spawn(self._sweep())
+
+    async def _sweep(self) -> None:
+        """Adopt the sessions whose gateway is gone: a record whose gateway has not been heard
+        for ``3 * SHARES_EVERY`` (or is this gateway's own from before it restarted), found so
+        unchanged by two sweeps in a row. One gateway sweeps: the first by name of those heard."""
+        me = self.connections.gateway_id
+        now = time.monotonic()
+        alive = {g for g, at in self.heard_at.items() if now - at <= 3 * SHARES_EVERY} | {me}
+        if self.store is None or min(alive) != me:
+            self._orphans = {}
+            return
+        try:
+            records = await self.store.every()
+        except Exception as e:  # the next sweep
+            log.debug("could not read the MQTT session records: %s", e)
+            return
+        orphans: dict[str, str] = {}
+        for client_id, record in records:
+            owner = record.get("gateway")
+            if (owner in alive and owner != me) or client_id in self.clients or client_id in self.kept:
+                continue
+            seen = json.dumps(record, sort_keys=True)
+            if self._orphans.get(client_id) == seen:
+                self.adopt(client_id, record)
+            else:
+                orphans[client_id] = seen
+        self._orphans = orphans
+
+    def adopt(self, client_id: str, record: dict[str, Any]) -> bool:
+        """Hold here a session whose gateway is gone, as if its connection had just ended:
+        subscribed again (missing nothing: :meth:`MQTTConnection._restore`), kept until its
+        expiry (from when its client left, or now), its will published when due, for its client
+        to resume at any gateway. ``False`` when it had expired or its principal is no more."""
+        if client_id in self.clients or client_id in self.kept or self.store is None:
+            return False
+        security = self.connections.registry.security
+        principal = record.get("principal") or ""
+        known = security.principals.get(principal) if principal else None
+        if (principal and known is None) or (not principal and not security.anonymous_allowed):
+            self.store.drop(client_id)
+            return False
+        roles = known.roles if known is not None else security.anonymous_roles
+        properties = record.get("properties")
+        user = {k: v for k, v in properties.items() if isinstance(k, str) and isinstance(v, str)} \
+            if isinstance(properties, dict) else {}
+        connection = MQTTConnection(self)
+        connection.version = m.MQTT_5 if record.get("version") == m.MQTT_5 else m.MQTT_3_1_1
+        connection.address = str(record.get("address") or "")
+        session = self.connections.open(user, principal, roles, connection.address, "MQTT", **{"$ClientId": client_id})
+        connection.session_id = session.id
+        self.connections.by_session[session.id] = connection
+        connection.client_id, connection.principal, connection.user_properties = client_id, principal, user
+        connection.expiry = min(int(record.get("expiry") or 0), self.max_session_expiry)
+        now = time.time() * 1000
+        left = record.get("left") if isinstance(record.get("left"), (int, float)) else now
+        if not connection.expiry or not connection._restore({**record, "left": left}):
+            connection.session_id = None
+            self.connections.forget(connection)
+            self.store.drop(client_id)
+            return False
+        connection.will = _will_of(record.get("will"))
+        connection._keep(left)
+        if connection.will is not None:
+            delay = (connection.will.properties.will_delay_interval or 0) - (now - left) / 1000
+            if delay > 0:
+                connection._will_timer = asyncio.get_running_loop().call_later(
+                    min(delay, 2**31 // 1000), connection._will_due)
+            else:
+                connection._will_due()
+        self.adopted += 1
+        log.warning("MQTT session of client %r adopted from its record: its gateway %s is gone",
+                    client_id, record.get("gateway"))
+        self.connections.wake()
+        return True
 
     def group(self, share: str, topic_filter: str) -> SharedGroup[Any]:
         """The shared subscription group ``$share/share/topic_filter`` at this gateway."""
@@ -268,9 +361,10 @@ class MQTTServer:
         return f"canopy-{self.connections.gateway_id}-{self._assigned:x}"
 
     def close_all(self) -> None:
-        if self._share_timer is not None:
-            self._share_timer.cancel()
-            self._share_timer = None
+        for timer in (self._share_timer, self._sweep_timer):
+            if timer is not None:
+                timer.cancel()
+        self._share_timer = self._sweep_timer = None
         for connection in list(self.open):
             if connection.session_id is None:
                 connection.abort()
@@ -282,6 +376,7 @@ class MQTTServer:
             "mqtt_publishes_refused": self.publishes_refused, "mqtt_publishes_expired": self.expired,
             "mqtt_taken_over_elsewhere": self.taken_elsewhere,
             "mqtt_sessions_replayed": self.replayed, "mqtt_replay_gaps": self.replay_gaps,
+            "mqtt_sessions_adopted": self.adopted,
         }
 
 
@@ -303,6 +398,8 @@ class MQTTConnection(asyncio.Protocol):
         self.ended = False  # the session ended with the connection, or moved to another
         self.disconnected = False  # a DISCONNECT came: no will
         self.will: m.Will | None = None
+        #: the MQTT 5 user properties of its CONNECT (its session's properties), for its record
+        self.user_properties: dict[str, str] = {}
         # what Connections keeps for every session's connection
         self.in_flight = 0
         self.wide_in_flight = 0
@@ -349,6 +446,7 @@ class MQTTConnection(asyncio.Protocol):
         #: the values that came with its subscriptions from those partitions, kept back meanwhile
         self.deferred: list[tuple[int, Subscribed]] = []
         self._restoring = 0
+        self._gapped = False
         #: seconds the session outlives its connection (MQTT 5's Session Expiry Interval; MQTT
         #: 3.1.1's clean session 0: mqtt_max_session_expiry); 0: it ends with the connection
         self.expiry = 0
@@ -460,10 +558,12 @@ class MQTTConnection(asyncio.Protocol):
             self.connections.dropped(self)
         self.connections.wake()
 
-    def _keep(self) -> None:
-        """The connection is gone, its session stays for ``expiry`` seconds: subscribed, its
-        queue filling within its budget, for a CONNECT with the client identifier and clean
-        start 0 to resume (:meth:`_adopt`)."""
+    def _keep(self, left: float | None = None) -> None:
+        """The connection is gone (at ``left``, ms, or now), its session stays for ``expiry``
+        seconds from then: subscribed, its queue filling within its budget, for a CONNECT with
+        the client identifier and clean start 0 to resume (:meth:`_adopt`)."""
+        now = time.time() * 1000
+        left = now if left is None else left
         self.transport = None
         self.closing = False  # ends as a connection's session would: over its budget, at shutdown
         self.waiting.clear()
@@ -471,8 +571,9 @@ class MQTTConnection(asyncio.Protocol):
         if previous is not None and previous is not self:
             previous._expire()
         self.server.kept[self.client_id] = self
-        self._save(left=time.time() * 1000)  # where its messages stand, too (it still gets them)
-        self._expiry_timer = asyncio.get_running_loop().call_later(min(self.expiry, 2**31 // 1000), self._expire)
+        self._save(left=left)  # where its messages stand, too (it still gets them)
+        remaining = max(self.expiry - (now - left) / 1000, 0)
+        self._expiry_timer = asyncio.get_running_loop().call_later(min(remaining, 2**31 // 1000), self._expire)
         log.info("MQTT session %s (client %r) kept %d s for its client to resume it",
                  self.session_id, self.client_id, self.expiry)
 
@@ -480,6 +581,8 @@ class MQTTConnection(asyncio.Protocol):
         self._will_timer = None
         if self.will is not None and self.session_id is not None:
             self._publish_will(self.will)
+            self.will = None  # published: not again by a gateway that adopts the session
+            self._save()
             self.connections.received()
 
     def _expire(self) -> None:
@@ -704,14 +807,15 @@ class MQTTConnection(asyncio.Protocol):
             self.connections.by_session[session.id] = self
         asked = connect.properties.session_expiry_interval if v5 else (0 if connect.clean_start else 2**32 - 1)
         self.expiry = min(asked or 0, self.server.max_session_expiry)
-        if record is not None:
+        self.user_properties = user
+        self.will = connect.will
+        if record is not None and not resumed:  # (a session adopted here meanwhile was resumed above)
             resumed = self._restore(record)
         if self.server.store is not None:
             if self.expiry:
                 self._save()
             elif (connect.clean_start and assigned is None) or record is not None:
                 self.server.store.drop(client_id)  # a session recorded before ends (clean start), or it expired
-        self.will = connect.will
         keep_alive = connect.keep_alive
         properties = connect.properties
         if v5:
@@ -801,10 +905,18 @@ class MQTTConnection(asyncio.Protocol):
             self._left = left
         self._recorded = True
         self.positions = self._positions()
+        will = self.will if not self.disconnected else None
         self.server.store.save(self.client_id, {
             "principal": self.principal, "expiry": self.expiry, "left": self._left,
             "subscriptions": [[f, e[1].qos, e[1].retain_handling, e[2]] for f, e in self.subscriptions.items()],
             "positions": {str(p): position for p, position in self.positions.items()},
+            # what a gateway adopting the session after this one is lost needs (MQTTServer.adopt)
+            "gateway": self.connections.gateway_id, "version": self.version, "address": self.address,
+            "properties": self.user_properties,
+            "will": None if will is None else {
+                "topic": will.topic, "payload": base64.b64encode(will.payload).decode(), "qos": will.qos,
+                "retain": will.retain, "delay": will.properties.will_delay_interval or 0,
+            },
         })
         if self._checkpoint_timer is None:
             self._checkpoint_timer = asyncio.get_running_loop().call_later(
@@ -895,7 +1007,9 @@ class MQTTConnection(asyncio.Protocol):
         if answer is not None and answer.first <= since + 1:
             registry.replay(sid, answer.events, (partition, since))
         else:
-            self.server.replay_gaps += 1
+            if not self._gapped:  # a session counted once, however many partitions miss some
+                self._gapped = True
+                self.server.replay_gaps += 1
             log.warning("MQTT session of client %r: partition %d no longer has every message after %d (%s); "
                         "its topics' current values instead", self.client_id, partition, since,
                         f"it keeps them from {answer.first}" if answer is not None else result)
@@ -1412,6 +1526,19 @@ class _Established(NamedTuple):
     """Queued after the topics a subscription's first answer brought (see ``_learn``)."""
 
     topic_filter: str
+
+
+def _will_of(recorded: Any) -> m.Will | None:
+    """The will a session record keeps (see ``MQTTConnection._save``), or None."""
+    if not isinstance(recorded, dict):
+        return None
+    try:
+        delay = int(recorded.get("delay") or 0)
+        return m.Will(str(recorded["topic"]), base64.b64decode(recorded.get("payload") or ""),
+                      int(recorded.get("qos") or 0), bool(recorded.get("retain")),
+                      m.Properties(will_delay_interval=delay) if delay else EMPTY)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 @functools.lru_cache(maxsize=1024)

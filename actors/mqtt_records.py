@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import Any
 
 from topics.protocol import FetchTopics, Ok, RemoveTopics, SetValue
+from topics.selectors import parse_selector
 from topics.types import TopicType
 from topics.types import decode as decode_value
 from topics.types import encode as encode_value
@@ -44,6 +46,27 @@ class SessionRecords:
         path = self.path(client_id)
         self.link.route(path, RemoveTopics(">" + path))
         self.link.flush()
+
+    async def every(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every record, by client identifier (none from a partition that did not answer)."""
+        selector = parse_selector("?" + re.escape(self.BRANCH) + "/.+")
+        out: list[tuple[str, dict[str, Any]]] = []
+        for future in self.link.everywhere(selector, FetchTopics(str(selector))):
+            try:
+                result = await asyncio.wait_for(future, 10)
+            except Exception:  # that partition away: its records wait for the next sweep
+                continue
+            if not isinstance(result, Ok):
+                continue
+            for row in result.value:
+                try:
+                    client_id = bytes.fromhex(row.path.rsplit("/", 1)[1]).decode() if not row.path.endswith("/-") else ""
+                    record = decode_value(TopicType.JSON, row.value) if row.value is not None else None
+                except Exception:
+                    continue
+                if isinstance(record, dict):
+                    out.append((client_id, record))
+        return out
 
     async def load(self, client_id: str) -> dict[str, Any] | None:
         path = self.path(client_id)

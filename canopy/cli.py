@@ -634,7 +634,8 @@ def format_status(status: dict[str, Any]) -> list[str]:
             state += (f"; MQTT at {g['mqtt']}: {g.get('mqtt_connections')} connections, "
                       f"{g.get('mqtt_kept_sessions')} sessions kept for absent clients, "
                       f"{g.get('mqtt_sessions_replayed') or 0} taken up from their records "
-                      f"({g.get('mqtt_replay_gaps') or 0} missing messages no partition kept)")
+                      f"({g.get('mqtt_replay_gaps') or 0} missing messages no partition kept), "
+                      f"{g.get('mqtt_sessions_adopted') or 0} adopted from lost gateways")
         lines.append(f"  {g['gateway']:<12} {str(g.get('node')):<16} {str(g.get('url')):<24} {state}")
     return lines
 

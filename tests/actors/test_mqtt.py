@@ -9,6 +9,7 @@ import json
 import socket
 import threading
 import time
+from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -539,3 +540,32 @@ def test_no_local_and_retain_as_published(broker: str, mqtt_address: tuple[str, 
         assert [(m.payload, m.retain) for m in got] == [(b"theirs", True), (b"passing", False)]
         seen = [plain.next() for _ in range(3)]
         assert [(m.payload, m.retain) for m in seen] == [(b"mine", False), (b"theirs", False), (b"passing", False)]
+
+
+def test_a_session_whose_partitions_no_longer_keep_what_it_missed_gets_the_current_values(
+    broker: str, mqtt_address: tuple[str, int], prefix: str
+) -> None:
+    """A record as a lost gateway would have left it, with positions older than any message the
+    partitions keep: the gateway taking the session up cannot give it what it missed, so it
+    gives it its topics' current values (RETAIN 0: its subscriptions stand) and counts a gap."""
+    client_id = f"{prefix.replace('/', '-')}-gap"
+    path = f"$MQTT/sessions/{client_id.encode().hex()}"
+
+    def gaps(admin: Any) -> int:
+        return sum(g.get("mqtt_replay_gaps") or 0 for g in admin.server.cluster_status()["gateways"])
+
+    with canopy.connect_sync(broker, *ADMIN) as admin:
+        admin.topics.add(f"{prefix}/n", "INT64", {"CONFLATION": "off"})
+        for n in (41, 42):
+            admin.topics.set(f"{prefix}/n", n)
+        before = gaps(admin)
+        admin.topics.add_and_set(path, {
+            "principal": ADMIN[0], "expiry": 60, "left": None, "subscriptions": [[f"{prefix}/#", 1, 0, 0]],
+            "positions": {str(p): 1 for p in range(64)}, "gateway": "a-gateway-gone",
+        }, "JSON")
+        with admin_mqtt(mqtt_address, 5, client_id=client_id, clean_start=False, session_expiry=60) as client:
+            assert client.session_present is True
+            got = client.next()
+            assert (got.topic, got.payload, got.retain) == (f"{prefix}/n", b"42", False)
+            wait_for(lambda: gaps(admin) == before + 1, 10, "the gap to be counted", describe=lambda: gaps(admin))
+            client.client.disconnect(properties=_expiry_zero())

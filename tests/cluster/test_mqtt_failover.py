@@ -10,7 +10,9 @@ a value may come twice (QoS 1 is at least once), none may be missing. Checked wi
 A second MQTT subscriber, with a session expiry, is on the crashed node's own gateway: its
 client connects again at a surviving gateway with clean start 0 and must get every
 acknowledged update too, those published while no gateway held its session among them
-(taken from the partitions' recent messages, from where its record says it stood).
+(taken from the partitions' recent messages, from where its record says it stood). A third
+client there, with a will, never comes back: a surviving gateway adopts its session from its
+record and publishes the will.
 """
 
 from __future__ import annotations
@@ -191,6 +193,12 @@ async def test_an_mqtt_subscriber_on_a_surviving_gateway_misses_no_acknowledged_
                                            clean_start=False, session_expiry=300)
     roaming = MQTT(mqtt_address(cluster, gateway_url(now, victim)), 5, **roaming_options)
     roamed: list[Received] = [Received(roaming)]
+    wills = MQTT(mqtt_address(cluster, home[0]), 5, username=ADMIN[0], password=ADMIN[1])
+    assert [c.value for c in wills.subscribe("wills/#", qos=1)] == [1]
+    orphan = MQTT(mqtt_address(cluster, gateway_url(now, victim)), 5, username=ADMIN[0], password=ADMIN[1],
+                  client_id="orphan", clean_start=False, session_expiry=300, connect=False)
+    orphan.client.will_set("wills/orphan", "gone", qos=1)
+    assert not orphan.connect().is_failure
     try:
         granted = subscriber.subscribe(f"{BRANCH}/#", qos=1)
         assert [c.value for c in granted] == [1], granted
@@ -219,6 +227,9 @@ async def test_an_mqtt_subscriber_on_a_surviving_gateway_misses_no_acknowledged_
         await loop.run_in_executor(None, lambda: wait_for(
             lambda: every_topic_acknowledged_since(failed_over, 20), 30,
             "updates acknowledged on every topic after the failover", describe=acknowledged))
+        # the orphan's session, its gateway gone, is adopted by a surviving gateway: its will comes
+        will = await loop.run_in_executor(None, lambda: wills.next(60))
+        assert (will.topic, will.payload) == ("wills/orphan", b"gone")
         await finish(work, urls=home)  # stop, read every final value, the native subscriber has them
         for who in (received, roamed[-1]):
             await loop.run_in_executor(None, lambda: wait_for(
@@ -231,6 +242,8 @@ async def test_an_mqtt_subscriber_on_a_surviving_gateway_misses_no_acknowledged_
         await work.close()
         subscriber.close()
         roaming.close()
+        wills.close()
+        orphan.drop()
 
     observed = dict(received.drain())
     travelled: dict[str, list[int]] = defaultdict(list)
@@ -263,6 +276,8 @@ async def test_an_mqtt_subscriber_on_a_surviving_gateway_misses_no_acknowledged_
     assert not roaming_gaps, roaming_summary  # nothing missed while no gateway held its session
     backwards = [(t, v) for t, values in travelled.items() for t, v in [(t, first_seen(values))] if v != sorted(v)]
     assert not backwards, f"values went backwards beyond redelivery: {backwards[:2]}"  # redelivered, then on in order
+    adopted = sum(g.get("mqtt_sessions_adopted") or 0 for g in status(cluster)["gateways"])
+    assert adopted >= 1, f"no gateway says it adopted a session: {status(cluster)['gateways']}"
     assert report.acknowledged > 200, summary
     assert not work.ended, work.ended
     assert any("took over" in line for line in cluster.lines), cluster.output
