@@ -1275,7 +1275,7 @@ class MQTTConnection(asyncio.Protocol):
                 if partition in self.replaying:  # what it missed comes first (_recent_answer)
                     self.deferred.append((partition, item))
                     return True
-            return self._out(item.alias, item.value, True, item)
+            return self._out(item.alias, item.value, True, item, item.attributes)
         if isinstance(item, SeriesUpdate):
             return self._out(item.alias, item.event.value, False, item.event, b"", item.mark)
         if isinstance(item, Unsubscribed):

@@ -2,7 +2,8 @@
 
 canopy keeps a topic's value, not the packet that set it, so what a subscriber needs of the
 publish travels beside the value as *attributes*: opaque bytes of a set, passed along with its
-change to every session that receives it and never kept. The MQTT front door writes them with
+change to every session that receives it, and kept with a retained value for its later
+subscribers (until a value without them replaces it). The MQTT front door writes them with
 :func:`encode_attributes` and reads them back with :func:`decode_attributes`:
 
 * a flags byte: the publish's QoS (bits 0-1: a subscriber gets the lower of it and its

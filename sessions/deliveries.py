@@ -27,6 +27,8 @@ class Subscribed(NamedTuple):
     type: str
     properties: list[list[str]]
     value: bytes | None
+    #: what the value was published with, opaque (a retained MQTT 5 publish's properties), or empty
+    attributes: bytes = b""
 
 
 class Update(NamedTuple):

@@ -129,8 +129,8 @@ class _View:
     properties: list[list[str]]
     sessions: set[str] = field(default_factory=set)
 
-    def subscribed(self, value: bytes | None) -> Subscribed:
-        return Subscribed(self.alias, self.session_path, self.type, self.properties, value)
+    def subscribed(self, value: bytes | None, attributes: bytes = b"") -> Subscribed:
+        return Subscribed(self.alias, self.session_path, self.type, self.properties, value, attributes)
 
 
 @dataclass(eq=False)
@@ -205,6 +205,8 @@ class SessionRegistry:
         self._closing: dict[str, tuple[str, str]] = {}
         #: topics of a restarted partition not seen again yet (see resync_begin)
         self._doubtful: set[str] = set()
+        #: topic path -> what its cached value was published with (see Subscribed.attributes)
+        self.attributes: dict[str, bytes] = {}
         #: where the events being applied come from (see :meth:`set_mark`)
         self.mark: tuple[int, int] | None = None
         #: session -> partitions whose messages it takes from their recent messages instead
@@ -328,7 +330,8 @@ class SessionRegistry:
             if state is None or view is None or view.alias != alias:
                 continue  # cannot happen: a view goes from session.views when its topic goes
             topic = self.cache.get(topic_path)
-            self._control(session, view.subscribed(topic.value if topic is not None else None))
+            value = topic.value if topic is not None else None
+            self._control(session, view.subscribed(value, self.attributes.get(topic_path, b"") if value else b""))
             count += 1
             if state.window is not None:
                 for event in state.window.events():
@@ -578,7 +581,8 @@ class SessionRegistry:
         value = topic.value if topic is not None and topic.value is not None else fresh
         session.views[session_path] = (view.alias, topic_path)
         view.sessions.add(session.id)
-        self._control(session, view.subscribed(value))
+        attributes = self.attributes
+        self._control(session, view.subscribed(value, attributes.get(topic_path, b"") if attributes and value else b""))
         if state.window is not None:
             for event in state.window.events():
                 self._control(session, SeriesUpdate(view.alias, event))
@@ -619,7 +623,8 @@ class SessionRegistry:
             elif isinstance(event, Appended):
                 self._event(event)
             elif isinstance(event, Snapshot):
-                self._appeared(event.path, event.type, event.properties, event.value, snapshot=True)
+                self._appeared(event.path, event.type, event.properties, event.value, snapshot=True,
+                               attributes=event.attributes)
             elif isinstance(event, Added):
                 self._appeared(event.path, event.type, event.properties, event.value, snapshot=False)
             elif isinstance(event, Removed):
@@ -654,11 +659,17 @@ class SessionRegistry:
             self._removed(path)
 
     def _appeared(
-        self, path: str, type_name: str, props: list[list[str]], value: bytes | None, *, snapshot: bool
+        self, path: str, type_name: str, props: list[list[str]], value: bytes | None, *, snapshot: bool,
+        attributes: bytes = b"",
     ) -> None:
         self._doubtful.discard(path)
         if not self._interest_index.match(path):
             return
+        if snapshot and value is not None:  # what the value was published with, as the partition keeps it
+            if attributes:
+                self.attributes[path] = attributes
+            elif self.attributes:
+                self.attributes.pop(path, None)
         state = self._topics.get(path)
         if state is None:
             spec = self._spec(type_name, props)
@@ -676,7 +687,7 @@ class SessionRegistry:
                 if cached is not None and cached.value is not None and cached.value != value:
                     # a value this gateway missed (its partition failed over between the write
                     # and its event): the subscribers get it now, as an update
-                    self._value(path, value)
+                    self._value(path, value, True, attributes)
                 else:
                     self.cache.set_value(path, value, check=False)
         fresh = value if state.spec.dont_retain_value else None
@@ -697,6 +708,10 @@ class SessionRegistry:
             return
         if retained and not state.spec.dont_retain_value:
             self.cache.set_value(path, value, check=False)
+            if attributes:
+                self.attributes[path] = attributes
+            elif self.attributes:
+                self.attributes.pop(path, None)
         sessions, dirty, policy, mark, skip = self.sessions, self._dirty, state.policy, self.mark, self._skip
         for view in list(state.views.values()):
             alias = view.alias
@@ -806,6 +821,8 @@ class SessionRegistry:
                     if session is not None:
                         self._unsubscribe_view(session, view.session_path, REMOVED)
         self._topics.pop(path, None)
+        if self.attributes:
+            self.attributes.pop(path, None)
         self.cache.remove(path)
 
 

@@ -28,17 +28,19 @@ after the state was taken, rebuild the store.
 Each kind has exactly one encoder and one decoder here (to plain lists of
 msgpack-able values); nobody else indexes into the encoded lists::
 
-    TopicAdded     [1, path, type, properties, value | None]
-    ValueSet       [2, path, type, value]
+    TopicAdded     [1, path, type, properties, value | None (, attributes)]
+    ValueSet       [2, path, type, value (, attributes)]
     TopicRemoved   [3, path]
     EventAppended  [4, path, type, sequence, timestamp, author, value,
                     original_sequence, original_timestamp, original_author]
-    TopicState     [path, type, properties, value | None, events | None, next_sequence]
+    TopicState     [path, type, properties, value | None, events | None, next_sequence (, attributes)]
                    events: [[sequence, timestamp, author, value,
                              original_sequence, original_timestamp, original_author], ...]
 
 ``properties`` is ``[[name, value], ...]``, sorted by name (the
-specification's items); values are the stored bytes.
+specification's items); values are the stored bytes. ``attributes`` (left off when empty)
+are what a retained value was published with (MQTT 5 message properties: see
+:mod:`mqtt.attributes`), kept with it so that a later subscriber receives them too.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class TopicAdded(NamedTuple):
     type: str
     properties: Properties
     value: bytes | None
+    attributes: bytes = b""
 
     def specification(self) -> TopicSpecification:
         return TopicSpecification.of(self.type, dict(_pairs(self.properties)))
@@ -75,6 +78,7 @@ class ValueSet(NamedTuple):
     path: str
     type: str
     value: bytes
+    attributes: bytes = b""
 
 
 class TopicRemoved(NamedTuple):
@@ -103,6 +107,7 @@ class TopicState(NamedTuple):
     value: bytes | None
     events: tuple[Event, ...] | None = None
     next_sequence: int = 0
+    attributes: bytes = b""
 
     def specification(self) -> TopicSpecification:
         return TopicSpecification.of(self.type, dict(_pairs(self.properties)))
@@ -148,12 +153,12 @@ def _event_of(fields: Any) -> Event:
 def encode_change(change: Change) -> list[Any]:
     kind = type(change)
     if kind is ValueSet:  # the most frequent first
-        return [_SET, *change]
+        return [_SET, *change] if change.attributes else [_SET, *change[:3]]  # type: ignore[union-attr]
     if kind is EventAppended:
         assert isinstance(change, EventAppended)
         return [_APPENDED, change.path, change.type, *_event_wire(change.event)]
     if kind is TopicAdded:
-        return [_ADDED, *change]
+        return [_ADDED, *change] if change.attributes else [_ADDED, *change[:4]]  # type: ignore[union-attr]
     if kind is TopicRemoved:
         return [_REMOVED, *change]
     raise TypeError(f"not a change: {change!r}")
@@ -164,18 +169,21 @@ def decode_change(item: Any) -> Change:
     if not isinstance(item, list) or not item:
         raise ChangeFormatError(f"a change is a non-empty list, got {item!r}")
     code, n = item[0], len(item)
-    if code == _SET and n == 4:
-        _, path, type_name, value = item
-        if isinstance(path, str) and isinstance(type_name, str) and isinstance(value, bytes):
-            return ValueSet(path, type_name, value)
+    if code == _SET and n in (4, 5):
+        path, type_name, value = item[1:4]
+        attributes = item[4] if n == 5 else b""
+        if isinstance(path, str) and isinstance(type_name, str) and isinstance(value, bytes) \
+                and isinstance(attributes, bytes):
+            return ValueSet(path, type_name, value, attributes)
     elif code == _APPENDED and n == 10:
         if isinstance(item[1], str) and isinstance(item[2], str):
             return EventAppended(item[1], item[2], _event_of(item[3:]))
-    elif code == _ADDED and n == 5:
-        _, path, type_name, properties, value = item
+    elif code == _ADDED and n in (5, 6):
+        path, type_name, properties, value = item[1:5]
+        attributes = item[5] if n == 6 else b""
         if (isinstance(path, str) and isinstance(type_name, str) and _is_properties(properties)
-                and (value is None or isinstance(value, bytes))):
-            return TopicAdded(path, type_name, properties, value)
+                and (value is None or isinstance(value, bytes)) and isinstance(attributes, bytes)):
+            return TopicAdded(path, type_name, properties, value, attributes)
     elif code == _REMOVED and n == 2:
         if isinstance(item[1], str):
             return TopicRemoved(item[1])
@@ -184,21 +192,25 @@ def decode_change(item: Any) -> Change:
 
 def encode_state(state: TopicState) -> list[Any]:
     events = state.events
-    return [state.path, state.type, state.properties, state.value,
-            None if events is None else [_event_wire(e) for e in events], state.next_sequence]
+    out = [state.path, state.type, state.properties, state.value,
+           None if events is None else [_event_wire(e) for e in events], state.next_sequence]
+    if state.attributes:
+        out.append(state.attributes)
+    return out
 
 
 def decode_state(item: Any) -> TopicState:
     """The topic state an encoded list stands for; :class:`ChangeFormatError` if none."""
-    if not isinstance(item, list) or len(item) != 6:
-        raise ChangeFormatError(f"a topic state is a list of 6, got {item!r}")
-    path, type_name, properties, value, events, next_sequence = item
+    if not isinstance(item, list) or len(item) not in (6, 7):
+        raise ChangeFormatError(f"a topic state is a list of 6 or 7, got {item!r}")
+    path, type_name, properties, value, events, next_sequence = item[:6]
+    attributes = item[6] if len(item) == 7 else b""
     if not (isinstance(path, str) and isinstance(type_name, str) and _is_properties(properties)
             and (value is None or isinstance(value, bytes)) and _is_int(next_sequence)
-            and (events is None or isinstance(events, list))):
+            and (events is None or isinstance(events, list)) and isinstance(attributes, bytes)):
         raise ChangeFormatError(f"not a topic state: {item!r}")
     return TopicState(path, type_name, properties, value,
-                      None if events is None else tuple(_event_of(e) for e in events), next_sequence)
+                      None if events is None else tuple(_event_of(e) for e in events), next_sequence, attributes)
 
 
 def _is_int(value: Any) -> bool:

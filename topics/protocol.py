@@ -361,11 +361,15 @@ def decode_result(op: Operation, item: Any) -> Result:
 
 
 class Snapshot(NamedTuple):
+    """A topic as a registration found it; ``attributes``: what its value was published
+    with (see :class:`Changed`), kept with it."""
+
     token: int
     path: str
     type: str
     properties: Properties
     value: bytes | None
+    attributes: bytes = b""
 
 
 class End(NamedTuple):

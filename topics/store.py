@@ -200,6 +200,10 @@ class TopicStore:
         self._volatile: list[int] = []
         self.tree = TopicTree()
         self.index: SubscriptionIndex[str] = SubscriptionIndex()
+        #: path -> what its value was published with (a retained MQTT 5 publish's message
+        #: properties, opaque), for the topics whose value came so
+        self.attributes: dict[str, bytes] = {}
+        self._shared_attributes: dict[bytes, bytes] = {}
         self._registrations: dict[str, set[Selector]] = {}
         self._events: dict[str, list[TopicEvent]] = {}
         #: path -> precedence -> claim of a view on that path
@@ -379,7 +383,9 @@ class TopicStore:
         converts to the type of the topic that is there). With ``retain`` false the value is delivered to the subscribers
         (:class:`Changed` with ``retained`` false) but is not kept, journaled or replicated:
         the topic keeps the value it had (a topic added for it has none). ``attributes`` go
-        with the value's :class:`Changed` event, opaque, and are never kept."""
+        with the value's :class:`Changed` event, opaque, and are kept with a retained value
+        (:attr:`attributes`: registrations' snapshots carry them; so do the journal and the
+        backup) until a value without them replaces it."""
         if not isinstance(data, (bytes, bytearray)):
             raise InvalidValueError(f"a value travels as bytes, got {type(data).__name__}")
         text = raw == values.TEXT
@@ -414,10 +420,11 @@ class TopicStore:
         if created:
             kept = stored if retain else None
             if kept is not None:
-                self._store(topic, kept)
+                self._store(topic, kept, attributes)
             wire = _spec_wire(spec)
             if changes is not None:
-                self._record(TopicAdded(topic.path, spec.type.value, wire, kept), spec.persistent)
+                self._record(TopicAdded(topic.path, spec.type.value, wire, kept, attributes if kept else b""),
+                             spec.persistent)
             if attributes or not retain:  # the value as a change of its own, with what goes with it
                 self._emit(topic.path, Added(topic.path, spec.type.value, wire, None))
                 self._message(topic.path, Changed(topic.path, stored, retain, attributes))
@@ -429,18 +436,34 @@ class TopicStore:
         if not retain:
             self._message(topic.path, Changed(topic.path, stored, False, attributes))
             return None
-        self._store(topic, stored)
+        self._store(topic, stored, attributes)
         if changes is not None:
             if spec.persistent:
-                changes.append(ValueSet(topic.path, spec.type.value, stored))
+                changes.append(ValueSet(topic.path, spec.type.value, stored, attributes))
             else:
-                self._record(ValueSet(topic.path, spec.type.value, stored), False)
+                self._record(ValueSet(topic.path, spec.type.value, stored, attributes), False)
         self._message(topic.path, Changed(topic.path, stored, True, attributes) if attributes else Changed(topic.path, stored))
         return None
 
-    def _store(self, topic: Topic, stored: bytes) -> None:
+    def _store(self, topic: Topic, stored: bytes, attributes: bytes = b"") -> None:
+        """Keep ``stored`` as the topic's value, with what it was published with (or nothing)."""
         if not topic.specification.dont_retain_value:
             self.tree.set_value(topic.path, stored, check=False)
+            if attributes:
+                # many values come with the same attributes (one publisher's): one object for all
+                shared = self._shared_attributes
+                kept = shared.get(attributes)
+                if kept is None:
+                    if len(shared) >= 4096:
+                        shared.clear()
+                    kept = shared[attributes] = attributes
+                self.attributes[topic.path] = kept
+            elif self.attributes:
+                self.attributes.pop(topic.path, None)
+
+    def _forget(self, path: str) -> None:
+        if self.attributes:
+            self.attributes.pop(path, None)
 
     def remove(self, selector: str) -> int:
         sel = parse_selector(selector)
@@ -450,6 +473,7 @@ class TopicStore:
         removed = [t for t in self.tree.select(sel) if t.path not in self.references]
         for topic in removed:
             self.tree.remove(topic.path)
+            self._forget(topic.path)
             if self._changes is not None:
                 self._record(TopicRemoved(topic.path), topic.specification.persistent)
             self._emit(topic.path, Removed(topic.path))
@@ -595,7 +619,8 @@ class TopicStore:
                 wire = wires[id(spec)] = _spec_wire(spec)
             log = topic.log
             if log is None:
-                out.append(TopicState(topic.path, spec.type.value, wire, topic.value))
+                out.append(TopicState(topic.path, spec.type.value, wire, topic.value, None, 0,
+                                      self.attributes.get(topic.path, b"")))
             else:
                 out.append(TopicState(topic.path, spec.type.value, wire, None, log.events(), log.next_sequence))
         return out
@@ -607,7 +632,7 @@ class TopicStore:
         specification = _SpecificationCache()
         for state in states:
             spec = specification(state.type, state.properties)
-            topic = self._restore_topic(state.path, spec, state.value)
+            topic = self._restore_topic(state.path, spec, state.value, state.attributes)
             if topic is None:
                 continue
             if topic.log is not None:
@@ -636,7 +661,7 @@ class TopicStore:
                         or change.path in self.references):
                     skipped += 1
                 else:
-                    self._store(topic, change.value)
+                    self._store(topic, change.value, change.attributes)
             elif kind is EventAppended:
                 assert isinstance(change, EventAppended)
                 topic = tree.get(change.path)
@@ -651,24 +676,29 @@ class TopicStore:
             elif kind is TopicAdded:
                 assert isinstance(change, TopicAdded)
                 spec = specification(change.type, change.properties)
-                if self._restore_topic(change.path, spec, change.value) is None:
+                if self._restore_topic(change.path, spec, change.value, change.attributes) is None:
                     skipped += 1
             elif kind is TopicRemoved:
                 if change.path in self.references or tree.remove(change.path) is None:
                     skipped += 1
+                else:
+                    self._forget(change.path)
             else:
                 raise TypeError(f"not a change: {change!r}")
         return skipped
 
-    def _restore_topic(self, path: str, spec: TopicSpecification, value: bytes | None) -> Topic | None:
-        """A fresh topic at ``path`` (replacing a normal one), holding ``value``;
-        ``None`` when a reference topic holds the path."""
+    def _restore_topic(
+        self, path: str, spec: TopicSpecification, value: bytes | None, attributes: bytes = b""
+    ) -> Topic | None:
+        """A fresh topic at ``path`` (replacing a normal one), holding ``value`` (and what it
+        was published with); ``None`` when a reference topic holds the path."""
         if path in self.references:
             return None
         self.tree.remove(path)
+        self._forget(path)
         topic, _ = self.tree.add(path, spec)
         if value is not None and topic.log is None:
-            self._store(topic, value)
+            self._store(topic, value, attributes)
         return topic
 
     # -- reference topics (topic views) ------------------------------------
@@ -760,6 +790,7 @@ class TopicStore:
     def _unbind(self, path: str) -> None:
         del self.references[path]
         self.tree.remove(path)
+        self._forget(path)
         self._emit(path, Removed(path))
 
     def _ref_append(self, path: str, event: RefEvent) -> None:
@@ -781,9 +812,11 @@ class TopicStore:
         self.index.add(sel, gateway)
         self._registrations.setdefault(gateway, set()).add(sel)
         out = self._events.setdefault(gateway, [])
+        attributes = self.attributes
         for topic in self.tree.select(sel):
             spec = topic.specification
-            out.append(Snapshot(token, topic.path, spec.type.value, _spec_wire(spec), topic.value))
+            out.append(Snapshot(token, topic.path, spec.type.value, _spec_wire(spec), topic.value,
+                                attributes.get(topic.path, b"") if attributes else b""))
             if topic.log is not None:
                 window = spec.subscription_range or DEFAULT_SUBSCRIPTION_RANGE
                 for event in topic.log.tail(window):

@@ -569,3 +569,54 @@ def test_a_session_whose_partitions_no_longer_keep_what_it_missed_gets_the_curre
             assert (got.topic, got.payload, got.retain) == (f"{prefix}/n", b"42", False)
             wait_for(lambda: gaps(admin) == before + 1, 10, "the gap to be counted", describe=lambda: gaps(admin))
             client.client.disconnect(properties=_expiry_zero())
+
+
+def test_MQTT_3_3_2_4_to_6_a_retained_message_keeps_what_it_was_published_with_and_expires(
+    broker: str, mqtt_address: tuple[str, int], prefix: str
+) -> None:
+    """A later subscriber's retained message carries the properties it was published with,
+    unaltered (MQTT-3.3.2-4 payload format indicator, -15/-16 response topic, correlation data,
+    -17/-18 user properties, -20 content type), its expiry interval less the time it was kept
+    (MQTT-3.3.2-6), at the lower of its QoS and the subscription's (MQTT-3.8.4-8); once its
+    interval has passed nobody gets it (MQTT-3.3.2-5); a value set without them has none."""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    kept = Properties(PacketTypes.PUBLISH)
+    kept.PayloadFormatIndicator = 1
+    kept.ContentType = "text/plain"
+    kept.UserProperty = [("k", "v"), ("k", "w")]
+    kept.ResponseTopic = f"{prefix}/replies"
+    kept.CorrelationData = b"\x01\x02"
+    kept.MessageExpiryInterval = 100
+    short = Properties(PacketTypes.PUBLISH)
+    short.MessageExpiryInterval = 1
+    with admin_mqtt(mqtt_address, 5) as publisher:
+        publisher.client.publish(f"{prefix}/kept", "hello", qos=1, retain=True, properties=kept).wait_for_publish(20)
+        publisher.client.publish(f"{prefix}/short", "soon gone", qos=1, retain=True,
+                                 properties=short).wait_for_publish(20)
+        published = time.monotonic()
+        time.sleep(max(0.0, published + 1.5 - time.monotonic()))  # the short one's interval must pass
+
+        def retained_then(client: MQTT, marker: str) -> list[Any]:
+            """What a new subscription brings, up to a live message published after it."""
+            assert [code(c) for c in client.subscribe(f"{prefix}/#", qos=2)] == [2]
+            publisher.publish(f"{prefix}/marker", marker, qos=1)
+            got: list[Any] = []
+            while not got or got[-1].topic != f"{prefix}/marker":
+                got.append(client.next())
+            return got[:-1]
+
+        with admin_mqtt(mqtt_address, 5) as late:
+            (message,) = retained_then(late, "1")  # not the expired one
+            waited = time.monotonic() - published
+            p = message.properties
+            assert (message.topic, message.payload, message.retain, message.qos) == (f"{prefix}/kept", b"hello", 1, 1)
+            assert (p.PayloadFormatIndicator, p.ContentType, p.UserProperty, p.ResponseTopic, p.CorrelationData) == (
+                1, "text/plain", [("k", "v"), ("k", "w")], f"{prefix}/replies", b"\x01\x02")
+            assert 0 < p.MessageExpiryInterval <= 100 - int(waited), (p.MessageExpiryInterval, waited)
+        with canopy.connect_sync(broker, *ADMIN) as native:
+            native.topics.set(f"{prefix}/kept", b"plain")
+        with admin_mqtt(mqtt_address, 5) as later:
+            (message,) = [m for m in retained_then(later, "2") if m.topic == f"{prefix}/kept"]
+            assert message.payload == b"plain" and not hasattr(message.properties, "ContentType")

@@ -183,6 +183,22 @@ def test_codec_refuses_what_is_not_a_change() -> None:
         decode_state(["a", "STRING", [], None, None])
 
 
+def test_attributes_of_a_retained_value_round_trip_and_stay_off_the_wire_when_empty() -> None:
+    def through(item: Any) -> Any:
+        return msgpack.unpackb(msgpack.packb(item, use_bin_type=True), raw=False)
+
+    for change in (ValueSet("a", "STRING", b"v", b"attrs"), TopicAdded("a", "STRING", [], b"v", b"attrs")):
+        assert decode_change(through(encode_change(change))) == change
+    assert len(encode_change(ValueSet("a", "STRING", b"v"))) == 4  # as before attributes were kept
+    assert len(encode_change(TopicAdded("a", "STRING", [], None))) == 5
+    state = TopicState("a", "STRING", [], b"v", None, 0, b"attrs")
+    assert decode_state(through(encode_state(state))) == state
+    assert len(encode_state(state._replace(attributes=b""))) == 6
+    for item in ([2, "a", "STRING", b"v", "not bytes"], [1, "a", "STRING", [], None, 7]):
+        with pytest.raises(ChangeFormatError):
+            decode_change(item)
+
+
 def test_event_log_restored_and_put_check_their_input() -> None:
     log = EventLog.restored(TimeSeriesRange(limit=3), [Event(4, 10, "a", b"x")], 9)
     assert log.next_sequence == 9

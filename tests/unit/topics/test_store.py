@@ -322,3 +322,27 @@ def test_reading_recent_messages_checks_its_input() -> None:
     results = store.apply("gw", [ReadRecent(["?["], 0), ReadRecent([">a"], "0"), ReadRecent([">a"] * 1001, 0)])  # type: ignore[list-item]
     assert [type(r).__name__ for r in results] == ["Failed"] * 3, results
     assert all(r.code in ("INVALID_SELECTOR", "INVALID_REQUEST") for r in results), results
+
+
+def test_a_retained_value_keeps_what_it_was_published_with_through_snapshots_state_and_replay() -> None:
+    """The attributes of a retained set (an MQTT 5 publish's properties) stay with the value: a
+    registration's snapshot carries them, and so do the state and the changes a backup or a
+    restart rebuilds the store from; a value set without them clears them."""
+    store = TopicStore(clock=lambda: 1000, record_changes=True)
+    store.apply("gw", [SetValue("a/x", cb(1), False, None, True, True, "", b"props-1")])
+    store.apply("gw", [SetValue("a/y", cb(1), False, None, True), SetValue("a/y", cb(2), False, attributes=b"props-2")])
+    store.apply("gw", [SetValue("a/z", cb(1), False, None, True, True, "", b"props-3"), SetValue("a/z", cb(2), False)])
+    store.apply("gw", [SetValue("a/x", cb(5), False, retain=False, attributes=b"not-kept")])
+    assert store.attributes == {"a/x": b"props-1", "a/y": b"props-2"}
+    store.register("gw", "?a/", 7)
+    snapshots = {e.path: e.attributes for e in store.drain_events()["gw"] if isinstance(e, Snapshot)}
+    assert snapshots == {"a/x": b"props-1", "a/y": b"props-2", "a/z": b""}
+
+    rebuilt = TopicStore(clock=lambda: 1000)
+    rebuilt.replay(store.drain_changes())
+    assert rebuilt.attributes == store.attributes
+    loaded = TopicStore(clock=lambda: 1000)
+    loaded.load(store.state())
+    assert loaded.attributes == store.attributes
+    store.apply("gw", [RemoveTopics("?a/x")])
+    assert "a/x" not in store.attributes
