@@ -31,6 +31,7 @@ from typing import Any
 
 import ray
 
+from cluster.partitioning import partition_of
 from actors.connections import Connections
 from actors import routes
 from actors.link import PartitionLink, PartitionUnavailable
@@ -118,6 +119,7 @@ class Gateway:
             partitions_for=lambda selector: len(self.link.partitions_for(selector)) if count else 1,
             session_buffer=config.get("session_buffer"),
             limits=Limits.from_settings(config),
+            partition_of=lambda path: partition_of(path, count) if count else 0,
         )
         self.ctx = Context(self.registry, self.link, config, session_trees=session_tree_actor)
         self.ctx.missing = self.missing = MissingTopics(

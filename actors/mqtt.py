@@ -32,16 +32,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import json
 import logging
+import secrets
 import time
 from collections import deque
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from actors.connections import Connections
-from cluster.partitioning import partition_of
 from canopy import protocol as wire
 from mqtt import codec as m
 from mqtt.attributes import decode_attributes, encode_attributes, for_subscriber
@@ -82,6 +83,9 @@ MAX_GATEWAYS_HEARD = 1024
 #: seconds a session taken up from its record waits for a partition's recent messages before it
 #: takes the current values of its topics there instead
 RECENT_TIMEOUT = 10.0
+#: seconds after which an idle session's record is brought up to date anyway (so that the
+#: partitions' recent messages still reach back to it)
+IDLE_CHECKPOINT = 60.0
 WRITE_HIGH = 256 * 1024
 WRITE_LOW = 64 * 1024
 #: entries of the caches that let many sessions share one message's payload and packet
@@ -122,14 +126,22 @@ class MQTTServer:
         self.clients: dict[str, MQTTConnection] = {}
         #: the partition link announcements go through (:meth:`watch_announcements`)
         self.link: Any = None
-        #: the gateways with members of each shared subscription, this one's included
-        self.directory = ShareDirectory(connections.gateway_id, time.monotonic, ttl=3 * SHARES_EVERY)
         self._share_timer: asyncio.TimerHandle | None = None
         #: sessions ended here because another gateway took their client identifier
         self.taken_elsewhere = 0
         self.refused = IncidentLog(REFUSED_LOG_INTERVAL)
-        #: gateway -> when it was last heard (every gateway announces itself every SHARES_EVERY)
+        #: this gateway as the others hear of it and its records name it: its name and a token
+        #: of this run (a gateway restarted under the same name is another run: the sessions its
+        #: records name from before are no one's)
+        self.run = f"{connections.gateway_id}.{secrets.token_hex(4)}"
+        #: the gateways (runs) with members of each shared subscription, this one's included
+        self.directory = ShareDirectory(self.run, time.monotonic, ttl=3 * SHARES_EVERY)
+        #: run -> when it was last heard (every gateway announces itself every SHARES_EVERY)
         self.heard_at: dict[str, float] = {}
+        #: when this gateway last heard its own announcement (the topic they go by works)
+        self._heard_self = 0.0
+        #: client identifier -> when another gateway announced a CONNECT of it
+        self.connected_elsewhere: dict[str, float] = {}
         #: client identifier -> a record whose gateway is gone, as the last sweep found it
         self._orphans: dict[str, str] = {}
         self._sweep_timer: asyncio.TimerHandle | None = None
@@ -175,7 +187,7 @@ class MQTTServer:
         kept nowhere)."""
         if self.link is None:
             return
-        data = encode_value(TopicType.JSON, {**announcement, "gateway": self.connections.gateway_id})
+        data = encode_value(TopicType.JSON, {**announcement, "gateway": self.run})
         self.link.route(ANNOUNCEMENTS, SetValue(ANNOUNCEMENTS, data, False, None, False, False))
         self.link.flush()
 
@@ -201,11 +213,21 @@ class MQTTServer:
         if not isinstance(announced, dict):
             return
         gateway = announced.get("gateway")
-        if not isinstance(gateway, str) or gateway == self.connections.gateway_id:
+        if not isinstance(gateway, str):
+            return
+        now = time.monotonic()
+        if gateway == self.run:
+            self._heard_self = now
             return
         if len(self.heard_at) < MAX_GATEWAYS_HEARD or gateway in self.heard_at:
-            self.heard_at[gateway] = time.monotonic()
+            self.heard_at[gateway] = now
         kind = announced.get("kind")
+        client = announced.get("client")
+        if kind == "connect" and isinstance(client, str):
+            if len(self.connected_elsewhere) >= MAX_GATEWAYS_HEARD * 16:
+                self.connected_elsewhere = {c: t for c, t in self.connected_elsewhere.items()
+                                            if now - t <= 3 * SWEEP_EVERY}
+            self.connected_elsewhere[client] = now
         if kind == "connect":
             self._taken_over(announced)
         elif kind == "shares":
@@ -249,10 +271,12 @@ class MQTTServer:
         """Adopt the sessions whose gateway is gone: a record whose gateway has not been heard
         for ``3 * SHARES_EVERY`` (or is this gateway's own from before it restarted), found so
         unchanged by two sweeps in a row. One gateway sweeps: the first by name of those heard."""
-        me = self.connections.gateway_id
+        me = self.run
         now = time.monotonic()
-        alive = {g for g, at in self.heard_at.items() if now - at <= 3 * SHARES_EVERY} | {me}
-        if self.store is None or min(alive) != me:
+        ttl = 3 * SHARES_EVERY
+        alive = {g for g, at in self.heard_at.items() if now - at <= ttl} | {me}
+        # only while its own announcements come back (else it would take every gateway for gone)
+        if self.store is None or min(alive) != me or now - self._heard_self > ttl:
             self._orphans = {}
             return
         try:
@@ -262,14 +286,22 @@ class MQTTServer:
             return
         orphans: dict[str, str] = {}
         for client_id, record in records:
-            owner = record.get("gateway")
-            if (owner in alive and owner != me) or client_id in self.clients or client_id in self.kept:
-                continue
-            seen = json.dumps(record, sort_keys=True)
-            if self._orphans.get(client_id) == seen:
-                self.adopt(client_id, record)
-            else:
-                orphans[client_id] = seen
+            try:
+                owner = record.get("gateway")
+                if (owner in alive or client_id in self.clients or client_id in self.kept
+                        or now - self.connected_elsewhere.get(client_id, -1e9) <= 3 * SWEEP_EVERY
+                        or (owner is None and record.get("left") is None)):  # a record of an older version
+                    continue
+                seen = json.dumps(record, sort_keys=True)
+                if self._orphans.get(client_id) != seen:
+                    orphans[client_id] = seen
+                    continue
+                again = await self.store.load(client_id)  # as it is now, not as the sweep began
+                if again is not None and json.dumps(again, sort_keys=True) == seen and client_id not in self.clients \
+                        and client_id not in self.kept:
+                    self.adopt(client_id, again)
+            except Exception:  # one bad record must not stop the others, nor later sweeps
+                log.exception("the MQTT session record of client %r could not be adopted", client_id)
         self._orphans = orphans
 
     def adopt(self, client_id: str, record: dict[str, Any]) -> bool:
@@ -300,8 +332,8 @@ class MQTTServer:
         now = time.time() * 1000
         left = record.get("left") if isinstance(record.get("left"), (int, float)) else now
         if not connection.expiry or not connection._restore({**record, "left": left}):
-            connection.session_id = None
             self.connections.forget(connection)
+            connection.session_id = None
             self.store.drop(client_id)
             return False
         connection.will = _will_of(record.get("will"))
@@ -444,9 +476,15 @@ class MQTTConnection(asyncio.Protocol):
         #: partition's recent messages from, until the partition answers (:meth:`_read_recent`)
         self.replaying: dict[int, int] = {}
         #: the values that came with its subscriptions from those partitions, kept back meanwhile
-        self.deferred: list[tuple[int, Subscribed]] = []
+        #: restore subscriptions not answered yet; -1 once the recent messages were asked for
         self._restoring = 0
         self._gapped = False
+        #: set once a session taken up from its record has what it missed (a CONNECT that
+        #: resumes it waits for that: :meth:`_connect`)
+        self.restored: asyncio.Event | None = None
+        #: a message (or an ack) went since the last record: its positions may have moved
+        self._moved = False
+        self._saved_at = 0.0
         #: seconds the session outlives its connection (MQTT 5's Session Expiry Interval; MQTT
         #: 3.1.1's clean session 0: mqtt_max_session_expiry); 0: it ends with the connection
         self.expiry = 0
@@ -548,6 +586,7 @@ class MQTTConnection(asyncio.Protocol):
                 )
             else:
                 self._publish_will(self.will)
+                self.will = None  # published: not again by a gateway that adopts the session
         self.connections.received()  # the will's request goes out
         if keep:
             self._keep()
@@ -566,7 +605,8 @@ class MQTTConnection(asyncio.Protocol):
         left = now if left is None else left
         self.transport = None
         self.closing = False  # ends as a connection's session would: over its budget, at shutdown
-        self.waiting.clear()
+        # what its client asked and was not started goes, not the re-subscriptions of a restore
+        self.waiting = deque(r for r in self.waiting if self.pending.get(r[0].cid, ("",))[0] == "restore")
         previous = self.server.kept.get(self.client_id)
         if previous is not None and previous is not self:
             previous._expire()
@@ -596,6 +636,8 @@ class MQTTConnection(asyncio.Protocol):
             self._expiry_timer = None
         if self.server.kept.get(self.client_id) is self:
             del self.server.kept[self.client_id]
+        if self.restored is not None:
+            self.restored.set()  # nothing more to wait for
         if self.session_id is not None and self.connections.by_session.get(self.session_id) is self:
             self.closing = True
             self._leave_groups()
@@ -614,9 +656,12 @@ class MQTTConnection(asyncio.Protocol):
             old._expiry_timer = None
         if self.server.kept.get(old.client_id) is old:
             del self.server.kept[old.client_id]
+        if old.replaying and old.session_id is not None:  # it waited its time: the rest as current values
+            for partition, since in list(old.replaying.items()):
+                old._recent_answer(partition, since, None)
         for name in ("session_id", "subscriptions", "established", "topics", "inflight", "unacked", "received_qos2",
-                     "backlog", "_next_pid", "principal", "_recorded", "unacked_marks", "positions", "replaying",
-                     "deferred", "_restoring"):
+                     "backlog", "_next_pid", "principal", "_recorded", "unacked_marks", "positions",
+                     "user_properties", "_left"):
             setattr(self, name, getattr(old, name))
         old.session_id = None
         old.ended = True
@@ -778,6 +823,13 @@ class MQTTConnection(asyncio.Protocol):
             if record is not None and record.get("principal") != principal:
                 self._refuse_connect(V311_IDENTIFIER_REJECTED, 0x85, "this client identifier is another principal's")
                 return
+        holder = self.server.kept.get(client_id) or self.server.clients.get(client_id)
+        if holder is not None and holder.restored is not None and not holder.restored.is_set():
+            # a session being taken up from its record is resumed once it has what it missed
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(holder.restored.wait(), 3 * RECENT_TIMEOUT)
+            if self.closing or self.transport is None:
+                return
         previous = self.server.clients.get(client_id)
         if previous is self:
             previous = None
@@ -872,8 +924,11 @@ class MQTTConnection(asyncio.Protocol):
         if replaying and self.session_id is not None:
             # what it missed comes from those partitions' recent messages, nothing meanwhile
             self.replaying = replaying
+            self.restored = asyncio.Event()
             self.connections.registry.hold(self.session_id, replaying)
-            asyncio.get_running_loop().call_later(RECENT_TIMEOUT, self._recent_timeout)
+            # its subscriptions answered or not, it reads what it missed after this long
+            asyncio.get_running_loop().call_later(RECENT_TIMEOUT, self._read_recent)
+        self._restoring += 1  # (a filter refused at once must not start the reading early)
         for entry in record.get("subscriptions") or []:
             try:
                 topic_filter, qos, rh, identifier = entry
@@ -889,8 +944,12 @@ class MQTTConnection(asyncio.Protocol):
             self._restoring += 1
             self._request("subscribe", [str(selector)], ("restore", topic_filter))
         self._matched()
+        self._restoring -= 1
         if not self._restoring:
             self._read_recent()
+        # recorded again a little later: a late checkpoint of the gateway that held it before
+        # (before it heard this one took it) must not be the record's last word
+        asyncio.get_running_loop().call_later(SHARES_EVERY, self._reclaim)
         log.info("MQTT session of client %r taken up from its record (%d subscriptions)",
                  self.client_id, len(self.subscriptions))
         return True
@@ -904,6 +963,8 @@ class MQTTConnection(asyncio.Protocol):
         if left is not None:
             self._left = left
         self._recorded = True
+        self._moved = False
+        self._saved_at = time.monotonic()
         self.positions = self._positions()
         will = self.will if not self.disconnected else None
         self.server.store.save(self.client_id, {
@@ -911,7 +972,7 @@ class MQTTConnection(asyncio.Protocol):
             "subscriptions": [[f, e[1].qos, e[1].retain_handling, e[2]] for f, e in self.subscriptions.items()],
             "positions": {str(p): position for p, position in self.positions.items()},
             # what a gateway adopting the session after this one is lost needs (MQTTServer.adopt)
-            "gateway": self.connections.gateway_id, "version": self.version, "address": self.address,
+            "gateway": self.server.run, "version": self.version, "address": self.address,
             "properties": self.user_properties,
             "will": None if will is None else {
                 "topic": will.topic, "payload": base64.b64encode(will.payload).decode(), "qos": will.qos,
@@ -922,11 +983,17 @@ class MQTTConnection(asyncio.Protocol):
             self._checkpoint_timer = asyncio.get_running_loop().call_later(
                 self.server.checkpoint_interval, self._checkpoint)
 
+    def _reclaim(self) -> None:
+        if self.session_id is not None and not self.ended and self._recorded:
+            self._save()
+
     def _checkpoint(self) -> None:
         self._checkpoint_timer = None
         if self.session_id is None or self.ended or not self._recorded or not self.expiry:
             return
-        if self._positions() != self.positions:
+        # only when its messages moved (or, idle, once a minute): a record write is a message too
+        due = self._moved or time.monotonic() - self._saved_at >= IDLE_CHECKPOINT
+        if due and self._positions() != self.positions:
             self._save()
         else:
             self._checkpoint_timer = asyncio.get_running_loop().call_later(
@@ -969,7 +1036,7 @@ class MQTTConnection(asyncio.Protocol):
         """Every subscription of a session taken up from its record is in place: read what it
         missed from the recent messages of each partition it has a position for."""
         sid = self.session_id
-        if sid is None or not self.replaying or self._restoring < 0:
+        if sid is None or not self.replaying or self._restoring < 0 or self.ended:
             return
         self._restoring = -1  # asked once
         registry = self.connections.registry
@@ -987,6 +1054,8 @@ class MQTTConnection(asyncio.Protocol):
             else:
                 link.submit(partition, ReadRecent(selectors, since),
                             functools.partial(self._recent_answer, partition, since))
+        if self.replaying:
+            asyncio.get_running_loop().call_later(RECENT_TIMEOUT, self._recent_timeout)
 
     def _recent_timeout(self) -> None:
         for partition, since in list(self.replaying.items()):
@@ -1002,21 +1071,26 @@ class MQTTConnection(asyncio.Protocol):
             return
         registry = self.connections.registry
         answer = result.value if isinstance(result, Ok) and isinstance(result.value, RecentAnswer) else None
-        kept_back = [item for p, item in self.deferred if p == partition]
-        self.deferred = [(p, item) for p, item in self.deferred if p != partition]
-        if answer is not None and answer.first <= since + 1:
-            registry.replay(sid, answer.events, (partition, since))
-        else:
-            if not self._gapped:  # a session counted once, however many partitions miss some
-                self._gapped = True
-                self.server.replay_gaps += 1
-            log.warning("MQTT session of client %r: partition %d no longer has every message after %d (%s); "
-                        "its topics' current values instead", self.client_id, partition, since,
-                        f"it keeps them from {answer.first}" if answer is not None else result)
-            self.backlog.extendleft(reversed(kept_back))
-        registry.release(sid, partition)
+        replayed: set[str] | None = None
+        try:
+            # all of it: kept from just after ``since`` (a numbering that ends before it is another one)
+            if answer is not None and answer.first <= since + 1 and since <= answer.last:
+                registry.replay(sid, answer.events, (partition, since))
+                replayed = {event.path for event in answer.events}
+            else:
+                if not self._gapped:  # a session counted once, however many partitions miss some
+                    self._gapped = True
+                    self.server.replay_gaps += 1
+                log.warning("MQTT session of client %r: partition %d no longer has every message after %d (%s); "
+                            "its topics' current values instead", self.client_id, partition, since,
+                            f"it keeps {answer.first} to {answer.last}" if answer is not None else result)
+        finally:
+            registry.finish(sid, partition, replayed, (partition, answer.last if answer is not None else since))
         if not self.replaying:
             self.server.replayed += 1
+            if self.restored is not None:
+                self.restored.set()
+            self._moved = True
             self._save()
         session = registry.sessions.get(sid)
         if session is not None:
@@ -1270,11 +1344,6 @@ class MQTTConnection(asyncio.Protocol):
             self._learn(item)
             if item.value is None:
                 return True
-            if self.replaying:
-                partition = self._partition(item.path)
-                if partition in self.replaying:  # what it missed comes first (_recent_answer)
-                    self.deferred.append((partition, item))
-                    return True
             return self._out(item.alias, item.value, True, item, item.attributes)
         if isinstance(item, SeriesUpdate):
             return self._out(item.alias, item.event.value, False, item.event, b"", item.mark)
@@ -1326,11 +1395,6 @@ class MQTTConnection(asyncio.Protocol):
         """The subscriptions changed: work out again which match each topic."""
         for known in self.topics.values():
             known[3:9] = self._match(known[0])
-
-    def _partition(self, session_path: str) -> int:
-        channels = self._channels()
-        path = self.connections.registry.resolve(self.session_id or "", session_path)
-        return partition_of(path, len(channels)) if channels else -1
 
     def _out(
         self, alias: int, value: bytes, first: bool, token: object, attributes: bytes = b"",
@@ -1417,6 +1481,7 @@ class MQTTConnection(asyncio.Protocol):
                     self.unacked_marks[packet_id] = mark
         self._chunks.append(data)
         server.sent += 1
+        self._moved = True
         return True
 
     def _block(self, properties: m.Properties) -> bytes | None:
@@ -1432,7 +1497,8 @@ class MQTTConnection(asyncio.Protocol):
 
     def _acknowledged(self, packet_id: int) -> None:
         self.unacked.pop(packet_id, None)
-        self.unacked_marks.pop(packet_id, None)
+        if self.unacked_marks.pop(packet_id, None) is not None:
+            self._moved = True
         if self.inflight.pop(packet_id, None) is not None and self.backlog:
             session = self.connections.registry.sessions.get(self.session_id or "")
             if session is not None:

@@ -180,6 +180,7 @@ class SessionRegistry:
         partitions_for: Callable[[Selector], int] = lambda _: 1,
         session_buffer: int | None = None,
         limits: Limits | None = None,
+        partition_of: Callable[[str], int] = lambda _: 0,
     ) -> None:
         self.queue_limit = queue_limit
         #: what a request may name; the request checks read it
@@ -191,6 +192,8 @@ class SessionRegistry:
         self.trees = trees or SessionTrees()
         self._relevant = self.trees.relevant_keys()
         self._partitions_for = partitions_for
+        #: the partition of a topic path
+        self.partition_of = partition_of
         self.sessions: dict[str, Session] = {}
         self.groups: dict[Any, Group] = {}
         self.cache = TopicTree()
@@ -210,9 +213,13 @@ class SessionRegistry:
         #: where the events being applied come from (see :meth:`set_mark`)
         self.mark: tuple[int, int] | None = None
         #: session -> partitions whose messages it takes from their recent messages instead
-        #: (:meth:`hold`), and the sessions held for the partition of the events being applied
+        #: (:meth:`hold`); partition -> those sessions; the sessions held for the partition
+        #: of the events being applied (the set itself: a release shows at once)
         self._held: dict[str, set[int]] = {}
+        self._held_by: dict[int, set[str]] = {}
         self._skip: frozenset[str] | set[str] = frozenset()
+        #: session -> the topics of held partitions whose current value it was not sent
+        self._withheld: dict[str, set[str]] = {}
 
     # -- groups -------------------------------------------------------------------
 
@@ -345,7 +352,13 @@ class SessionRegistry:
         session = self.sessions.pop(session_id, None)
         self._dirty.discard(session_id)
         self._closing.pop(session_id, None)
-        self._held.pop(session_id, None)
+        for partition in self._held.pop(session_id, ()):
+            sessions = self._held_by.get(partition)
+            if sessions is not None:
+                sessions.discard(session_id)
+                if not sessions:
+                    del self._held_by[partition]
+        self._withheld.pop(session_id, None)
         if session is None or session.group is None:
             return []
         for session_path in list(session.views):
@@ -581,6 +594,12 @@ class SessionRegistry:
         value = topic.value if topic is not None and topic.value is not None else fresh
         session.views[session_path] = (view.alias, topic_path)
         view.sessions.add(session.id)
+        if self._held and self._held_at(session.id, topic_path):
+            # what it missed comes first (replay), then this value if the replay had none (finish)
+            self._withheld.setdefault(session.id, set()).add(topic_path)
+            self._control(session, view.subscribed(None))
+            self._dirty.add(session.id)
+            return
         attributes = self.attributes
         self._control(session, view.subscribed(value, attributes.get(topic_path, b"") if attributes and value else b""))
         if state.window is not None:
@@ -751,20 +770,67 @@ class SessionRegistry:
         """The events applied next come from ``partition``, every message of them above
         ``position`` (the deliveries carry it as their ``mark``)."""
         self.mark = (partition, position)
-        held = self._held
-        self._skip = {sid for sid, partitions in held.items() if partition in partitions} if held else frozenset()
+        self._skip = self._held_by.get(partition) or frozenset() if self._held_by else frozenset()
 
     def hold(self, session_id: str, partitions: Iterable[int]) -> None:
-        """Deliver the session no messages from ``partitions`` until :meth:`release`: it
-        takes them from those partitions' recent messages (:meth:`replay`) instead."""
-        self._held.setdefault(session_id, set()).update(partitions)
+        """Deliver the session nothing from ``partitions`` until :meth:`finish`: neither
+        messages (it takes them from those partitions' recent messages, :meth:`replay`) nor
+        the current values of topics it subscribes to there meanwhile."""
+        for partition in partitions:
+            self._held.setdefault(session_id, set()).add(partition)
+            self._held_by.setdefault(partition, set()).add(session_id)
 
-    def release(self, session_id: str, partition: int) -> None:
+    def _held_at(self, session_id: str, topic_path: str) -> bool:
+        held = self._held.get(session_id)
+        return held is not None and self.partition_of(topic_path) in held
+
+    def finish(self, session_id: str, partition: int, replayed: set[str] | None, mark: tuple[int, int]) -> int:
+        """The session's messages from ``partition`` come as usual again. ``replayed``: the
+        topics its replay had messages for; those it subscribed to meanwhile without getting
+        their values now get their current values, as updates. ``None`` (the replay could
+        not be had, or not all of it): every topic of the session in that partition gets its
+        current value (time series their window). How many were queued."""
         held = self._held.get(session_id)
         if held is not None:
             held.discard(partition)
             if not held:
                 del self._held[session_id]
+        sessions = self._held_by.get(partition)
+        if sessions is not None:
+            sessions.discard(session_id)
+            if not sessions:
+                del self._held_by[partition]
+        session = self.sessions.get(session_id)
+        withheld = self._withheld.get(session_id, set())
+        mine = [path for path in withheld if self.partition_of(path) == partition]
+        withheld.difference_update(mine)
+        if not withheld:
+            self._withheld.pop(session_id, None)
+        if session is None:
+            return 0
+        if replayed is None:
+            chosen = {topic for _, topic in session.views.values() if self.partition_of(topic) == partition}
+        else:
+            chosen = {path for path in mine if path not in replayed}
+        queued = 0
+        for topic_path in chosen:
+            state = self._topics.get(topic_path)
+            if state is None:
+                continue
+            cached = self.cache.get(topic_path)
+            value = cached.value if cached is not None else None
+            for view in list(state.views.values()):
+                if session_id not in view.sessions:
+                    continue
+                if value is not None:
+                    self._queue_value(session, state, view, Update(
+                        view.alias, value, self.attributes.get(topic_path, b""), True, mark))
+                    queued += 1
+                if state.window is not None:
+                    for event in state.window.events():
+                        self._queue_value(session, state, view, SeriesUpdate(view.alias, event, mark))
+                        queued += 1
+        return queued
 
     def replay(self, session_id: str, events: Iterable[TopicEvent], mark: tuple[int, int]) -> int:
         """Queue for one session the messages of ``events`` (a partition's recent messages)

@@ -135,6 +135,10 @@ from topics.types import TopicType
 CREATED, EXISTS = "CREATED", "EXISTS"
 #: messages a store keeps for :meth:`TopicStore.recent_since` unless told otherwise
 RECENT = 100_000
+#: bytes of values the recent messages may hold, whatever their number
+RECENT_BYTES = 64 * 1024 * 1024
+#: bytes of values one read of the recent messages answers at most (more: it says it is not all)
+MAX_RECENT_ANSWER = 16 * 1024 * 1024
 #: selectors one read of the recent messages may name
 MAX_RECENT_SELECTORS = 1_000
 
@@ -150,6 +154,16 @@ class OperationError(TopicModelError):
     """A malformed operation (wrong arity or argument types)."""
 
     code = "INVALID_REQUEST"
+
+
+def _message_size(event: TopicEvent) -> int:
+    """About how many bytes a kept message holds (its value, attributes, path)."""
+    kind = type(event)
+    if kind is Changed:
+        return len(event.value) + len(event.attributes) + len(event.path) + 64  # type: ignore[union-attr, arg-type]
+    if kind is Appended:
+        return len(event.event.value) + len(event.path) + 96  # type: ignore[union-attr]
+    return len(getattr(event, "value", None) or b"") + len(event.path) + 64  # type: ignore[union-attr]
 
 
 def _spec_wire(spec: TopicSpecification) -> list[list[str]]:
@@ -183,13 +197,17 @@ class TopicStore:
 
     def __init__(
         self, clock: Callable[[], int] = _no_clock, *, record_changes: bool = False, record_volatile: bool = False,
-        position: int = 0, recent: int = RECENT,
+        position: int = 0, recent: int = RECENT, recent_bytes: int = RECENT_BYTES,
     ) -> None:
         self.clock = clock
         #: the position of the newest message (see the module's "recent messages")
         self.position = position
-        #: the newest messages, oldest first; the last one is at ``position``
-        self.recent: deque[TopicEvent] = deque(maxlen=max(recent, 0))
+        #: the newest messages (at most ``recent`` of them, ``recent_bytes`` of values), oldest
+        #: first; the last one is at ``position``
+        self.recent: deque[TopicEvent] = deque()
+        self._recent_max = max(recent, 0)
+        self._recent_budget = recent_bytes
+        self._recent_bytes = 0
         #: messages made since the last :meth:`drain_recent` (for a backup; None: not kept)
         self._fresh: list[TopicEvent] | None = [] if record_volatile else None
         #: changes not drained yet; None: this store records none
@@ -295,7 +313,7 @@ class TopicStore:
         """Emit an event that carries a value: it takes the next position and joins the
         recent messages."""
         self.position += 1
-        self.recent.append(event)
+        self._keep_recent(event)
         if self._fresh is not None:
             self._fresh.append(event)
         for gateway in self.index.match(path):
@@ -314,8 +332,20 @@ class TopicStore:
 
     def extend_recent(self, messages: Iterable[TopicEvent], position: int) -> None:
         """Take a primary's messages, the last of them at ``position`` (a backup)."""
-        self.recent.extend(messages)
+        for event in messages:
+            self._keep_recent(event)
         self.position = position
+
+    def _keep_recent(self, event: TopicEvent) -> None:
+        recent = self.recent
+        if not self._recent_max:
+            return
+        if len(recent) >= self._recent_max:
+            self._recent_bytes -= _message_size(recent.popleft())
+        recent.append(event)
+        self._recent_bytes += _message_size(event)
+        while self._recent_bytes > self._recent_budget and len(recent) > 1:
+            self._recent_bytes -= _message_size(recent.popleft())
 
     def recent_since(self, since: int, selectors: Iterable[str]) -> tuple[int, int, list[TopicEvent]]:
         """The recent messages after position ``since`` whose paths match one of
@@ -333,16 +363,17 @@ class TopicStore:
         first = self.position - len(recent) + 1
         skip = max(since + 1 - first, 0)
         chosen: list[TopicEvent] = []
+        size = 0
         if skip < len(recent):
             literal = {sel.literal_path for sel in parsed}
-            if None in literal:
-                matchers = [sel.matches for sel in parsed]
-                for event in itertools.islice(recent, skip, None):
-                    path = event.path  # type: ignore[union-attr]
-                    if any(m(path) for m in matchers):
-                        chosen.append(event)
-            else:
-                chosen = [e for e in itertools.islice(recent, skip, None) if e.path in literal]  # type: ignore[union-attr]
+            matchers = [sel.matches for sel in parsed] if None in literal else None
+            for event in itertools.islice(recent, skip, None):
+                path = event.path  # type: ignore[union-attr]
+                if (path in literal) if matchers is None else any(m(path) for m in matchers):
+                    chosen.append(event)
+                    size += _message_size(event)
+                    if size > MAX_RECENT_ANSWER:  # too much for one answer: it says it is not all
+                        return max(first, since + 2), self.position, chosen
         return first, self.position, chosen
 
     # -- topics ------------------------------------------------------------

@@ -407,7 +407,7 @@ def test_a_held_session_gets_a_partition_messages_only_from_its_replay_then_live
     assert [cbor2.loads(m.value) for m in messages(r, "other")] == [1, 7]
     # its replay: the messages it missed, in order, a publish not retained as it was, nothing else
     assert r.replay("held", [Changed("a/x", cb(1)), Changed("b/z", cb(9)), Changed("a/x", cb(2), False)], (1, 9)) == 2
-    r.release("held", 1)
+    assert r.finish("held", 1, {"a/x"}, (1, 11)) == 0  # it had views before the hold: nothing withheld
     r.set_mark(1, 12)
     r.on_events([Changed("a/x", cb(3))])
     got = [(cbor2.loads(m.value), m.retained, m.mark) for m in messages(r, "held")]
@@ -415,4 +415,28 @@ def test_a_held_session_gets_a_partition_messages_only_from_its_replay_then_live
     assert r.replay("gone", [Changed("a/x", cb(4))], (1, 12)) == 0
     r.hold("held", {0})
     r.close("held")
-    assert not r._held
+    assert not r._held and not r._held_by
+
+
+def test_a_held_session_subscribing_gets_values_only_after_what_it_missed() -> None:
+    """Subscribed while held: no current value then (it would come before older messages);
+    at the end, the topics its replay had nothing for get their current values, and on a gap
+    every topic of the partition does."""
+    partitions = {"a/x": 1, "a/y": 1, "a/z": 0}
+    r = SessionRegistry(partition_of=lambda path: partitions.get(path, 0))
+    r.open("other", "", {})
+    regs, _ = r.subscribe("other", sel("?a/.*"))
+    feed_snapshot(r, regs, {"a/x": ("INT64", 1), "a/y": ("INT64", 2), "a/z": ("INT64", 3)})
+    r.open("held", "", {})
+    r.hold("held", {1})
+    r.subscribe("held", sel("?a/.*"))  # served from the cache
+    assert sorted(summary(r, "held")) == [("sub", "a/x", None), ("sub", "a/y", None), ("sub", "a/z", 3)]
+    r.set_mark(1, 20)
+    r.on_events([Changed("a/x", cb(5))])  # held: not delivered live, the replay has it
+    assert summary(r, "held") == []
+    r.replay("held", [Changed("a/x", cb(4)), Changed("a/x", cb(5))], (1, 10))
+    assert r.finish("held", 1, {"a/x"}, (1, 21)) == 1  # a/y had no message: its current value
+    assert summary(r, "held") == [("val", "a/x", 4), ("val", "a/x", 5), ("val", "a/y", 2)]
+    r.hold("held", {1})
+    assert r.finish("held", 1, None, (1, 22)) == 2  # a gap: every topic of the partition, current
+    assert sorted(summary(r, "held")) == [("val", "a/x", 5), ("val", "a/y", 2)]

@@ -346,3 +346,18 @@ def test_a_retained_value_keeps_what_it_was_published_with_through_snapshots_sta
     assert loaded.attributes == store.attributes
     store.apply("gw", [RemoveTopics("?a/x")])
     assert "a/x" not in store.attributes
+
+
+def test_the_recent_window_is_bounded_in_bytes_and_an_answer_too_large_says_it_is_not_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import topics.store as module
+
+    store = TopicStore(clock=lambda: 1000, recent_bytes=10_000)
+    for i in range(50):
+        store.apply("gw", [SetValue("t", b"x" * 1000, True, "BINARY", True)])
+    first, last, chosen = store.recent_since(0, ["t"])
+    assert 5 <= len(chosen) <= 10 and last == 50 and first == 51 - len(store.recent)
+    monkeypatch.setattr(module, "MAX_RECENT_ANSWER", 3_000)
+    first, last, chosen = store.recent_since(last - 5, ["t"])
+    assert first > last - 5 + 1 and len(chosen) == 3  # cut short: the reader treats it as a gap
