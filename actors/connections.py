@@ -46,6 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from canopy import protocol as wire
+from actors.http_endpoints import is_websocket
 from canopy.transport import Handler, WebSocketStream
 from sessions.countries import CountryTable
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
@@ -133,9 +134,18 @@ class _Client(Handler):
             self.connections.streams.add(stream)
         self._hello_timer = asyncio.get_running_loop().call_later(self.connections.hello_timeout, self._no_hello)
 
-    def on_request(self, stream: WebSocketStream, request: Any) -> Handler | None:
+    def on_request(self, stream: WebSocketStream, request: Any) -> Any:
         """A handshake for ``/mqtt`` hands the connection to MQTT over WebSocket (counted
-        against the limits still, as this connection was)."""
+        against the limits still, as this connection was); a request that is no WebSocket
+        handshake is plain HTTP (``/healthz``, ``/readyz``, ``/metrics``: answered, then closed)."""
+        http = self.connections.http
+        if http is not None and not is_websocket(request):
+            if self._hello_timer is not None:
+                self._hello_timer.cancel()
+            self.closing = True
+            transport = stream.transport
+            return http.handle(request, self.address,
+                               lambda: transport is not None and not transport.is_closing())
         mqtt = self.connections.websocket_mqtt
         if mqtt is None or self.refusal is not None or request.path.split("?", 1)[0] != "/mqtt":
             return None
@@ -279,6 +289,10 @@ class Connections:
         self._grace = int(config.get("session_grace_ms", 30_000)) / 1000
         self.streams: set[WebSocketStream] = set()
         self._serial = 0
+        #: sessions closed since the gateway started (opened: ``opened``)
+        self.closed_count = 0
+        #: the plain HTTP requests' answers (/healthz, /readyz, /metrics: actors/http_endpoints.py)
+        self.http: Any = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._wake_scheduled = False
         self._admit: set[Any] = set()
@@ -325,6 +339,11 @@ class Connections:
                     "(max_connections_per_address)")
         self.per_address[address] = held + 1
         return None
+
+    @property
+    def opened(self) -> int:
+        """Sessions opened since the gateway started."""
+        return self._serial
 
     def connection_closed(self, address: str) -> None:
         held = self.per_address.get(address, 0) - 1
@@ -531,6 +550,7 @@ class Connections:
         del self.by_session[session_id]
         self.tokens.pop(session_id, None)
         self._unregister(self.registry.close(session_id))
+        self.closed_count += 1
         self._closed(session_id)
 
     def dropped(self, client: Any) -> None:
@@ -555,6 +575,7 @@ class Connections:
         self.tokens.pop(session_id, None)
         log.info("session %s ended without its client: %s", session_id, why)
         self._unregister(self.registry.close(session_id))
+        self.closed_count += 1
         self._closed(session_id)
 
     # -- requests and notifications ---------------------------------------------------------

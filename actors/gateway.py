@@ -152,6 +152,9 @@ class Gateway:
         self.mqtt_server: asyncio.Server | None = None
         self._sys_task: asyncio.Future[None] | None = None
         self.mqtt_url = ""
+        from actors.http_endpoints import Endpoints
+
+        self.connections.http = Endpoints(self, anonymous=bool(config.get("metrics_anonymous", False)))
 
     # -- lifecycle -----------------------------------------------------------
 

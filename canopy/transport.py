@@ -54,9 +54,13 @@ class Handler:
     def on_connected(self, stream: WebSocketStream) -> None:
         """The TCP (or TLS) connection is there; the opening handshake is to come."""
 
-    def on_request(self, stream: WebSocketStream, request: Request) -> Handler | None:
+    def on_request(
+        self, stream: WebSocketStream, request: Request
+    ) -> Handler | Response | asyncio.Future[Response] | None:
         """A server's opening handshake request arrived: return another handler to take
-        the connection over once it is open (by the request's path, say), or ``None``."""
+        the connection over once it is open (by the request's path, say), or ``None``; or a
+        plain HTTP response to send instead of accepting (a request that is no WebSocket
+        handshake: ``/metrics``, say), or a future of one (the connection closes after it)."""
         return None
 
     def on_open(self, stream: WebSocketStream) -> None:
@@ -233,6 +237,15 @@ class WebSocketStream(asyncio.Protocol):
         protocol = self.protocol
         assert isinstance(protocol, ServerProtocol)
         successor = self.handler.on_request(self, request)
+        if isinstance(successor, asyncio.Future):
+            successor.add_done_callback(self._respond)
+            return
+        if isinstance(successor, Response):
+            protocol.send_response(successor)
+            self._flush()
+            if self.transport is not None:
+                self.transport.close()
+            return
         response = protocol.accept(request)
         protocol.send_response(response)
         self._flush()
@@ -242,6 +255,18 @@ class WebSocketStream(asyncio.Protocol):
             self.handler.on_open(self)
         elif self.transport is not None:
             self.transport.close()
+
+    def _respond(self, future: asyncio.Future[Response]) -> None:
+        """A plain HTTP response made later (see :meth:`Handler.on_request`)."""
+        if self.transport is None or self.transport.is_closing() or future.cancelled():
+            return
+        if future.exception() is not None:
+            response = self.protocol.reject(500, "the server could not answer\n")  # type: ignore[attr-defined]
+        else:
+            response = future.result()
+        self.protocol.send_response(response)  # type: ignore[attr-defined]
+        self._flush()
+        self.transport.close()
 
     def _response(self, response: Response) -> None:
         if self.protocol.state is OPEN:

@@ -192,6 +192,11 @@ class ServerConfig:
         10, "how often each gateway publishes its figures under $SYS/broker/ (MQTT's convention: clients, "
         "sessions, messages, uptime), in seconds; 0: never", low=0, high=86_400, metavar="S",
     )
+    metrics_anonymous: bool = setting(
+        False, "serve /metrics on each gateway's port without credentials (else HTTP basic authentication as a "
+        "principal with VIEW_SERVER); /healthz and /readyz never need any",
+        file_only="it opens the server's figures to anyone who can reach the port: a choice for the file",
+    )
     mqtt_checkpoint_ms: int = setting(
         1000, "how often an MQTT session with an expiry records where its messages stand in each partition "
         "(when they moved): a gateway taking it up sends again what came after, so at most about this much "

@@ -15,7 +15,7 @@ from cluster.partitioning import default_partition_count, partition_of, partitio
 from topics.selectors import parse_selector
 
 ROOT = Path(__file__).resolve().parents[3]
-FILE_ONLY = {"admin_password", "allow_anonymous", "countries", "fanout"}
+FILE_ONLY = {"admin_password", "allow_anonymous", "countries", "fanout", "metrics_anonymous"}
 
 
 def test_defaults() -> None:
