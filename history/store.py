@@ -29,7 +29,8 @@ continues at the next sequence, so there are no duplicates and no gaps.
 The watermark is the larger of the manifest and the newest file name, so a
 crash between the two does not export a range twice. The lock file keeps a
 replaced primary that still runs from writing beside its successor (on one
-machine, or a shared file system with POSIX locks). Records no replica's
+machine, or a shared file system with POSIX locks); the temporary file of an exporter
+killed before its rename is removed by the next export, under that lock. Records no replica's
 journal holds any more (a backup primed from its primary's state, then
 promoted before the primary's segment closed) are a gap: logged, and listed
 in the manifest.
@@ -228,6 +229,26 @@ class _Local:
     def remove_tree(self, relative: str) -> None:
         shutil.rmtree(self.root / relative, ignore_errors=True)
 
+    def remove_unfinished(self, prefix: str) -> int:
+        """Remove the temporary files (``.tmp-<pid>-<name>``) of files named ``prefix...``
+        that an exporter killed between writing and renaming left behind; called under the
+        partition's lock, so no exporter is writing one now. How many."""
+        removed = 0
+        top = self.root / UPDATES
+        if not top.is_dir():
+            return 0
+        for day in top.iterdir():
+            if not day.is_dir():
+                continue
+            for name in os.listdir(day):
+                if name.startswith(".tmp-") and name.split("-", 2)[-1].startswith(prefix):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(day / name)
+                        removed += 1
+        if removed:
+            log.warning("history: removed %d file(s) %s... an exporter left unfinished", removed, prefix)
+        return removed
+
     @contextlib.contextmanager
     def lock(self, relative: str) -> Iterator[None]:
         target = self.root / relative
@@ -284,6 +305,9 @@ class _Remote:
 
     def remove_tree(self, relative: str) -> None:
         self.fs.delete_dir(self._path(relative))
+
+    def remove_unfinished(self, prefix: str) -> int:
+        return 0  # an object is written whole: none is ever left unfinished
 
     @contextlib.contextmanager
     def lock(self, relative: str) -> Iterator[None]:
@@ -367,6 +391,7 @@ class Exporter:
         started = time.perf_counter()
         report = ExportReport()
         with self.storage.lock(f"{META}/partition-{self.partition:04d}.lock"):
+            self.storage.remove_unfinished(f"p{self.partition:04d}-")
             mark, gaps = self._scan()
             for segment in sorted(segments, key=lambda s: s.first_sequence):
                 if segment.last_sequence <= mark:

@@ -79,7 +79,7 @@ def history_holds(srv: Server, *histories: Any) -> Any:
     import pyarrow.parquet as pq
 
     rows: list[dict[str, Any]] = []
-    for f in sorted((srv.data_dir / "history" / "updates").glob("date=*/*.parquet")):
+    for f in sorted((srv.data_dir / "history" / "updates").glob("date=*/[!.]*.parquet")):  # as Spark: no .tmp-*
         rows += pq.read_table(f, columns=["partition", "sequence", "path", "op", "value_json"]).to_pylist()
     for partition in {r["partition"] for r in rows}:
         numbers = sorted(r["sequence"] for r in rows if r["partition"] == partition)

@@ -23,7 +23,7 @@ VIEW = "map ?src// to ref/<scalar(/k)>/<path(1)>"
 
 def exported(location: Path) -> list[dict[str, Any]]:
     out = []
-    for f in sorted((location / "updates").glob("date=*/*.parquet")):
+    for f in sorted((location / "updates").glob("date=*/[!.]*.parquet")):  # as Spark: no .tmp-*
         out += pq.read_table(f, columns=["partition", "sequence", "path", "op", "value_json"]).to_pylist()
     return out
 

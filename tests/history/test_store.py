@@ -27,7 +27,7 @@ from tests.history.conftest import T0, export_all, journal, write
 
 
 def rows(location: Path) -> list[dict]:
-    files = sorted(updates_directory(location).glob("date=*/*.parquet"))
+    files = sorted(updates_directory(location).glob("date=*/[!.]*.parquet"))  # as Spark: no .tmp-*
     out = []
     for f in files:
         day = f.parent.name[5:]
@@ -127,6 +127,25 @@ def test_a_new_primary_continues_where_the_old_one_stopped(tmp_path: Path) -> No
     got = rows(location)
     assert [r["sequence"] for r in got] == list(range(1, 401))
     assert [r["value_json"] for r in got] == [f'"v{i}"' for i in range(400)]
+
+
+def test_an_exporter_killed_before_its_rename_leaves_nothing_a_reader_counts(tmp_path: Path) -> None:
+    """A primary killed between writing a file and renaming it leaves its temporary file; the
+    next export (under the partition's lock, so nobody else is writing) removes it, and the
+    records are exported once."""
+    j = journal(tmp_path / "data")
+    write(j, sets(10))
+    location = tmp_path / "history"
+    export_all(j, location)
+    day = next(updates_directory(location).glob("date=*"))
+    stale = day / ".tmp-99999-p0000-00000000000000000011-00000000000000000020.parquet"
+    stale.write_bytes((next(day.glob("p0000-*.parquet"))).read_bytes())
+    other = day / ".tmp-99999-p0001-00000000000000000001-00000000000000000002.parquet"
+    other.write_bytes(b"another partition's: not this exporter's to remove")
+    write(j, sets(10, start=T0 + 20_000))
+    export_all(j, location)
+    assert not stale.exists() and other.exists()
+    assert [r["sequence"] for r in rows(location)] == list(range(1, 21))
 
 
 def test_records_no_journal_holds_are_a_recorded_gap(tmp_path: Path) -> None:
