@@ -18,7 +18,8 @@ is answered here, one response per connection (``Connection: close``):
   only grow while the gateway runs (a restarted gateway starts them again, as Prometheus
   expects of a process).
 
-Anything else is 404; a method other than GET (HEAD for the probes) is 405.
+Any other path is 404. Only GET reaches here: the handshake parser (websockets') answers
+anything else with 400 itself.
 """
 
 from __future__ import annotations
@@ -108,9 +109,6 @@ class Endpoints:
         path = request.path.split("?", 1)[0]
         known = path if path in ("/healthz", "/readyz", "/metrics") else "other"
         self.requests[known] += 1
-        method = getattr(request, "method", "GET")  # websockets parses GET requests only
-        if method not in ("GET", "HEAD"):
-            return response(405, "Method Not Allowed", "only GET\n", extra=[("Allow", "GET")])
         if path == "/healthz":
             return response(200, "OK", "ok\n")
         if path == "/readyz":
