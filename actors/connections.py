@@ -48,6 +48,7 @@ from typing import Any
 from canopy import protocol as wire
 from actors.http_endpoints import is_websocket
 from canopy.transport import Handler, WebSocketStream
+from sessions.collectors import SessionMetrics
 from sessions.countries import CountryTable
 from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
 from sessions.incidents import IncidentLog
@@ -60,6 +61,8 @@ from topics.selectors import Selector
 
 log = logging.getLogger("canopy.gateway")
 CLOSE_QUEUE_LIMIT = 4001
+#: a session closed by another session's ``session_close`` (an application code: final to a client)
+CLOSE_BY_CLIENT_CONTROL = 4002
 CLOSE_SHUTDOWN = 1001
 CLOSE_POLICY = 1008
 CLOSE_TRY_AGAIN_LATER = 1013
@@ -70,9 +73,10 @@ REFUSAL_LOG_INTERVAL = 10.0
 #: stall the partitions for everyone else
 WIDE = frozenset({
     "fetch", "remove", "subscribe", "range_query", "view_create", "view_remove", "view_list",
-    "session_get", "session_set", "security_update", "tree_put", "tree_remove", "cluster_status",
+    "session_get", "session_set", "session_close", "security_update", "tree_put", "tree_remove", "cluster_status",
     "cluster_node", "missing_topic_list", "fanout_list", "fanout_add", "fanout_remove",
     "server_add", "server_remove", "server_list", "server_check",
+    "collector_put", "collector_remove", "collector_list",
 })
 #: messages a client may send before its HELLO is answered
 EARLY_LIMIT = 64
@@ -291,6 +295,10 @@ class Connections:
         self._serial = 0
         #: sessions closed since the gateway started (opened: ``opened``)
         self.closed_count = 0
+        #: bytes of the WebSocket sessions' frames read and written since the gateway started
+        self.bytes_received = self.bytes_sent = 0
+        #: the session metric collectors' counts (sessions/collectors.py)
+        self.session_metrics = SessionMetrics()
         #: the plain HTTP requests' answers (/healthz, /readyz, /metrics: actors/http_endpoints.py)
         self.http: Any = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -405,7 +413,10 @@ class Connections:
             **fixed,
         }
         self.tokens[session_id] = secrets.token_urlsafe(32)
-        return self.registry.open(session_id, principal, properties, roles)
+        session = self.registry.open(session_id, principal, properties, roles)
+        if transport != "INTERNAL":
+            self.session_metrics.opened(session.properties, roles)
+        return session
 
     def _take_over(self, resume: wire.Resume, principal: str) -> tuple[Session, int] | None:
         """The session a (authenticated) HELLO may resume and the size of its
@@ -530,6 +541,19 @@ class Connections:
         self.forget(client)
         client.end(code, message, ws_code)
 
+    def end_session(self, session_id: str, code: str, message: str, ws_code: int) -> bool:
+        """End a session whatever state it is in: one with a connection is told why and closed
+        (:meth:`close`), one kept for its client to resume is forgotten. False when this
+        connections object does not hold it."""
+        client = self.by_session.get(session_id)
+        if client is not None:
+            self.close(client, code, message, ws_code)
+            return True
+        if session_id in self.kept:
+            self._end_kept(session_id, f"{code}: {message}")
+            return True
+        return False
+
     async def close_all(self, timeout: float = 6.0) -> None:
         for session_id in list(self.kept):
             self._end_kept(session_id)
@@ -549,9 +573,7 @@ class Connections:
             return
         del self.by_session[session_id]
         self.tokens.pop(session_id, None)
-        self._unregister(self.registry.close(session_id))
-        self.closed_count += 1
-        self._closed(session_id)
+        self._close_session(session_id)
 
     def dropped(self, client: Any) -> None:
         """A connection is gone. Its session ends with it when the client closed
@@ -574,6 +596,13 @@ class Connections:
         timer.cancel()
         self.tokens.pop(session_id, None)
         log.info("session %s ended without its client: %s", session_id, why)
+        self._close_session(session_id)
+
+    def _close_session(self, session_id: str) -> None:
+        """Close a session in the registry (counted), and say so."""
+        session = self.registry.sessions.get(session_id)
+        if session is not None and session_id not in self.internal:
+            self.session_metrics.closed(session.properties, session.roles)
         self._unregister(self.registry.close(session_id))
         self.closed_count += 1
         self._closed(session_id)
@@ -588,6 +617,7 @@ class Connections:
             self._protocol_error(client, 0, "frames must be binary")
             self.wake()
             return
+        self.bytes_received += len(data)
         count = wire.message_count(data)
         if count is not None and count > self._max_messages:
             self.close(
@@ -757,6 +787,7 @@ class Connections:
                 if found is None:
                     found = frames[key] = (wire.encode_frame([to_wire(item) for item in items]), items)
                 data = found[0]
+            self.bytes_sent += len(data)
             if not stream.send(data):
                 break
 

@@ -32,6 +32,7 @@ from actors.replicas import ReplicaSet
 from cluster import names
 from cluster.nodes import alive_by_name, from_ray
 from replication.configuration import SECURITY_FILE, SESSION_TREES_FILE, VIEWS_FILE
+from sessions.collectors import CollectorError, Collectors, from_dict
 from sessions.security import ADMINISTRATOR, SecurityStore, default_store
 
 log = logging.getLogger("canopy.controller")
@@ -197,6 +198,8 @@ class ControllerActor:
         self.fanouts: dict[str, Any] = {}
         #: fan-out connection name -> (definition, its first link's ordinal, from the configuration file?)
         self.fanout_defs: dict[str, Any] = {}
+        #: the metric collectors (sessions/collectors.py), pushed to every gateway
+        self.collectors = Collectors()
         self.gateway_info: list[dict[str, Any]] = []
         self.started_at: float | None = None
         self.generated_admin_password: str | None = None
@@ -292,6 +295,7 @@ class ControllerActor:
         self.views = ray.get_actor(names.VIEWS) if names.VIEWS in listed else None
         self._fanout_defs(documents.get("fanout"))
         self.fanouts = {name: ray.get_actor(f"fanout-{name}") for name in self.fanout_defs if f"fanout-{name}" in listed}
+        self.collectors = _stored_collectors(documents.get("collectors"))
         found = {int(m.group(1)): n for n in listed if (m := re.fullmatch(names.GATEWAY_NAME, n))}
         for k in range(max(found, default=-1) + 1):
             handle = ray.get_actor(found[k]) if k in found else None
@@ -345,6 +349,7 @@ class ControllerActor:
                        (("security", SECURITY_FILE), ("session_trees", SESSION_TREES_FILE), ("views", VIEWS_FILE))}
             documents = ray.get(self.config_log.start.remote(self.agents, imports), timeout=START_TIMEOUT)
             self.security = self._load_security(documents.get("security"))
+            self.collectors = _stored_collectors(documents.get("collectors"))
             self.session_trees = session_trees.remote_class().options(
                 name=names.SESSION_TREES, scheduling_strategy=aside, lifetime="detached"
             ).remote(self.config_log)
@@ -491,10 +496,40 @@ class ControllerActor:
         return [(name, handle, list(self.fanout_defs[name][0].links)) for name, handle in self.fanouts.items()
                 if name in self.fanout_defs]
 
-    def fanout_status(self) -> list[dict[str, Any]]:
-        """Each fan-out connection: its state, primaries and, per link, the topics it mirrors."""
-        answers = _gather({name: h.stats.remote() for name, h in self.fanouts.items()}, 5.0)
+    def fanout_status(self, take: bool = True) -> list[dict[str, Any]]:
+        """Each fan-out connection: its state, primaries and, per link, the topics it mirrors
+        (``take`` false: the greatest apply time since the last listing is left for the next)."""
+        answers = _gather({name: h.stats.remote(take) for name, h in self.fanouts.items()}, 5.0)
         return [answers.get(name, {"name": name, "state": "not answering", "links": []}) for name in self.fanouts]
+
+    # -- metric collectors -------------------------------------------------------------
+
+    def collector_put(self, definition: dict[str, Any]) -> dict[str, Any]:
+        """Define a metric collector, or replace the one of its name: committed to the
+        configuration log, then pushed to every gateway. Answers the definition and whether
+        it replaced one; a bad one raises :class:`~sessions.collectors.CollectorError`."""
+        collector = from_dict(definition)
+        collectors, replaced = self.collectors.put(collector)
+        self._commit_collectors(collectors)
+        return {**collector.to_dict(), "replaced": replaced}
+
+    def collector_remove(self, name: str) -> bool:
+        """Remove a metric collector (its series go); False when there is none of that name."""
+        collectors = self.collectors.remove(name)
+        if collectors is None:
+            return False
+        self._commit_collectors(collectors)
+        return True
+
+    def collector_list(self) -> list[dict[str, Any]]:
+        """Every metric collector's definition, in the order they were first defined."""
+        return self.collectors.to_wire()
+
+    def _commit_collectors(self, collectors: Collectors) -> None:
+        wire = collectors.to_wire()
+        configuration.commit_sync(self.config_log, "collectors", wire)
+        self.collectors = collectors
+        ray.get([g.set_collectors.remote(wire) for g in self._live_gateways()], timeout=60)
 
     def update_security(self, commands: list[Any], change: str | None = None) -> int:
         """Apply security commands, commit the new store to the configuration log (it is
@@ -840,11 +875,12 @@ class ControllerActor:
             "views": ray.get(self.views.stats.remote(), timeout=30) if self.views is not None else None,
         }
 
-    def status(self) -> dict[str, Any]:
+    def status(self, wait: float = STATUS_TIMEOUT) -> dict[str, Any]:
         """The cluster as ``canopy cluster status`` shows it: nodes, partitions
-        (primary, backup, epoch, topics, journal position, replication lag), gateways
-        and their sessions. A replica or gateway that does not answer within a few
-        seconds is shown as such, never waited for."""
+        (primary, backup, epoch, topics, registered selectors, journal position, replication
+        lag, failovers since this controller started), gateways and their sessions. A replica
+        or gateway that does not answer within ``wait`` seconds is shown as such, never
+        waited for longer (a scrape of /metrics asks with a shorter wait)."""
         nodes = from_ray(ray.nodes())
         by_id = {n.id: n.name for n in nodes}
         seen: set[str] = set()
@@ -858,7 +894,7 @@ class ControllerActor:
         replicas = {key: handle for key, (name, handle) in self.replicas.replicas.items()
                     if name not in self.replicas.dead}
         refs = {key: h.stats.remote() for key, h in replicas.items()}
-        answers = _gather(refs, STATUS_TIMEOUT)
+        answers = _gather(refs, wait)
         partitions = []
         for row in self.replicas.describe():
             i = row["partition"]
@@ -868,6 +904,8 @@ class ControllerActor:
             partitions.append({
                 **row,
                 "topics": primary.get("topics") if primary else None,
+                # selectors registered with the primary by links (gateways, views, fan-out)
+                "registrations": primary.get("registrations") if primary else None,
                 "sequence": (primary.get("journal") or {}).get("sequence") if primary else None,
                 "backup_sequence": (backup.get("journal") or {}).get("sequence") if backup else None,
                 "caught_up": lag.get("caught_up"),
@@ -876,7 +914,7 @@ class ControllerActor:
                 and (row["backup"] is None or bool(lag.get("caught_up"))),
             })
         live = {k: g for k, g in enumerate(self.gateways) if not self.gateway_info[k].get("lost")}
-        gateway_stats = _gather({k: g.stats.remote() for k, g in live.items()}, STATUS_TIMEOUT)
+        gateway_stats = _gather({k: g.stats.remote() for k, g in live.items()}, wait)
         gateways = []
         for k, info in enumerate(self.gateway_info):
             st = gateway_stats.get(k)
@@ -907,15 +945,15 @@ class ControllerActor:
                 name: by_id.get(self._liveness.node(name) or "")
                 for name in (names.CONFIG_LOG, names.VIEWS, names.SESSION_TREES, *(f"fanout-{n}" for n in self.fanouts))
             },
-            "configuration": {"security_version": self.security.version, **self._log_position()},
+            "configuration": {"security_version": self.security.version, **self._log_position(wait)},
             "healthy": all(p["healthy"] for p in partitions),
         }
 
-    def _log_position(self) -> dict[str, Any]:
+    def _log_position(self, wait: float) -> dict[str, Any]:
         if self.config_log is None:
             return {}
         try:
-            position: dict[str, Any] = ray.get(self.config_log.position.remote(), timeout=STATUS_TIMEOUT)
+            position: dict[str, Any] = ray.get(self.config_log.position.remote(), timeout=wait)
         except Exception as e:
             return {"log": f"not answering: {type(e).__name__}"}
         return {"log_term": position["term"], "log_committed": position["committed"],
@@ -951,6 +989,17 @@ class ControllerActor:
         self.replicas.kill_all()
         self.gateways, self.gateway_info, self.gateway_nodes, self.session_trees, self.views = [], [], [], None, None
         self.config_log, self.agents, self.fanouts = None, {}, {}
+
+
+def _stored_collectors(document: Any) -> Collectors:
+    """The metric collectors of the configuration log (one that no longer reads is left out, said)."""
+    collectors = Collectors()
+    for entry in document or []:
+        try:
+            collectors, _ = collectors.put(from_dict(entry))
+        except CollectorError as e:
+            log.error("a stored metric collector is left out: %s", e)
+    return collectors
 
 
 def _replace(old: Any, make: Callable[[], Any]) -> Any:

@@ -279,7 +279,9 @@ class FanoutLink:
         """Which of ``candidates`` this connection holds as replicas."""
         return [p for p in candidates if any(p in m.topics for m in self.mirrors)]
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, take: bool = True) -> dict[str, Any]:
+        """The connection's state and figures; ``apply_max_ms`` is the greatest apply time
+        since the last call that took it (``take``; a scrape of /metrics does not)."""
         c = self.connection
         return {
             "name": c.name, "primaries": list(c.primaries), "state": self.state, "error": self.error,
@@ -288,7 +290,7 @@ class FanoutLink:
             # application here (sampled every PROBE_EVERY s); max since the last listing
             "lag_ms": _rounded((self.rtt_ms or 0) / 2 + (self.apply_ms or 0)) if self.rtt_ms is not None else None,
             "rtt_ms": _rounded(self.rtt_ms), "apply_ms": _rounded(self.apply_ms),
-            "apply_max_ms": _rounded(self._take_max()),
+            "apply_max_ms": _rounded(self._take_max() if take else self.apply_max_ms),
             "last_update_s": _rounded(time.time() - self.last_update) if self.last_update is not None else None,
             "session": self.session.session_id if self.session is not None else None,
             "links": [
@@ -322,8 +324,8 @@ class FanoutLinkActor:
     async def incarnation(self) -> str:
         return self._incarnation
 
-    async def stats(self) -> dict[str, Any]:
-        return self.core.stats()
+    async def stats(self, take: bool = True) -> dict[str, Any]:
+        return self.core.stats(take)
 
     async def missing(self, selector: str, session_id: str, properties: dict[str, str], servers: list[str],
                       hops: list[str]) -> str:

@@ -32,7 +32,7 @@ from typing import Any
 import ray
 
 from cluster.partitioning import partition_of
-from actors.connections import Connections
+from actors.connections import CLOSE_BY_CLIENT_CONTROL, Connections
 from actors import routes
 from actors.link import PartitionLink, PartitionUnavailable
 from actors.missing_topics import MissingTopics
@@ -44,6 +44,7 @@ from actors.supervision import announce_start, new_incarnation
 from canopy import protocol as wire
 from actors.configuration import NotCommitted
 from canopy.transport import serve_stream
+from sessions.collectors import CollectorError, Collectors
 from sessions.filters import FilterSyntaxError, parse_filter
 from sessions.limits import Limits, PropertyLimitError, shown
 from fanout.config import FanoutConfigError
@@ -82,6 +83,7 @@ REQUEST_ERRORS = (
     MissingTopicError,
     FanoutConfigError,
     RemoteServerError,
+    CollectorError,
 )
 
 
@@ -155,6 +157,8 @@ class Gateway:
         from actors.http_endpoints import Endpoints
 
         self.connections.http = Endpoints(self, anonymous=bool(config.get("metrics_anonymous", False)))
+        #: the instance's metric collectors (the controller pushes them: set_collectors)
+        self.collectors = Collectors()
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -311,6 +315,12 @@ class Gateway:
         self.connections.wake()
         return elapsed
 
+    def set_collectors(self, collectors: list[dict[str, Any]]) -> None:
+        """The metric collectors now (see :mod:`sessions.collectors`); a session collector
+        whose definition did not change keeps its counts."""
+        self.collectors = Collectors.from_wire(collectors)
+        self.connections.session_metrics.set(self.collectors.sessions)
+
     def session_properties(self, kind: str, value: str) -> dict[str, dict[str, str]]:
         return {sid: dict(self.registry.sessions[sid].properties) for sid in self._select(kind, value)}
 
@@ -328,6 +338,19 @@ class Gateway:
             changed += 1
         self.connections.wake()
         return changed
+
+    def close_sessions(self, kind: str, value: str) -> int:
+        """End this gateway's sessions a target names (``session_close``): each client is
+        told ``CLOSED_BY_CLIENT_CONTROL`` and its connection closed, so that it does not
+        reconnect; return how many ended."""
+        closed = 0
+        for sid in self._select(kind, value):
+            closed += self.connections.end_session(
+                sid, "CLOSED_BY_CLIENT_CONTROL", "the session was closed by another session",
+                CLOSE_BY_CLIENT_CONTROL,
+            )
+        self.connections.wake()
+        return closed
 
     def _select(self, kind: str, value: str) -> list[str]:
         """This gateway's sessions a target names (its own internal ones never: they are
@@ -511,16 +534,24 @@ class GatewayActor:
             await self._refresh_fanouts()
 
     async def _refresh_fanouts(self) -> None:
+        """What is pushed to every gateway on a change, asked for again (a gateway that
+        starts missed the pushes): the metric collectors, the fan-out links and the remote
+        servers' missing-topic filters."""
         try:
+            self.core.set_collectors(await self.core.ctx.controller.collector_list.remote())
             self.core.missing.set_fanouts(await self.core.ctx.controller.fanout_routes.remote())
             if self.core.ctx.views is not None:
                 self.core.missing.set_remote_filters(await self.core.ctx.views.remote_filters.remote())
         except Exception as e:
-            log.warning("could not learn this server's fan-out links and remote servers: %s", e)
+            log.warning("could not learn this server's fan-out links, remote servers and metric collectors: %s", e)
 
     async def set_remote_filters(self, filters: list[Any]) -> None:
         """The remote servers' missing-topic notification filters (see actors/missing_topics.py)."""
         self.core.missing.set_remote_filters(filters)
+
+    async def set_collectors(self, collectors: list[dict[str, Any]]) -> None:
+        """The instance's metric collectors, after a change (see :meth:`Gateway.set_collectors`)."""
+        self.core.set_collectors(collectors)
 
     async def set_fanouts(self, fanouts: list[Any]) -> None:
         """This server's fan-out connections (name, actor, link selectors), for missing-topic propagation."""
@@ -562,6 +593,9 @@ class GatewayActor:
 
     async def change_session_properties(self, kind: str, value: str, changes: dict[str, str | None]) -> int:
         return self.core.change_session_properties(kind, value, changes)
+
+    async def close_sessions(self, kind: str, value: str) -> int:
+        return self.core.close_sessions(kind, value)
 
 
 @contextlib.contextmanager

@@ -9,16 +9,21 @@ is answered here, one response per connection (``Connection: close``):
   gateway is unready until the partition's new primary answers).
 * ``GET /metrics`` -- this gateway's figures in the Prometheus text format (0.0.4): sessions
   open by transport, sessions opened and closed, connections, what the sessions' queues hold
-  and what conflation merged, the topic cache and interest, per partition the stream's state,
-  batches, operations and newest message position, the MQTT front door's counters, the login
-  guard's counters and the process's memory. A scrape needs HTTP basic authentication as a
+  and what conflation merged, the topic cache and interest, updates and bytes in and out, per
+  partition the stream's state, batches, operations and newest message position, the MQTT front
+  door's counters, missing-topic requests and notifications, the login guard's counters and the
+  process's memory; and what :func:`actors.metrics.gather` adds: the cluster as ``canopy cluster
+  status`` shows it, the view evaluator's and the fan-out links' figures and the metric
+  collectors' (asked within :data:`GATHER_TIMEOUT`, so a slow controller never holds a scrape
+  longer; what does not answer in time is left out). A scrape needs HTTP basic authentication as a
   principal with the global permission VIEW_SERVER (401 with a ``WWW-Authenticate`` challenge
   without credentials or with wrong ones, 403 without the permission), through the same login
   guard as every login, unless ``metrics_anonymous`` is true. Counters end in ``_total`` and
   only grow while the gateway runs (a restarted gateway starts them again, as Prometheus
   expects of a process).
 
-Any other path is 404. Only GET reaches here: the handshake parser (websockets') answers
+``/console`` and what is under it is the web console (:mod:`actors.console`). Any other path
+is 404. Only GET reaches here: the handshake parser (websockets') answers
 anything else with 400 itself.
 """
 
@@ -27,28 +32,24 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
+from actors import console
+from actors.metrics import Family, gather, status_families
 from sessions.security import AuthenticationFailed, GlobalPermission
 
+log = logging.getLogger("canopy.gateway")
 #: the content type of the Prometheus text format
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-class Family(NamedTuple):
-    """One metric: its name, ``counter`` or ``gauge``, what it measures, and its samples
-    (label values by label name, and the value)."""
-
-    name: str
-    kind: str
-    help: str
-    samples: list[tuple[dict[str, str], float]]
+#: seconds a scrape waits for the other actors' figures (the cluster's, the collectors' topic counts)
+GATHER_TIMEOUT = 5.0
 
 
 def _escape_label(value: str) -> str:
@@ -100,13 +101,19 @@ def is_websocket(request: Request) -> bool:
 class Endpoints:
     """The plain HTTP side of one gateway (``gateway``: its :class:`~actors.gateway.Gateway`)."""
 
-    def __init__(self, gateway: Any, anonymous: bool = False) -> None:
+    def __init__(self, gateway: Any, anonymous: bool = False, timeout: float = GATHER_TIMEOUT) -> None:
         self.gateway = gateway
         self.anonymous = anonymous
+        self.timeout = timeout
         self.requests: Counter[str] = Counter()
+        #: the other actors' figures being gathered: scrapes that come meanwhile share them
+        self._gathering: asyncio.Future[list[Family]] | None = None
 
     def handle(self, request: Request, address: str, is_open: Callable[[], bool]) -> Response | asyncio.Future[Response]:
         path = request.path.split("?", 1)[0]
+        if console.is_console(path):  # the web console's static files (actors/console.py)
+            self.requests[console.PREFIX] += 1
+            return console.CONSOLE.serve(request)
         known = path if path in ("/healthz", "/readyz", "/metrics") else "other"
         self.requests[known] += 1
         if path == "/healthz":
@@ -119,7 +126,7 @@ class Endpoints:
             return response(200, "OK", "ready\n")
         if path == "/metrics":
             if self.anonymous:
-                return self.metrics()
+                return asyncio.ensure_future(self.metrics())
             return asyncio.ensure_future(self._scrape(request, address, is_open))
         return response(404, "Not Found", "not found: /healthz, /readyz and /metrics are served here\n")
 
@@ -140,10 +147,22 @@ class Endpoints:
             return response(401, "Unauthorized", "wrong credentials\n", extra=challenge)
         if not connections.registry.permissions.has(roles, GlobalPermission.VIEW_SERVER):
             return response(403, "Forbidden", f"{principal!r} lacks VIEW_SERVER\n")
-        return self.metrics()
+        return await self.metrics()
 
-    def metrics(self) -> Response:
-        return response(200, "OK", render(self.families()), METRICS_TYPE)
+    async def metrics(self) -> Response:
+        """The exposition: this gateway's own families, then what the others answer in time.
+        One gathering at a time, whatever the number of scrapes (anonymous ones too): each
+        waits for the one under way, so the controller is never asked more than once at a time
+        by this gateway."""
+        own = self.families()
+        if self._gathering is None or self._gathering.done():
+            self._gathering = asyncio.ensure_future(gather(self.gateway, self.timeout))
+        try:
+            gathered = await asyncio.shield(self._gathering)
+        except Exception:  # a bug: the gateway's own figures are still worth serving
+            log.exception("gathering the cluster's figures for /metrics failed")
+            gathered = status_families(None)
+        return response(200, "OK", render([*own, *gathered]), METRICS_TYPE)
 
     def families(self) -> list[Family]:
         from canopy import __version__
@@ -228,11 +247,53 @@ class Endpoints:
             else:
                 out.append(Family(f"canopy_{key}_total", "counter",
                                   f"login attempts: {key.removeprefix('login_').replace('_', ' ')}", [({}, value)]))
+        out += _traffic(gw) + _missing_topics(gw.missing.stats())
         out.append(Family("canopy_http_requests_total", "counter", "plain HTTP requests to this gateway, by path",
                           [({"path": p}, n) for p, n in sorted(self.requests.items())]))
         out.append(Family("canopy_process_resident_memory_bytes", "gauge", "the gateway process's resident memory",
                           [({}, _rss())]))
         return out
+
+
+def _traffic(gw: Any) -> list[Family]:
+    """Updates and bytes through the gateway (each an integer kept where the work is done)."""
+    connections, mqtt = gw.connections, gw.mqtt
+    received = [({"transport": "WEBSOCKET"}, connections.bytes_received)]
+    sent = [({"transport": "WEBSOCKET"}, connections.bytes_sent)]
+    if mqtt is not None:
+        received.append(({"transport": "MQTT"}, mqtt.bytes_received))
+        sent.append(({"transport": "MQTT"}, mqtt.bytes_sent))
+    return [
+        Family("canopy_updates_received_total", "counter",
+               "sets, appends and edits this gateway's sessions sent on to the partitions (MQTT publishes too)",
+               [({}, gw.ctx.updates_received)]),
+        Family("canopy_updates_delivered_total", "counter",
+               "values and time series events offered to this gateway's sessions, one per subscribed session "
+               "(conflation may merge some before they are written)", [({}, gw.registry.updates_delivered)]),
+        Family("canopy_received_bytes_total", "counter", "bytes of the clients' WebSocket frames and MQTT packets read",
+               received),
+        Family("canopy_sent_bytes_total", "counter", "bytes of WebSocket frames and MQTT packets written to the clients",
+               sent),
+    ]
+
+
+def _missing_topics(stats: dict[str, int]) -> list[Family]:
+    figures = [
+        ("canopy_missing_topic_handlers", "gauge", "missing-topic handler registrations (every gateway's)",
+         "missing_topic_handlers"),
+        ("canopy_missing_topic_waiting_requests", "gauge", "this gateway's requests waiting for handlers",
+         "missing_topic_waits"),
+        ("canopy_missing_topic_requests_held_total", "counter",
+         "subscriptions and fetches of this gateway's sessions held for missing-topic handlers",
+         "missing_topic_requests_held"),
+        ("canopy_missing_topic_requests_cancelled_total", "counter", "held requests a handler cancelled",
+         "missing_topic_requests_cancelled"),
+        ("canopy_missing_topic_requests_timed_out_total", "counter",
+         "held requests no handler answered in time (they proceeded)", "missing_topic_requests_timed_out"),
+        ("canopy_missing_topic_notifications_total", "counter",
+         "missing-topic notifications handed to this gateway's handler sessions", "missing_topic_notifications"),
+    ]
+    return [Family(name, kind, text, [({}, stats.get(key, 0))]) for name, kind, text, key in figures]
 
 
 def _basic(header: str) -> tuple[str, str] | None:

@@ -115,6 +115,9 @@ class MissingTopics:
         self.remote_filters: list[tuple[str, Selector]] = []
         #: the view evaluator (it holds the remote servers' sessions)
         self.views: Callable[[], Any] = lambda: None
+        #: requests of this gateway held for handlers, those a handler cancelled and those no
+        #: answer came for in time; notifications handed to this gateway's sessions
+        self.held = self.cancelled = self.timed_out = self.notified = 0
 
     # -- registrations ------------------------------------------------------------------
 
@@ -213,6 +216,7 @@ class MissingTopics:
         wait = self.waits.start(handlers, loop.time(), self.timeout)
         if wait is None:
             return PROCEED, False
+        self.held += 1
         future: asyncio.Future[str] = loop.create_future()
         self._futures[wait.id] = future
         timer = loop.call_later(self.timeout, self._expire)
@@ -237,11 +241,14 @@ class MissingTopics:
                                          list(notification.servers), onward)
             self._track(self._offer(wait.id, f"server/{name}", offer, notification), "offer to a remote server")
         try:
-            return await future, True
+            outcome = await future
         finally:
             timer.cancel()
             self._futures.pop(wait.id, None)
             self.waits.forget(wait.id)
+        if outcome == CANCEL:
+            self.cancelled += 1
+        return outcome, True
 
     async def _propagating(self, selector: Selector, matched: list[str]) -> list[tuple[str, Any]]:
         """The fan-out connections a request is to be offered to (conditions 2 and 3)."""
@@ -318,6 +325,7 @@ class MissingTopics:
         self._out[body["id"]] = (origin, token, now + 2 * self.timeout)
         message = wire.Notify(KIND, {**body, "registration": token, "path": registration.path})
         self._send(registration.session_id, wire.encode(message))
+        self.notified += 1
         return True
 
     def answer(self, session_id: str, notification_id: Any, response: Any) -> None:
@@ -353,6 +361,7 @@ class MissingTopics:
         for wait_id in self.waits.expire(asyncio.get_running_loop().time() + 1e-3):
             log.warning("missing-topic notification %s:%s: no answer in %.3g s; proceeding",
                         self.gateway_id, wait_id, self.timeout)
+            self.timed_out += 1
             future = self._futures.get(wait_id)
             if future is not None and not future.done():
                 future.set_result(PROCEED)
@@ -369,7 +378,9 @@ class MissingTopics:
         task.add_done_callback(done)
 
     def stats(self) -> dict[str, int]:
-        return {"missing_topic_handlers": len(self.handlers), "missing_topic_waits": len(self.waits)}
+        return {"missing_topic_handlers": len(self.handlers), "missing_topic_waits": len(self.waits),
+                "missing_topic_requests_held": self.held, "missing_topic_requests_cancelled": self.cancelled,
+                "missing_topic_requests_timed_out": self.timed_out, "missing_topic_notifications": self.notified}
 
 
 def _row(registration: Registration) -> list[Any]:

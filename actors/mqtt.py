@@ -155,6 +155,8 @@ class MQTTServer:
         #: PUBLISH packets received from clients and sent to them
         self.received = 0
         self.sent = 0
+        #: bytes of MQTT packets read from and written to the clients (over TCP, TLS or WebSocket)
+        self.bytes_received = self.bytes_sent = 0
         #: messages dropped for a session because their Message Expiry Interval passed first
         self.expired = 0
         #: sessions taken up from their record whose missed messages came from the partitions'
@@ -533,6 +535,7 @@ class MQTTConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_heard = time.monotonic()
+        self.server.bytes_received += len(data)
         try:
             packets = self.reader.feed(data)
         except m.MQTTError as e:
@@ -688,8 +691,10 @@ class MQTTConnection(asyncio.Protocol):
         return False
 
     def end(self, code: str, message: str, ws_code: int) -> None:
-        """The session ended (its queue over its budget, the server stopping): say why, close."""
-        reason = 0x8B if code == "SERVER_SHUTDOWN" else 0x97 if code in ("QUEUE_LIMIT", "LIMIT_EXCEEDED") else 0x80
+        """The session ended (its queue over its budget, the server stopping, another session
+        closed it): say why, close."""
+        reason = (0x8B if code == "SERVER_SHUTDOWN" else 0x97 if code in ("QUEUE_LIMIT", "LIMIT_EXCEEDED")
+                  else 0x98 if code == "CLOSED_BY_CLIENT_CONTROL" else 0x80)  # 0x98: Administrative action
         self.ended = True
         self._leave_groups()
         if self.transport is None:  # a kept session: nobody to tell
@@ -735,6 +740,7 @@ class MQTTConnection(asyncio.Protocol):
             data = b"".join(self._chunks) if len(self._chunks) > 1 else self._chunks[0]
             self._chunks.clear()
             if self.transport is not None:
+                self.server.bytes_sent += len(data)
                 self.transport.write(data)
 
     # -- packets in ---------------------------------------------------------------------------
@@ -1508,7 +1514,9 @@ class MQTTConnection(asyncio.Protocol):
 
     def _send(self, packet: m.Packet) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(m.encode(packet, self.version))
+            data = m.encode(packet, self.version)
+            self.server.bytes_sent += len(data)
+            self.transport.write(data)
 
     def _malformed(self, error: m.MQTTError) -> None:
         if self.session_id is None and error.protocol_level is not None:  # CONNECT of a version we lack

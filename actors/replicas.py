@@ -89,6 +89,8 @@ class ReplicaSet:
         self.since: list[int] = []
         self.nodes: dict[str, Node] = {}
         self._made = 0
+        #: per partition: how often its backup took over since this controller started
+        self.failovers = [0] * count
 
     # -- start ----------------------------------------------------------------
 
@@ -271,6 +273,7 @@ class ReplicaSet:
                 log.exception("placing partition %d failed", new.partition)
                 continue
             if old.primary != new.primary:
+                self.failovers[new.partition] += 1
                 said.append(f"partition {new.partition}: the backup on {new.primary} took over (epoch {new.epoch})")
             if new.backup is not None and (new.backup != old.backup or old.primary != new.primary):
                 said.append(f"partition {new.partition}: new backup on {new.backup} (epoch {new.epoch})")
@@ -358,7 +361,7 @@ class ReplicaSet:
     def describe(self) -> list[dict[str, Any]]:
         return [
             {"partition": p.partition, "primary": p.primary, "backup": p.backup, "epoch": p.epoch,
-             "primary_since": self.since[p.partition]}
+             "primary_since": self.since[p.partition], "failovers": self.failovers[p.partition]}
             for p in self.placements
         ]
 

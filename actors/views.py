@@ -38,6 +38,8 @@ from views.parser import parse_view
 log = logging.getLogger("canopy.views")
 #: one warning a minute per remote server about missing-topic requests it did not answer
 UNANSWERED = IncidentLog(60.0, max_keys=1000)
+#: one line a minute about views whose evaluation failed unexpectedly
+EVALUATION_FAILED = IncidentLog(60.0, max_keys=1)
 GATEWAY_ID = "views"
 TICK = 0.5
 
@@ -70,9 +72,19 @@ class _Feed:
         )
         self.tokens = 0
         self.wakeup: asyncio.Event | None = None
+        self._errors_said = 0
 
     def on_events(self, partition: int, events: list[TopicEvent]) -> None:
         self.carry(self.engine.on_events(events, _now()))
+        if self.engine.errors != self._errors_said:
+            self._say_errors()
+
+    def _say_errors(self) -> None:
+        self._errors_said = self.engine.errors
+        held = EVALUATION_FAILED.record("evaluation", time.monotonic())
+        if held is not None:
+            log.error("a topic view's evaluation failed (%d so far): %s%s", self.engine.errors,
+                      self.engine.last_error, held)
 
     def on_reset(self, partition: int) -> None:
         self.engine.resync_begin(self.link.owned_by(partition))
@@ -336,6 +348,8 @@ class ViewEvaluatorActor:
             "topics": len(self.engine.topics),
             "references": sum(len(v.emitted) for v in self.engine.views.values()),
             "delayed": len(self.delay),
+            "evaluations": self.engine.evaluations,
+            "evaluation_errors": self.engine.errors,
             "remote_servers": {n: c.describe() for n, c in self.remote.items()},
             **self.link.stats(),
         }

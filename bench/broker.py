@@ -16,7 +16,11 @@ completes when the partition has applied it, so the publisher keeps up to
 NATS publishes are fire-and-forget).
 
     .venv/bin/python bench/broker.py [--duration 5] [--skip-peers] [--latency-only]
-                                     [--profile DIR] [--nodes 1,2,3]
+                                     [--profile DIR] [--nodes 1,2,3] [--js]
+
+``--js`` runs the same workload against the same server with canopy's JavaScript client
+(``clients/js``, under Node: ``bench/js_client.mjs``, publisher and subscribers in one Node
+process as the Python client's are in one asyncio loop), beside the Python client's row.
 
 ``--nodes 1,2,3`` measures canopy once per node count: 1 is the embedded single
 node; N > 1 is ``canopy serve --local-nodes N`` (N Ray nodes on this machine, every
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -155,6 +160,23 @@ async def bench_canopy(
     return measurement.result(f"canopy {canopy.__version__} ({label}, asyncio client)", rate)
 
 
+def bench_js(url: str, duration: float, subscribers: int, topics: int, rate: int) -> peers.Result:
+    """The workload with the JavaScript client: ``bench/js_client.mjs`` under Node."""
+    node = peers.ensure_binary("node", "nodejs")
+    if not (ROOT / "clients/js/node_modules/ws").exists():  # Node before 22 has no WebSocket of its own
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--no-package-lock"], cwd=ROOT / "clients/js",
+                       check=True, capture_output=True, timeout=300)
+    done = subprocess.run(
+        [node, str(ROOT / "bench/js_client.mjs"), url, *ADMIN, str(duration), str(subscribers), str(topics), str(rate)],
+        capture_output=True, text=True, timeout=duration * 4 + 120,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"bench/js_client.mjs failed ({done.returncode}): {done.stderr[-2000:]}")
+    m = peers.Measurement(**json.loads(done.stdout))
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
+    return m.result(f"canopy {canopy.__version__} (1 gateway, embedded Ray, JavaScript client, Node {version})", rate)
+
+
 TRACE_EVERY = 10  # the gateway times every 10th set
 
 
@@ -218,6 +240,7 @@ def main() -> int:
              "partition replicated; clients on node-0's gateway)",
     )
     parser.add_argument("--profile", metavar="DIR", help="py-spy the latency phase into DIR")
+    parser.add_argument("--js", action="store_true", help="also measure the JavaScript client (Node) on 1 node")
     args = parser.parse_args()
     results = []
     hops: list[Hop] = []
@@ -243,6 +266,10 @@ def main() -> int:
                         )
                     )
                 )
+                if args.js and nodes == 1:
+                    print("[bench] the JavaScript client ...", file=sys.stderr, flush=True)
+                    results.append(bench_js(f"ws://127.0.0.1:{port}", args.duration, args.subscribers, args.topics,
+                                            args.rate))
             finally:
                 if profiler is not None:
                     profiler.finish()

@@ -28,6 +28,10 @@
     canopy view remove NAME
     canopy session get (--id ID | --filter FILTER) [--json]
     canopy session set (--id ID | --filter FILTER) [KEY=VALUE]... [--unset KEY]...
+    canopy session close (ID | --id ID | --filter FILTER)
+    canopy metrics collector add NAME --topics SELECTOR [--group-by-type]
+    canopy metrics collector add NAME --sessions FILTER [--group-by PROPERTY]... [--remove-metrics-with-no-matches]
+    canopy metrics collector (list [--json] | remove NAME)
     canopy demo
 
 Client commands authenticate with ``--principal``/``--password`` (or
@@ -434,9 +438,12 @@ def _view(args: argparse.Namespace) -> int:
 
 
 def _sessions(args: argparse.Namespace) -> int:
+    session_id = args.id or getattr(args, "session_id", None)
+    target = {"session_id": session_id} if session_id else {"filter": args.filter}
     with _session(args) as session:
-        target = {"session_id": args.id} if args.id else {"filter": args.filter}
-        if args.action == "get":
+        if args.action == "close":
+            print(session.sessions.close(**target))
+        elif args.action == "get":
             found = session.sessions.get_properties(**target)
             for sid, props in sorted(found.items()):
                 print(json.dumps({"session": sid, "properties": props}) if args.json else f"{sid} {props}")
@@ -559,6 +566,40 @@ def _server(args: argparse.Namespace) -> int:
                     error = f" ({server['error']})" if server.get("error") else ""
                     print(f"{server['name']}\t{server['state']}{error}\t{', '.join(server['urls'])}\t{views}")
     return 0
+
+
+def _metrics(args: argparse.Namespace) -> int:
+    """``canopy metrics collector add|list|remove``: the metric collectors of /metrics."""
+    if args.action == "add":
+        if args.topics is not None and (args.group_by or args.remove_empty):
+            raise CanopyError("--group-by and --remove-metrics-with-no-matches go with --sessions", "INVALID_COLLECTOR")
+        if args.sessions is not None and args.group_by_type:
+            raise CanopyError("--group-by-type goes with --topics", "INVALID_COLLECTOR")
+        with _session(args) as session:
+            if args.topics is not None:
+                put = session.metrics.put_topic_collector(args.name, args.topics, group_by_type=args.group_by_type)
+            else:
+                put = session.metrics.put_session_collector(args.name, args.sessions, group_by=args.group_by,
+                                                            remove_metrics_with_no_matches=args.remove_empty)
+        print(f"{put['name']}: {'replaced' if put.get('replaced') else 'added'} ({_collector_text(put)})")
+        return 0
+    with _session(args) as session:
+        if args.action == "remove":
+            removed = session.metrics.remove_collector(args.name)
+            print(f"{args.name}: removed" if removed else f"{args.name}: no such collector")
+            return 0
+        listed = session.metrics.list_collectors()
+    for collector in listed:
+        print(_json_line(collector) if args.json else f"{collector['name']}\t{_collector_text(collector)}")
+    return 0
+
+
+def _collector_text(c: dict[str, Any]) -> str:
+    if c.get("kind") == "topic":
+        return f"topics {c['selector']}" + (", by type" if c.get("group_by_type") else "")
+    grouped = f", by {', '.join(c['group_by'])}" if c.get("group_by") else ""
+    return f"sessions {c['filter']}{grouped}" + (", empty groups removed" if c.get("remove_metrics_with_no_matches")
+                                                  else "")
 
 
 def _cluster(args: argparse.Namespace) -> int:
@@ -858,13 +899,19 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
     for p in (v_create, v_list, v_remove):
         p.set_defaults(run=_view)
 
-    sess = commands.add_parser("session", help="other sessions' properties").add_subparsers(
+    sess = commands.add_parser("session", help="other sessions: their properties, closing them").add_subparsers(
         dest="action", required=True
     )
     s_get = sess.add_parser("get", parents=[client])
     s_set = sess.add_parser("set", parents=[client])
-    for p in (s_get, s_set):
+    s_close = sess.add_parser(
+        "close", parents=[client],
+        help="close sessions (VIEW_SESSION and MODIFY_SESSION); prints how many closed; their clients do not reconnect",
+    )
+    for p in (s_get, s_set, s_close):
         which = p.add_mutually_exclusive_group(required=True)
+        if p is s_close:
+            which.add_argument("session_id", nargs="?", metavar="ID", help="a session id")
         which.add_argument("--id", help="a session id")
         which.add_argument("--filter", help="a session filter")
         p.set_defaults(run=_sessions)
@@ -982,6 +1029,27 @@ def build_parser(*extensions: Extension) -> argparse.ArgumentParser:
     r_remove.add_argument("name", metavar="NAME")
     for p in (r_add, r_list, r_check, r_remove):
         p.set_defaults(run=_server)
+
+    metrics = commands.add_parser("metrics", help="what /metrics exports").add_subparsers(dest="what", required=True)
+    collector = metrics.add_parser(
+        "collector", help="metric collectors: labelled series over topics or sessions on every gateway's /metrics"
+    ).add_subparsers(dest="action", required=True)
+    c_add = collector.add_parser("add", parents=[client], help="define a metric collector (or replace one)")
+    c_add.add_argument("name", metavar="NAME")
+    over = c_add.add_mutually_exclusive_group(required=True)
+    over.add_argument("--topics", metavar="SELECTOR", help="count the topics it selects and their subscriptions")
+    over.add_argument("--sessions", metavar="FILTER", help="count the sessions this session filter matches")
+    c_add.add_argument("--group-by-type", action="store_true", help="with --topics: a series per topic type")
+    c_add.add_argument("--group-by", action="append", default=[], metavar="PROPERTY",
+                       help="with --sessions: a series per value of this session property (repeat for more)")
+    c_add.add_argument("--remove-metrics-with-no-matches", dest="remove_empty", action="store_true",
+                       help="with --sessions: no series for a group no session matches now")
+    c_list = collector.add_parser("list", parents=[client], help="every metric collector")
+    c_list.add_argument("--json", action="store_true")
+    c_remove = collector.add_parser("remove", parents=[client], help="remove a metric collector (its series go)")
+    c_remove.add_argument("name", metavar="NAME")
+    for p in (c_add, c_list, c_remove):
+        p.set_defaults(run=_metrics)
 
     hub = commands.add_parser("hub", help="OpenAjax-style names").add_subparsers(dest="action", required=True)
     publish = hub.add_parser("publish", parents=[client], help="publish a value to a dotted name")

@@ -608,8 +608,9 @@ def _target(session_id: str | None, session_filter: str | None) -> list[str]:
 
 
 class Sessions:
-    """Other sessions' properties (``session.sessions``): VIEW_SESSION to read,
-    MODIFY_SESSION to change. A target is one session id or a session filter."""
+    """Other sessions (``session.sessions``): their properties, VIEW_SESSION to read and
+    MODIFY_SESSION to change, and closing them (both). A target is one session id or a
+    session filter."""
 
     def __init__(self, session: Session) -> None:
         self._s = session
@@ -626,6 +627,14 @@ class Sessions:
         """Change user properties (``None`` removes one); return how many sessions changed."""
         changed: int = await self._s._call("session_set", _target(session_id, filter), dict(properties))
         return changed
+
+    async def close(self, session_id: str | None = None, *, filter: str | None = None) -> int:
+        """Close the sessions a target names, on every gateway; return how many closed. Their
+        clients are told ``CLOSED_BY_CLIENT_CONTROL`` and do not reconnect. Closing this
+        session itself ends it before any answer: the call fails with
+        :class:`~canopy.errors.SessionClosedError`."""
+        closed: int = await self._s._call("session_close", _target(session_id, filter))
+        return closed
 
 
 @dataclass(frozen=True)
@@ -688,8 +697,8 @@ class Server:
     async def cluster_status(self) -> dict[str, Any]:
         """The whole cluster, as ``canopy cluster status --json`` prints it (VIEW_SERVER):
         ``nodes`` (name, address, alive), ``partitions`` (primary and backup node, epoch,
-        topics, journal sequence of each, whether the backup caught up, replication lag,
-        healthy), ``gateways`` (node, url, sessions), ``balanced``, ``configuration``
+        topics, selectors registered, journal sequence of each, whether the backup caught up,
+        replication lag, failovers since the controller started, healthy), ``gateways`` (node, url, sessions), ``balanced``, ``configuration``
         (the security store's version; the configuration log's ``log_term``,
         ``log_committed``, ``log_majority`` and ``log_copies``: each node's committed
         position) and ``healthy``."""
@@ -949,6 +958,49 @@ class RemoteServers:
         return removed
 
 
+class Metrics:
+    """Metric collectors (``session.metrics``): labelled series every gateway exports on its
+    ``/metrics``, kept in the replicated configuration. Putting replaces a collector of the
+    same name; a bad definition, or more than 100 collectors, raises
+    :class:`~canopy.errors.InvalidCollectorError`. Putting and removing need CONTROL_SERVER,
+    listing VIEW_SERVER."""
+
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def put_topic_collector(self, name: str, selector: str, group_by_type: bool = False) -> dict[str, Any]:
+        """Count the topics ``selector`` selects and the subscriptions to them
+        (``canopy_topic_collector_topics``, ``..._subscriptions``), by topic type when
+        ``group_by_type``. Returns the definition with ``replaced`` (whether one of that
+        name was replaced)."""
+        definition = {"kind": "topic", "name": name, "selector": selector, "group_by_type": group_by_type}
+        put: dict[str, Any] = await self._s._call("collector_put", definition)
+        return put
+
+    async def put_session_collector(
+        self, name: str, filter: str, group_by: Sequence[str] = (), remove_metrics_with_no_matches: bool = False,
+    ) -> dict[str, Any]:
+        """Count the sessions ``filter`` matches (``canopy_session_collector_sessions``, and
+        those opened and closed), one series per value of the ``group_by`` session properties;
+        with ``remove_metrics_with_no_matches`` a group no session matches now has no series.
+        Returns the definition with ``replaced``."""
+        definition = {"kind": "session", "name": name, "filter": filter, "group_by": list(group_by),
+                      "remove_metrics_with_no_matches": remove_metrics_with_no_matches}
+        put: dict[str, Any] = await self._s._call("collector_put", definition)
+        return put
+
+    async def list_collectors(self) -> list[dict[str, Any]]:
+        """Every collector's definition (``kind`` ``topic`` or ``session``), in the order
+        they were first defined."""
+        listed: list[dict[str, Any]] = await self._s._call("collector_list")
+        return listed
+
+    async def remove_collector(self, name: str) -> bool:
+        """Remove a collector (its series go); False when there is none of that name."""
+        removed: bool = await self._s._call("collector_remove", name)
+        return removed
+
+
 class Hub:
     """OpenAjax-style publish/subscribe with dotted names (``session.hub``).
 
@@ -994,7 +1046,8 @@ def _failed(error: BaseException) -> asyncio.Future[Any]:
     return future
 
 
-#: server CLOSE codes after which the session may be opened again (the gateway stops; the session is gone)
+#: server CLOSE codes after which the session may be opened again (the gateway stops; the session is gone);
+#: any other ends the session for good (``QUEUE_LIMIT``, ``PROTOCOL_ERROR``, ``CLOSED_BY_CLIENT_CONTROL``, ...)
 RESUMABLE_CLOSES = frozenset({"SERVER_SHUTDOWN"})
 #: WebSocket close codes with which a server refuses what this client did: the session ends for good
 FINAL_CLOSE_CODES = frozenset({1002, 1003, 1007, 1008, 1009, 1010})
@@ -1065,6 +1118,7 @@ class Session(Handler):
         self.missing_topics = MissingTopics(self)
         self.fanout = Fanout(self)
         self.remote_servers = RemoteServers(self)
+        self.metrics = Metrics(self)
         self.closed = False
         self._closing = False
         self.close_reason: errors.CanopyError | None = None

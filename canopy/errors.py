@@ -20,6 +20,7 @@ handle::
     │   ├── InvalidSecurityCommandError  INVALID_SECURITY_COMMAND
     │   ├── InvalidFanoutError           INVALID_FANOUT (a fan-out connection definition)
     │   ├── InvalidRemoteServerError     INVALID_REMOTE_SERVER (a remote server definition)
+    │   ├── InvalidCollectorError        INVALID_COLLECTOR (a metric collector definition)
     │   └── FrameTooLargeError           FRAME_TOO_LARGE
     ├── TimeSeriesError              TIME_SERIES_ERROR
     │   ├── TimestampOrderError          TIMESTAMP_ORDER
@@ -145,6 +146,12 @@ class InvalidRemoteServerError(InvalidInputError):
     code = "INVALID_REMOTE_SERVER"
 
 
+class InvalidCollectorError(InvalidInputError):
+    """A metric collector definition that cannot be used, or one too many."""
+
+    code = "INVALID_COLLECTOR"
+
+
 class InvalidViewError(InvalidInputError):
     """A topic view specification that parses but is not valid (the message
     gives line, column and the offending text under a caret)."""
@@ -264,6 +271,7 @@ _BY_CODE: dict[str, type[CanopyError]] = {
         InvalidViewError,
         InvalidFanoutError,
         InvalidRemoteServerError,
+        InvalidCollectorError,
         ViewSyntaxError,
         ReferenceTopicError,
         PermissionDeniedError,

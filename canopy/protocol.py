@@ -41,8 +41,10 @@ a SUBSCRIBED gives the path and specification once, later messages name the
 topic by its alias. CLOSE tells the client why the server ends the session
 just before the WebSocket closes: ``QUEUE_LIMIT`` (a consumer too slow for a
 topic with CONFLATION off, or over its byte budget) and ``PROTOCOL_ERROR``
-end it for what the client did; ``SERVER_SHUTDOWN`` says the gateway stops
-(the session is gone; a client may open a new one, there or elsewhere).
+end it for what the client did; ``CLOSED_BY_CLIENT_CONTROL`` says another
+session closed it (``session_close``: the client must not reconnect);
+``SERVER_SHUTDOWN`` says the gateway stops (the session is gone; a client may
+open a new one, there or elsewhere).
 
 NOTIFY tells the session of something it asked to hear of, outside any
 request. The one kind so far is ``missing_topic``: a subscription or fetch
@@ -125,6 +127,7 @@ tree_list                                                        [table...]
 tree_remove     session tree branch                              new version
 session_get     target                                           {session id: props}
 session_set     target, {key: value|nil}                         sessions changed
+session_close   target                                           sessions closed
 trace           every (int), limit (int)                         [[path, value,
                                                                  received, forwarded,
                                                                  applied, returned,
@@ -187,6 +190,17 @@ use``, ``connecting``, ``connected``, ``reconnecting``, ``retrying``) and
 definition and answers ``{name, ok, error, ms}``. A bad definition, a name
 in use or an unknown name is ``INVALID_REMOTE_SERVER``.
 
+Metric collectors (exported on every gateway's ``/metrics``; see
+:mod:`sessions.collectors`): ``collector_put`` (CONTROL_SERVER) takes a
+definition, a map with ``kind`` ``"topic"`` (``name``, ``selector``,
+``group_by_type``) or ``"session"`` (``name``, ``filter``, ``group_by``: a
+list of session property names, ``remove_metrics_with_no_matches``), commits
+it to the replicated configuration (replacing the one of its name) and
+answers it with ``replaced`` (bool); ``collector_remove`` (CONTROL_SERVER) a
+name, answering whether there was one; ``collector_list`` (VIEW_SERVER)
+answers every definition. A bad definition (name, selector, filter, group-by
+property) or a 101st collector is ``INVALID_COLLECTOR``.
+
 ``cluster_status`` (VIEW_SERVER) answers what ``canopy cluster status
 --json`` prints: the nodes, each partition's primary and backup node, epoch,
 topics, journal positions and replication lag, the gateways and their
@@ -205,7 +219,11 @@ receives from then on (0 stops), keeping up to ``limit`` records, and
 answers the records taken since the previous ``trace``: monotonic
 nanosecond clock readings at each hop (see ``actors/tracing.py``).
 
-A target is ``["id", session id]`` or ``["filter", session filter]``. A
+A target is ``["id", session id]`` or ``["filter", session filter]``;
+``session_close`` needs VIEW_SESSION and MODIFY_SESSION, ends every session
+the target names on any gateway (CLOSE ``CLOSED_BY_CLIENT_CONTROL`` and
+WebSocket code 4002) and answers how many; a session that closes itself gets
+no answer. A
 HELLO with a principal is authenticated (ERROR ``AUTHENTICATION_FAILED``
 otherwise); without one the session is anonymous if the server allows it.
 A request the session lacks a permission for gets ``PERMISSION_DENIED``
@@ -251,12 +269,13 @@ OPERATIONS = frozenset(
         "append", "edit", "range_query",
         "security_get", "security_update",
         "tree_put", "tree_get", "tree_list", "tree_remove",
-        "session_get", "session_set",
+        "session_get", "session_set", "session_close",
         "view_create", "view_list", "view_remove",
         "trace", "cluster_status", "cluster_node",
         "missing_topic_add", "missing_topic_rm", "missing_topic_ans", "missing_topic_list",
         "fanout_list", "fanout_add", "fanout_remove", "missing_topic_fwd",
         "server_add", "server_remove", "server_list", "server_check",
+        "collector_put", "collector_remove", "collector_list",
     }
 )
 

@@ -234,6 +234,7 @@ class SyncSession:
         self.missing_topics = SyncMissingTopics(runner, session, timeout)
         self.fanout = _Blocking(runner, session.fanout, timeout)
         self.remote_servers = _Blocking(runner, session.remote_servers, timeout)
+        self.metrics = _Blocking(runner, session.metrics, timeout)
 
     @property
     def session_id(self) -> str:

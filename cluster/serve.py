@@ -575,6 +575,8 @@ def _run(
         if info.get("mqtt_urls"):
             sockets = ", ".join(f"{url}/mqtt" for url in info["urls"])
             out(f"canopy: MQTT 3.1.1 and 5.0 on {', '.join(info['mqtt_urls'])}, and over WebSocket at {sockets}")
+        console = info["urls"][0].replace("ws", "http", 1)  # ws:// -> http://, wss:// -> https://
+        out(f"canopy: the web console is at {console}/console (every gateway serves it)")
         sys.stdout.flush()
         def add_node(name: str) -> None:
             """Start a simulated node asked for by ``canopy cluster add-node`` (a dead one's

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 FILE = "configuration.sqlite"
-#: document names (the fan-out issue adds ``servers``)
-NAMES = ("security", "session_trees", "views", "fanout", "servers")
+#: document names (the fan-out issue adds ``servers``; metric collectors are ``collectors``)
+NAMES = ("security", "session_trees", "views", "fanout", "servers", "collectors")
 
 
 class ConfigLogError(Exception):

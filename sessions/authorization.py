@@ -160,6 +160,8 @@ MATRIX: Mapping[str, Rule] = {
     "tree_list": Rule((), 0, (), "lists only the tables whose branch the session may modify (MODIFY_TOPIC)"),
     "session_get": Rule(("target",), 1, (_global(G.VIEW_SESSION),)),
     "session_set": Rule(("target", "properties"), 2, (_global(G.MODIFY_SESSION),)),
+    # as the reference system's ClientControl.close: both
+    "session_close": Rule(("target",), 1, (_global(G.VIEW_SESSION), _global(G.MODIFY_SESSION))),
     # topic views
     "view_create": Rule(
         ("name", "specification"), 2, (_global(G.MODIFY_TOPIC_VIEWS),),
@@ -181,6 +183,9 @@ MATRIX: Mapping[str, Rule] = {
     "server_remove": Rule(("name",), 1, (_global(G.CONTROL_SERVER),)),
     "server_list": Rule((), 0, (_global(G.VIEW_SERVER),)),
     "server_check": Rule(("name",), 1, (_global(G.VIEW_SERVER),)),
+    "collector_put": Rule(("definition",), 1, (_global(G.CONTROL_SERVER),)),
+    "collector_remove": Rule(("name",), 1, (_global(G.CONTROL_SERVER),)),
+    "collector_list": Rule((), 0, (_global(G.VIEW_SERVER),)),
     # missing-topic handlers
     "missing_topic_add": Rule(
         ("path",), 1, (_global(G.REGISTER_HANDLER), _at(Where.PATH, P.MODIFY_TOPIC)),

@@ -220,6 +220,9 @@ class SessionRegistry:
         self._skip: frozenset[str] | set[str] = frozenset()
         #: session -> the topics of held partitions whose current value it was not sent
         self._withheld: dict[str, set[str]] = {}
+        #: values and time series events offered to the sessions (one per session subscribed;
+        #: conflation may merge some before they are written), since the registry was made
+        self.updates_delivered = 0
 
     # -- groups -------------------------------------------------------------------
 
@@ -658,6 +661,18 @@ class SessionRegistry:
                         live.append(event.token)
         return live
 
+    def subscriptions(self, selector: Selector) -> dict[str, int]:
+        """The sessions' subscriptions to the topics ``selector`` selects among those this
+        gateway holds, by topic type (a session that sees a topic under two session paths
+        counts twice); the cost is that of the selection."""
+        counts: dict[str, int] = {}
+        for topic in self.cache.select(selector):
+            state = self._topics.get(topic.path)
+            if state is not None:
+                name = topic.type.value
+                counts[name] = counts.get(name, 0) + sum(len(v.sessions) for v in state.views.values())
+        return counts
+
     def _spec(self, type_name: str, props: list[list[str]]) -> TopicSpecification:
         key = (type_name, tuple((k, v) for k, v in props))
         spec = self._specs.get(key)
@@ -735,6 +750,7 @@ class SessionRegistry:
         for view in list(state.views.values()):
             alias = view.alias
             message = Update(alias, value, attributes, retained, mark)
+            self.updates_delivered += len(view.sessions)
             others: list[Session] = []
             for session_id in view.sessions:
                 session = sessions.get(session_id)
@@ -759,6 +775,7 @@ class SessionRegistry:
         skip = self._skip
         for view in list(state.views.values()):
             message = SeriesUpdate(view.alias, event, self.mark)
+            self.updates_delivered += len(view.sessions)
             for session_id in list(view.sessions):
                 session = self.sessions.get(session_id)
                 if session is not None and not (skip and session_id in skip):

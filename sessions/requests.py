@@ -31,6 +31,7 @@ tree_put           MODIFY_TOPIC on the session tree branch and
 tree_remove        MODIFY_TOPIC on the branch
 tree_get, list     MODIFY_TOPIC on the branch (list skips the others)
 session_get        VIEW_SESSION         session_set      MODIFY_SESSION
+session_close      VIEW_SESSION and MODIFY_SESSION
 =================  ====================================================
 
 (Topic views are checked in :mod:`views.requests`.)

@@ -48,6 +48,7 @@ operation              ``Ok`` payload
 :class:`EditEvent`     :class:`EditMeta`
 :class:`QueryEvents`   :class:`QueryAnswer`
 :class:`ReadRecent`    :class:`RecentAnswer`
+:class:`CountTopics`   per selector, ``{type: topics}`` (a metric collector's figure)
 :class:`RefPut` ...    ``None`` (:class:`RefDropView`: claims dropped)
 =====================  ================================================
 
@@ -66,8 +67,8 @@ import msgpack
 from topics.timeseries import Event
 
 __all__ = [
-    "AddTopic", "Added", "AppendEvent", "Appended", "Batch", "Changed", "Done", "EditEvent", "EditMeta",
-    "End", "EventMeta", "Events", "Failed", "FetchTopics", "Follow", "FrameReader", "Hello", "MOVED", "Ok",
+    "AddTopic", "Added", "AppendEvent", "Appended", "Batch", "Changed", "CountTopics", "Done", "EditEvent",
+    "EditMeta", "End", "EventMeta", "Events", "Failed", "FetchTopics", "Follow", "FrameReader", "Hello", "MOVED", "Ok",
     "Prime", "ProtocolError", "QueryAnswer", "QueryEvents", "RefDrop", "RefDropView", "RefEvent", "RefPut",
     "RefReserve", "Register", "Removed", "RemoveTopics", "Replicate", "Replicated", "SetValue", "Snapshot",
     "Superseded",
@@ -212,14 +213,21 @@ class ReadRecent(NamedTuple):
     since: int
 
 
+class CountTopics(NamedTuple):
+    """How many of the partition's topics each of ``selectors`` selects, by topic type
+    (:meth:`topics.store.TopicStore.count`): one ``{type: count}`` per selector, in order."""
+
+    selectors: list[str]
+
+
 Operation = (
     AddTopic | SetValue | RemoveTopics | FetchTopics | Register | Unregister | AppendEvent | EditEvent
-    | QueryEvents | RefPut | RefReserve | RefDrop | RefDropView | ReadRecent
+    | QueryEvents | RefPut | RefReserve | RefDrop | RefDropView | ReadRecent | CountTopics
 )
 
 _OPERATIONS: tuple[type[Any], ...] = (
     AddTopic, SetValue, RemoveTopics, FetchTopics, Register, Unregister, AppendEvent, EditEvent,
-    QueryEvents, RefPut, RefReserve, RefDrop, RefDropView, ReadRecent,
+    QueryEvents, RefPut, RefReserve, RefDrop, RefDropView, ReadRecent, CountTopics,
 )
 _OP_CODE: dict[type[Any], int] = {cls: code for code, cls in enumerate(_OPERATIONS, 1)}
 _SET = _OP_CODE[SetValue]

@@ -102,6 +102,7 @@ from topics.protocol import (
     AppendEvent,
     Appended,
     Changed,
+    CountTopics,
     EditEvent,
     EditMeta,
     End,
@@ -141,6 +142,8 @@ RECENT_BYTES = 64 * 1024 * 1024
 MAX_RECENT_ANSWER = 16 * 1024 * 1024
 #: selectors one read of the recent messages may name
 MAX_RECENT_SELECTORS = 1_000
+#: selectors one count may name (a gateway names each topic metric collector's)
+MAX_COUNTED_SELECTORS = 1_000
 
 
 @dataclass
@@ -249,6 +252,7 @@ class TopicStore:
             RefDrop: lambda _, op: self.ref_drop(op.path, op.precedence),
             RefDropView: lambda _, op: self.ref_drop_view(op.precedence),
             ReadRecent: lambda _, op: RecentAnswer(*self.recent_since(op.since, op.selectors)),
+            CountTopics: lambda _, op: self.count(op.selectors),
         }
 
     # -- batches -----------------------------------------------------------
@@ -550,6 +554,21 @@ class TopicStore:
             )
             for t in chosen
         ]
+
+    def count(self, selectors: list[str]) -> list[dict[str, int]]:
+        """How many topics each selector selects, by type name (reference topics of views
+        and fan-out replicas included: they are topics to their subscribers). The cost is
+        that of the selection, with nothing copied out."""
+        if not isinstance(selectors, list) or len(selectors) > MAX_COUNTED_SELECTORS:
+            raise OperationError(f"count takes a list of at most {MAX_COUNTED_SELECTORS} selectors")
+        out = []
+        for text in selectors:
+            counts: dict[str, int] = {}
+            for topic in self.tree.select(parse_selector(text)):
+                name = topic.type.value
+                counts[name] = counts.get(name, 0) + 1
+            out.append(counts)
+        return out
 
     @staticmethod
     def _value_of(topic: Topic) -> bytes | None:

@@ -40,6 +40,10 @@ Rules kept here (topic views, ARCHITECTURE.md):
   fed by :meth:`ViewEngine.on_events` with ``server``), matched only by
   that server's views; their inserts read the local tree. Losing the server
   (:meth:`ViewEngine.remote_lost`) removes its views' reference topics.
+* Figures: :attr:`ViewEngine.evaluations` counts the sources derived, and
+  :attr:`ViewEngine.errors` those whose derivation failed in a way the evaluation
+  does not foresee (a bug): such a source makes no reference topics, and
+  :attr:`ViewEngine.last_error` says which view and source it was.
 """
 
 from __future__ import annotations
@@ -157,6 +161,10 @@ class ViewEngine:
         self.remote: dict[str, dict[str, Source]] = {}
         #: remote server -> the remote views' selectors, by view
         self._remote_index: dict[str, SubscriptionIndex[str]] = {}
+        #: sources derived, and derivations that failed unexpectedly (the last one's account)
+        self.evaluations = 0
+        self.errors = 0
+        self.last_error = ""
 
     # -- views -----------------------------------------------------------------------
 
@@ -346,7 +354,13 @@ class ViewEngine:
                 # the view's security context must be able to read what it inserts
                 return self.topics.get(path) if self.permitted(roles, PathPermission.READ_TOPIC, path) else None
 
-            outputs, reads = derive(view.spec, source, lookup)
+            self.evaluations += 1
+            try:
+                outputs, reads = derive(view.spec, source, lookup)
+            except Exception as e:  # a bug: this source makes nothing, the other sources and views go on
+                self.errors += 1
+                self.last_error = f"view {name!r}, source {source_path!r}: {type(e).__name__}: {e}"
+                outputs, reads = [], set()
             outputs = [o for o in outputs if self.permitted(roles, PathPermission.MODIFY_TOPIC, o.path)]
         old_reads = view.reads.get(source_path, set())
         for path in reads - old_reads:

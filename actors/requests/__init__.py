@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.requests import (
-    cluster, missing_topics, security, servers, session_trees, sessions, time_series, topics, views,
+    cluster, metrics, missing_topics, security, servers, session_trees, sessions, time_series, topics, views,
 )
 from actors.requests.context import Context, Routed
 
@@ -35,6 +35,7 @@ HANDLERS: dict[str, Handler] = {
     **cluster.HANDLERS,
     **missing_topics.HANDLERS,
     **servers.HANDLERS,
+    **metrics.HANDLERS,
 }
 
 __all__ = ["HANDLERS", "Context", "Handler", "Routed"]

@@ -47,6 +47,8 @@ class Context:
     tracer: Tracer = field(default_factory=Tracer)
     #: missing-topic handlers (:class:`actors.missing_topics.MissingTopics`)
     missing: Any = None
+    #: sets, appends and edits of this gateway's sessions (MQTT publishes too) sent on to the partitions
+    updates_received: int = 0
 
     async def all_ok(self, futures: list[asyncio.Future[Result]]) -> list[Any]:
         return [ok(r) for r in await asyncio.gather(*futures)]

@@ -1,4 +1,4 @@
-"""Requests about other sessions: session_get, session_set (across every gateway)."""
+"""Requests about other sessions: session_get, session_set, session_close (across every gateway)."""
 
 from __future__ import annotations
 
@@ -33,4 +33,17 @@ def session_set(ctx: Context, sid: str, target: Any, changes: Any) -> Any:
     return changed()
 
 
-HANDLERS: dict[str, Callable[..., Any]] = {"session_get": session_get, "session_set": session_set}
+def session_close(ctx: Context, sid: str, target: Any) -> Any:
+    """End the sessions a target names, on whichever gateway holds them; answers how many
+    ended. A session that names itself ends too, and gets no answer."""
+    kind, value = check.session_target(target)
+
+    async def closed() -> int:
+        return sum(await asyncio.gather(*(p.close_sessions.remote(kind, value) for p in ctx.peers)))
+
+    return closed()
+
+
+HANDLERS: dict[str, Callable[..., Any]] = {
+    "session_get": session_get, "session_set": session_set, "session_close": session_close,
+}

@@ -12,11 +12,13 @@ from topics.protocol import QueryAnswer
 
 def append(ctx: Context, sid: str, *args: Any) -> Routed:
     op = check.append_event(ctx.registry, sid, *args)
+    ctx.updates_received += 1
     return Routed(op.path, op)
 
 
 def edit(ctx: Context, sid: str, *args: Any) -> Routed:
     op = check.edit_event(ctx.registry, sid, *args)
+    ctx.updates_received += 1
     return Routed(op.path, op)
 
 

@@ -25,6 +25,7 @@ def add(ctx: Context, sid: str, path: Any, type_name: Any, properties: Any = Non
 
 def set_(ctx: Context, sid: str, *args: Any) -> Routed:
     op = check.set_value(ctx.registry, sid, *args, max_size=ctx.config["max_frame_size"])
+    ctx.updates_received += 1
     return Routed(op.path, op)
 
 

@@ -11,6 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,6 +76,49 @@ def crash_node(srv: Server, name: str) -> None:
 def gateway_url(now: dict[str, Any], node: str) -> str:
     (url,) = [g["url"] for g in now["gateways"] if g["node"] == node and not g.get("lost")]
     return str(url)
+
+
+class Readiness:
+    """A gateway's ``/readyz`` polled every 50 ms in a thread of its own (as a readiness probe
+    would, more often), keeping each change of answer: ``(seconds since start, status, body)``."""
+
+    def __init__(self, gateway: str) -> None:
+        self.url = gateway.replace("ws://", "http://") + "/readyz"
+        self.seen: list[tuple[float, int, str]] = []
+        self._started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with urllib.request.urlopen(self.url, timeout=2) as answer:
+                    now = (answer.status, answer.read().decode().strip())
+            except urllib.error.HTTPError as e:
+                with e:
+                    now = (e.code, e.read().decode().strip())
+            except OSError as e:
+                now = (0, repr(e))
+            if not self.seen or self.seen[-1][1:] != now:
+                self.seen.append((round(time.monotonic() - self._started, 2), *now))
+            self._stop.wait(0.05)
+
+    def unready_then_ready(self, partitions: set[int]) -> Any:
+        """The first answer naming unreachable partitions (only some of ``partitions``) and the
+        first 200 after it, or False while there are not both."""
+        for i, (_, status, body) in enumerate(self.seen):
+            named = re.fullmatch(r"not ready: partitions ([\d, ]+) unreachable", body)
+            if status == 503 and named:
+                unreachable = {int(n) for n in named.group(1).split(", ")}
+                assert unreachable <= partitions, (unreachable, partitions, self.seen)
+                ready = next((seen for seen in self.seen[i + 1:] if seen[1] == 200), None)
+                return (self.seen[i], ready) if ready is not None else False
+        return False
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
 
 
 def history_holds(srv: Server, *histories: Any) -> Any:
@@ -219,7 +267,9 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
     on through node-2's when node-1 goes). node-1 (primaries, backups, a gateway) is
     crashed while they write; then started again on its data directory and given
     partitions back, while they still write. The cluster is also a fan-out secondary
-    of another server: its link runs once, on node-1, and moves."""
+    of another server: its link runs once, on node-1, and moves. node-0's gateway says
+    it is not ready (``/readyz``: 503 naming node-1's partitions) until their backups took
+    over, and ready again after."""
     loop = asyncio.get_running_loop()
     primary = Server(tmp_path / "primary", "--partitions", "1")
     home, work, roaming = two_workloads(cluster, topics=6)
@@ -237,10 +287,24 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
             await fanned(admin, 1)
         assert status(cluster)["services"]["fanout-up"] == "node-1"
         await progressed(work, roaming)
-        await loop.run_in_executor(None, crash_node, cluster, "node-1")
-        after = await loop.run_in_executor(
-            None, lambda: wait_for(lambda: healthy_without("node-1")(cluster), FAILOVER,
-                                   "every partition on node-0 and node-2, with a backup"))
+        spread = await loop.run_in_executor(None, lambda: wait_for(
+            lambda: (s := status(cluster))["healthy"] and s["balanced"] and s, FAILOVER, "a balanced cluster"))
+        held = {p["partition"] for p in spread["partitions"] if p["primary"] == "node-1"}
+        assert held, spread["partitions"]  # balanced: 4 primaries on 3 nodes, one at least on each
+        readiness = Readiness(home[0])  # node-0's gateway, which loses its streams to node-1's primaries
+        try:
+            await loop.run_in_executor(None, crash_node, cluster, "node-1")
+            after = await loop.run_in_executor(
+                None, lambda: wait_for(lambda: healthy_without("node-1")(cluster), FAILOVER,
+                                       "every partition on node-0 and node-2, with a backup"))
+            # unready naming node-1's partitions while they had no primary to reach, ready again after failover
+            unready, ready = await loop.run_in_executor(None, lambda: wait_for(
+                lambda: readiness.unready_then_ready(held), 30,
+                f"node-0's gateway's /readyz: 503 naming partitions of {sorted(held)}, then 200",
+                describe=lambda: readiness.seen))
+        finally:
+            readiness.stop()
+        print(f"[cluster] node-0's /readyz around the crash: {unready} ... {ready}")
         async with canopy.connect(home, *ADMIN) as admin:  # configuration changes without node-1
             await admin.security.add_principal("during-failover", "during-failover-1", ["CLIENT"])
             await admin.topics.set("src/x", 2)

@@ -30,7 +30,7 @@ BASE_TAG = "canopy-base:bookworm"
 REPOSITORY = "canopy"
 #: what the Dockerfile copies, besides deploy/image/
 SOURCES = ("pyproject.toml", "README.md", "canopy", "topics", "sessions", "views", "mqtt", "actors", "cluster",
-           "replication", "fanout", "history")
+           "replication", "fanout", "history", "console", "clients/js/src")
 DOCKERFILE = "deploy/image/Dockerfile"
 
 

@@ -10,6 +10,8 @@
 * canopy-node's ``kuberay-head`` and ``kuberay-worker`` branches, run by bash with
   fake ``ray``, ``canopy`` and ``python3`` commands given the command KubeRay v1.7.0
   would generate from raycluster.yaml (:func:`kuberay_command`).
+* ``canopy-node health`` (the image's HEALTHCHECK and the head's startup probe) against a
+  stand-in gateway's ``/healthz``; the other probes ask the gateways' ``/healthz`` and ``/readyz``.
 
 No network, no cluster, no Docker.
 """
@@ -270,14 +272,22 @@ def test_rays_ports_are_apart_from_the_gateways_and_the_gcs_port_is_the_heads(tm
             assert ports["gcs-server"] == int(params.get("port", 6379))
 
 
-def test_probes_are_canopy_node_health() -> None:
+def test_probes_ask_the_gateways_health_endpoints_and_ray_keeps_its_liveness(tmp_path: Path) -> None:
     head = container(raycluster()["spec"]["headGroupSpec"])
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert head[probe]["exec"]["command"] == HEALTH, probe
+    assert head["startupProbe"]["exec"]["command"] == HEALTH  # serve is serving (10 minutes for the journals)
+    assert head["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "gateway"}
+    assert head["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "gateway"}
     for _, group in groups(raycluster())[1:]:
         worker = container(group)
-        assert worker["livenessProbe"]["exec"]["command"] == HEALTH
-        assert worker["readinessProbe"]["tcpSocket"]["port"] == "gateway"  # ready: its gateway listens
+        assert worker["livenessProbe"]["exec"]["command"] == HEALTH  # its raylet runs
+        assert worker["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "gateway"}
+    gateway = load(canopy_toml(tmp_path)).port
+    for _, group in groups(raycluster()):
+        ports = {p["name"]: p["containerPort"] for p in container(group)["ports"]}
+        assert ports["gateway"] == gateway  # the probes' named port is the gateways'
+        for probe in ("readinessProbe", "livenessProbe"):
+            # an answer within the probe's time-out: /readyz and /healthz never wait on another actor
+            assert container(group)[probe].get("timeoutSeconds", 1) < container(group)[probe]["periodSeconds"]
 
 
 def test_the_containers_run_canopy_node_which_runs_kuberays_command() -> None:
@@ -620,3 +630,55 @@ def test_without_kuberays_command_canopy_node_says_what_is_missing(tmp_path: Pat
     status, output = node.wait()
     assert status == 1 and "no KUBERAY_GEN_RAY_START_CMD: is ray.io/overwrite-container-cmd set?" in output
     assert node.lines() == []
+
+
+# --- canopy-node health: the image's HEALTHCHECK and the head's startup probe ------------------------------
+
+
+@pytest.mark.parametrize("how", ["env", "file"])
+def test_the_health_check_asks_the_gateways_healthz_once_serve_is_serving(tmp_path: Path, how: str) -> None:
+    import http.server
+    import threading
+
+    answer = {"status": 200}
+
+    class Gateway(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
+            status = answer["status"] if self.path == "/healthz" else 404
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    config = tmp_path / "canopy.toml"
+    config.write_text(f"port = {port}\nhost = \"0.0.0.0\"\n")
+    variables = {"CANOPY_PORT": str(port)} if how == "env" else {"CANOPY_CONFIG": str(config)}
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CANOPY_ROLE": "single",
+           "CANOPY_DATA_DIR": str(tmp_path), **variables}
+
+    def health() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(CANOPY_NODE), "health"], env=env, capture_output=True, text=True, timeout=30)
+
+    try:
+        assert "no server.json yet" in health().stderr
+        (tmp_path / "server.json").write_text(json.dumps({"state": "serving", "pid": os.getpid()}))
+        passed = health()
+        assert passed.returncode == 0, passed.stderr
+        answer["status"] = 503
+        failed = health()
+        assert failed.returncode != 0 and f"127.0.0.1:{port}/healthz" in failed.stderr, failed.stderr
+        answer["status"] = 200
+        (tmp_path / "server.json").write_text(json.dumps({"state": "failed", "reason": "partition-1 died",
+                                                          "pid": os.getpid()}))
+        assert "partition-1 died" in health().stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+    (tmp_path / "server.json").write_text(json.dumps({"state": "serving", "pid": os.getpid()}))
+    gone = health()  # nothing listens on the port any more
+    assert gone.returncode != 0 and "/healthz" in gone.stderr, gone.stderr

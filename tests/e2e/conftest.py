@@ -94,11 +94,14 @@ def cli(
     return subprocess.run([str(BIN / "canopy"), *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def serving(factory: pytest.TempPathFactory, name: str, *args: str) -> Iterator[Server]:
-    """A `canopy serve` with these flags for a fixture to yield; it must stop with status 0."""
-    srv = Server(factory.mktemp(name), *args)
+def serving(
+    factory: pytest.TempPathFactory, name: str, *args: str, own_session: bool = False, timeout: float = 120.0,
+) -> Iterator[Server]:
+    """A `canopy serve` with these flags for a fixture to yield; it must stop with status 0
+    (``own_session``: see :class:`Server`, for ``--local-nodes`` clusters)."""
+    srv = Server(factory.mktemp(name), *args, own_session=own_session)
     try:
-        yield srv.wait_ready()
+        yield srv.wait_ready(timeout)
     finally:
         code = srv.stop()
         assert code == 0, f"canopy serve exited with {code}:\n{srv.output}"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
+import urllib.request
 
 from tests.e2e.conftest import ADMIN, BIN, Server, cli
 
@@ -259,6 +261,37 @@ def test_security_tree_and_session_commands(server: Server) -> None:
     assert missing.returncode == 1 and "NO_SUCH_TABLE" in missing.stderr
 
 
+def test_session_close_ends_a_subscriber_for_good(server: Server) -> None:
+    from tests.conftest import wait_for
+
+    url = server.url
+
+    def anonymous() -> set[str]:
+        return {json.loads(line)["session"] for line in ok(cli("session", "get", "--filter", "$Principal is ''",
+                                                               "--json", url=url)).splitlines()}
+
+    before = anonymous()
+    proc = subprocess.Popen(
+        [str(BIN / "canopy"), "topic", "subscribe", "?cli-close//", "--reconnect-timeout", "60", "--url", url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        def subscriber() -> str | None:
+            new = anonymous() - before
+            return new.pop() if len(new) == 1 else None
+
+        sid = wait_for(subscriber, 60, "the anonymous subscriber's session")
+        assert ok(cli("session", "close", sid, url=url)).strip() == "1"
+        _, err = proc.communicate(timeout=30)  # it ends, rather than reconnecting for 60 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and "CLOSED_BY_CLIENT_CONTROL" in err, err
+    assert ok(cli("session", "close", "--filter", f"$SessionId is '{sid}'", url=url)).strip() == "0"
+    denied = cli("session", "close", "--id", sid, url=url, admin=False)
+    assert denied.returncode == 1 and "PERMISSION_DENIED" in denied.stderr
+
+
 def test_view_commands(server: Server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     url = server.url
     ok(cli("topic", "set", "cli-view/src/a", "1", "--type", "INT64", url=url))
@@ -328,3 +361,44 @@ def test_missing_topics_handle_creates_the_topic_or_cancels(server: Server) -> N
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
+
+
+def test_metrics_collector_commands_and_the_scrape_that_exports_them(server: Server) -> None:
+    url = server.url
+    assert ok(cli("metrics", "collector", "add", "cli-topics", "--topics", "?cli-metrics//", "--group-by-type",
+                  url=url)).strip() == "cli-topics: added (topics ?cli-metrics//, by type)"
+    added = ok(cli("metrics", "collector", "add", "cli-sessions", "--sessions", "$Principal is 'admin'",
+                   "--group-by", "$Principal", "--group-by", "user-tier", url=url))
+    assert added.strip() == "cli-sessions: added (sessions $Principal is 'admin', by $Principal, user-tier)"
+    assert ok(cli("metrics", "collector", "add", "cli-topics", "--topics", "?cli-metrics//", url=url)).startswith(
+        "cli-topics: replaced")
+    ok(cli("topic", "set", "cli-metrics/a", "1", "--type", "INT64", url=url))
+    listed = [json.loads(line) for line in ok(cli("metrics", "collector", "list", "--json", url=url)).splitlines()]
+    assert [c["name"] for c in listed] == ["cli-topics", "cli-sessions"]
+    assert listed[1] == {"kind": "session", "name": "cli-sessions", "filter": "$Principal is 'admin'",
+                         "group_by": ["$Principal", "user-tier"], "remove_metrics_with_no_matches": False}
+    assert ok(cli("metrics", "collector", "list", url=url)).splitlines()[0] == "cli-topics\ttopics ?cli-metrics//"
+    # what `curl -u admin:... http://127.0.0.1:PORT/metrics` shows
+    request = urllib.request.Request(url.replace("ws://", "http://") + "/metrics", headers={
+        "Authorization": "Basic " + base64.b64encode(f"{ADMIN[0]}:{ADMIN[1]}".encode()).decode()})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        text = answer.read().decode()
+    assert 'canopy_topic_collector_topics{collector="cli-topics"} 1' in text
+    assert 'canopy_session_collector_opened_total{collector="cli-sessions",_Principal="admin",user_tier=""}' in text
+    assert "canopy_cluster_status_up 1" in text
+    for args, fragment in [
+        (("add", "bad name", "--topics", ">a"), "INVALID_COLLECTOR: topic metric collector 'bad name': a name is"),
+        (("add", "c", "--topics", "?a//b"), "is not a topic selector"),
+        (("add", "c", "--sessions", "Tier is"), "invalid session filter"),
+        (("add", "c", "--sessions", "all", "--group-by-type"), "INVALID_COLLECTOR: --group-by-type goes with --topics"),
+        (("add", "c", "--topics", ">a", "--group-by", "Tier"), "--group-by and --remove-metrics-with-no-matches go"),
+    ]:
+        result = cli("metrics", "collector", *args, url=url)  # a bad filter is shown with a caret under the fault
+        assert result.returncode == 1 and result.stderr.startswith("canopy: INVALID_COLLECTOR: "), result.stderr
+        assert fragment in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert cli("metrics", "collector", "add", "c", url=url).returncode == 2  # --topics or --sessions is required
+    assert ok(cli("metrics", "collector", "remove", "cli-topics", url=url)).strip() == "cli-topics: removed"
+    assert ok(cli("metrics", "collector", "remove", "cli-topics", url=url)).strip() == "cli-topics: no such collector"
+    ok(cli("metrics", "collector", "remove", "cli-sessions", url=url))
+    assert ok(cli("metrics", "collector", "list", url=url)) == ""
+    ok(cli("topic", "remove", "?cli-metrics//", url=url))

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import canopy
 from canopy import errors
@@ -118,6 +121,18 @@ def test_a_secondary_mirrors_adds_updates_and_removals_and_resyncs_after_a_prima
         shown = cli("fanout", "list", url=secondary.url)
         assert shown.returncode == 0 and "main\tconnected" in shown.stdout and "?A//\t3 topics" in shown.stdout, shown
         assert "\tlag " in shown.stdout, shown
+        # the same figures on the secondary's /metrics, labelled by connection and link
+        token = base64.b64encode(f"{ADMIN[0]}:{ADMIN[1]}".encode()).decode()
+        scrape = urllib.request.Request(secondary.url.replace("ws://", "http://") + "/metrics",
+                                        headers={"Authorization": f"Basic {token}"})
+        with urllib.request.urlopen(scrape, timeout=30) as answer:
+            body = answer.read().decode()
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in text_string_to_metric_families(body) for s in f.samples}
+        assert samples[("canopy_fanout_connected", (("connection", "main"),))] == 1
+        assert samples[("canopy_fanout_link_topics", (("connection", "main"), ("link", "?A//")))] == 3
+        assert samples[("canopy_fanout_link_updates_total", (("connection", "main"), ("link", "?A//")))] >= 4
+        assert 0 < samples[("canopy_fanout_round_trip_seconds", (("connection", "main"),))] < 5
 
         # a primary restart: its volatile topic is gone afterwards, and so must its replica be
         asyncio.run(publish(primary.url, ("add-volatile", "A/V", "v")))

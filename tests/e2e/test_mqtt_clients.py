@@ -21,9 +21,7 @@ them the tests skip, loudly.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
-import os
 import shutil
 import subprocess
 import threading
@@ -39,6 +37,7 @@ import pytest
 import canopy
 from tests.conftest import Hopeless, wait_for
 from tests.e2e.conftest import ADMIN, Server
+from tests.e2e.installs import apt_install, npm_modules
 
 MQTTJS = Path(__file__).parent / "mqttjs"
 TIMEOUT = 20.0
@@ -150,17 +149,6 @@ def native_values(subscription: Any, want: Callable[[dict[str, list[Any]]], bool
 # -- installing what the tests need ----------------------------------------------------------------
 
 
-def apt_install(*packages: str) -> None:
-    """As `.ci/run` does: from the package index as it is, else after an update (root only)."""
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        return
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env, "timeout": 600}
-    if subprocess.run(["apt-get", "install", "-y", "-q", *packages], **quiet).returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], **quiet)
-        subprocess.run(["apt-get", "install", "-y", "-q", *packages], **quiet)
-
-
 @pytest.fixture(scope="module")
 def mosquitto() -> dict[str, str]:
     """Paths of mosquitto_pub and mosquitto_sub (Debian's mosquitto-clients)."""
@@ -173,30 +161,11 @@ def mosquitto() -> dict[str, str]:
     return {k: v for k, v in found.items() if v is not None}
 
 
-def node_major(node: str) -> int:
-    out = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout
-    try:
-        return int(out.strip().lstrip("v").split(".")[0])
-    except ValueError:
-        return 0
-
-
 @pytest.fixture(scope="module")
 def mqttjs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of tests/e2e/mqttjs/client.mjs beside the MQTT.js it imports (its node_modules:
     installed from the npm registry once, into ~/.cache/canopy-tests, keyed by package.json)."""
-    if not (shutil.which("node") and shutil.which("npm")):
-        apt_install(*(["nodejs", "npm"] if not shutil.which("node") else ["npm"]))
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("NODE/NPM ARE NOT INSTALLED (apt-get install nodejs npm; .ci/run installs them): "
-                    "the MQTT front door goes untested against MQTT.js")
-    if node_major(node) < 18:
-        pytest.skip(f"NODE IS OLDER THAN 18 ({node}): the MQTT front door goes untested against MQTT.js")
-    manifest = (MQTTJS / "package.json").read_bytes()
-    wanted = json.loads(manifest)["dependencies"]["mqtt"]
-    cache_root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "canopy-tests"
-    cache = cache_root / f"mqttjs-{hashlib.sha256(manifest).hexdigest()[:16]}"
+    wanted = json.loads((MQTTJS / "package.json").read_text())["dependencies"]["mqtt"]
 
     def installed(where: Path) -> bool:
         try:
@@ -204,30 +173,13 @@ def mqttjs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         except (OSError, ValueError, KeyError):
             return False
 
-    if not installed(cache):
-        staging = tmp_path_factory.mktemp("mqttjs-install")
-        shutil.copy(MQTTJS / "package.json", staging / "package.json")
-        done = subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--no-update-notifier", "--omit=dev"],
-            cwd=staging, capture_output=True, text=True, timeout=300,
-        )
-        if done.returncode != 0 or not installed(staging):
-            pytest.skip(f"MQTT.JS {wanted} COULD NOT BE INSTALLED FROM THE NPM REGISTRY (npm install exited "
-                        f"{done.returncode}): {done.stderr[-2000:]}")
-        partial = cache_root / f".{cache.name}.{os.getpid()}"
-        try:  # into the cache in one step; another run may have put it there first
-            cache_root.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(staging, partial, symlinks=True)
-            os.replace(partial, cache)
-        except OSError:
-            shutil.rmtree(partial, ignore_errors=True)
-        if not installed(cache):
-            cache = staging
+    modules = npm_modules(MQTTJS / "package.json", installed, "the MQTT front door goes untested against MQTT.js",
+                          tmp_path_factory)
     run = tmp_path_factory.mktemp("mqttjs")
     for script in MQTTJS.glob("*.mjs"):
         shutil.copy(script, run / script.name)
     shutil.copy(MQTTJS / "package.json", run / "package.json")
-    (run / "node_modules").symlink_to(cache / "node_modules")
+    (run / "node_modules").symlink_to(modules)
     return run / "client.mjs"
 
 

@@ -96,6 +96,20 @@ def test_values_fan_out_once_encoded() -> None:
     assert messages(r, "s1") == messages(r, "s2")
 
 
+def test_subscriptions_and_deliveries_are_counted_for_the_metrics() -> None:
+    r = SessionRegistry()
+    registrations = []
+    for sid, selector in (("s1", "?a//"), ("s2", ">a/x")):
+        r.open(sid, "", {})
+        registrations += r.subscribe(sid, sel(selector))[0]
+    feed_snapshot(r, registrations, {"a/x": ("STRING", "v"), "a/y": ("INT64", 1), "b": ("STRING", "w")})
+    assert r.subscriptions(sel("?a//")) == {"STRING": 2, "INT64": 1}
+    assert r.subscriptions(sel(">a/y")) == {"INT64": 1} and r.subscriptions(sel(">b")) == {}
+    before = r.updates_delivered
+    r.on_events([Changed("a/x", cb("2")), Changed("a/y", cb(2)), Changed("b", cb("x"))])
+    assert r.updates_delivered == before + 3  # a/x to two sessions, a/y to one, b to none
+
+
 def test_unsubscribe_keeps_topics_still_matched_by_another_selector() -> None:
     r = SessionRegistry()
     r.open("s", "", {})

@@ -32,6 +32,7 @@ OPERATIONS: list[p.Operation] = [
     p.RefDrop("r", 1),
     p.RefDropView(1),
     p.ReadRecent([">a", "b"], 12),
+    p.CountTopics(["?a//", ">b"]),
 ]
 
 EVENTS: list[p.TopicEvent] = [
@@ -73,6 +74,7 @@ def test_events_round_trip(event: p.TopicEvent) -> None:
         (p.QueryEvents("ts", "start", 0, "end", 0, "values"), p.Ok(p.QueryAnswer(2, [EVENT], "INT64"))),
         (p.RefDropView(1), p.Ok(4)),
         (p.ReadRecent([">a"], 3), p.Ok(p.RecentAnswer(2, 9, [p.Changed("a/b", b"\x01"), p.Appended("a/ts", EVENT)]))),
+        (p.CountTopics(["?a//", ">b"]), p.Ok([{"STRING": 2, "JSON": 1}, {}])),
     ],
 )
 def test_results_are_typed_by_their_operation(op: p.Operation, result: p.Result) -> None:

@@ -11,6 +11,7 @@ from topics.protocol import (
     AppendEvent,
     Appended,
     Changed,
+    CountTopics,
     EditEvent,
     End,
     Failed,
@@ -18,6 +19,7 @@ from topics.protocol import (
     Ok,
     QueryEvents,
     ReadRecent,
+    RefPut,
     Register,
     Removed,
     RemoveTopics,
@@ -140,6 +142,17 @@ def test_fetch_sorted_filtered_limited() -> None:
     rows = ok(store.apply("g", [FetchTopics("*.*", False, False, ["STRING", "json"], 1)])[0])
     assert rows == [TopicRow("b", "STRING", None, None, None)]
     assert failed(store.apply("g", [FetchTopics("*.*", True, False, None, -1)])[0]) == "INVALID_REQUEST"
+
+
+def test_count_says_how_many_topics_each_selector_selects_by_type() -> None:
+    store = TopicStore()
+    store.apply("g", [p_set("a/x", "s", True), p_set("a/y", 1, True), AddTopic("a/z/j", "JSON", None),
+                      AddTopic("b", "STRING", None), RefPut("a/ref", 1, "v", "STRING", None, cb("r"))])
+    counted = ok(store.apply("g", [CountTopics(["?a//", ">b", ">nothing", "*a/z/.*"])])[0])
+    assert counted == [{"STRING": 2, "INT64": 1, "JSON": 1}, {"STRING": 1}, {}, {"JSON": 1}]
+    assert failed(store.apply("g", [CountTopics(["?a//b"])])[0]) == "INVALID_SELECTOR"
+    assert failed(store.apply("g", [CountTopics([">a"] * 1001)])[0]) == "INVALID_REQUEST"
+    assert not store.drain_changes() and not store.drain_events()  # a read: nothing changed, nobody told
 
 
 def test_registration_snapshot_then_events_in_order() -> None:

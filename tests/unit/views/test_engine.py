@@ -174,3 +174,23 @@ def test_a_replaced_remote_view_keeps_its_sources_and_a_removed_one_forgets_them
     assert puts(engine.put_view(view("v", "map ?a// from S to c/<path(1)>", 1), 0)) == {"c/1": 1}
     engine.remove_view("v", 0)
     assert engine.remote.get("S", {}) == {}
+
+
+def test_evaluations_are_counted_and_a_failing_one_makes_nothing_while_the_rest_go_on(monkeypatch: Any) -> None:
+    import views.engine as engine_module
+
+    real = engine_module.derive
+
+    def derive(spec: Any, source: Any, lookup: Any) -> Any:
+        if source.path == "a/bad":
+            raise KeyError("a bug")
+        return real(spec, source, lookup)
+
+    monkeypatch.setattr(engine_module, "derive", derive)
+    engine = ViewEngine(allow_all)
+    engine.put_view(view("v", "map ?a// to b/<path(1)>"), 0)
+    assert puts(engine.on_events([add("a/good", 1), add("a/bad", 2)], 0)) == {"b/good": 1}
+    assert engine.evaluations == 2 and engine.errors == 1
+    assert "view 'v', source 'a/bad': KeyError" in engine.last_error
+    assert puts(engine.on_events([Changed("a/good", cbor2.dumps(3))], 0)) == {"b/good": 3}
+    assert engine.evaluations == 3 and engine.errors == 1
