@@ -25,8 +25,10 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 run: $(RUN_STAMP)
 	$(BIN)/canopy serve
 
+# every test: the offline ones (tests/unit, the manifests' schema checks) in a second pytest beside
+# the rest, which mostly waits on clusters and processes (tests/run.py)
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -m "not soak"
+	$(BIN)/python tests/run.py -m "not soak"
 
 soak: $(TEST_STAMP)
 	$(BIN)/python -m pytest -m soak

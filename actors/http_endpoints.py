@@ -23,8 +23,9 @@ is answered here, one response per connection (``Connection: close``):
   expects of a process).
 
 ``/console`` and what is under it is the web console (:mod:`actors.console`). Any other path
-is 404. Only GET reaches here: the handshake parser (websockets') answers
-anything else with 400 itself.
+is 404. The handshake parser (websockets') reads a request of any method, body left unread;
+anything but GET is answered 405 with ``Allow: GET`` (HEAD too: a response to it would carry
+a body).
 """
 
 from __future__ import annotations
@@ -116,6 +117,9 @@ class Endpoints:
             return console.CONSOLE.serve(request)
         known = path if path in ("/healthz", "/readyz", "/metrics") else "other"
         self.requests[known] += 1
+        if request.method != "GET":
+            return response(405, "Method Not Allowed", f"{request.method[:16]} is not served: GET only\n",
+                            extra=[("Allow", "GET")])
         if path == "/healthz":
             return response(200, "OK", "ok\n")
         if path == "/readyz":

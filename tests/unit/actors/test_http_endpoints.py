@@ -93,6 +93,9 @@ async def test_readiness_follows_the_partition_streams_and_anonymous_scrapes_whe
     assert samples["canopy_missing_topic_notifications_total"][0].value == 6
     assert samples["canopy_cluster_status_up"][0].value == 0  # no controller to ask
     assert endpoints.handle(_get("/elsewhere"), "127.0.0.1", lambda: True).status_code == 404  # type: ignore[union-attr]
+    for method in ("POST", "HEAD", "DELETE"):  # the handshake parser passes any method on
+        refused = endpoints.handle(Request("/metrics", Headers([("Host", "x")]), method), "127.0.0.1", lambda: True)
+        assert refused.status_code == 405 and refused.headers["Allow"] == "GET"  # type: ignore[union-attr]
 
 
 class _Never:
