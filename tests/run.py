@@ -1,9 +1,10 @@
 """`make test`: every test, in two pytest processes side by side.
 
-The offline tests (:data:`OFFLINE`: pure code, schema checks; no ports, no processes) need one core
-and nothing else; the rest mostly wait on Ray clusters, servers, containers and browsers starting
-and failing over. So the offline tests run in a second pytest beside the rest: its report is
-printed when both are done, and the run fails if either does (or either collects nothing).
+The tests without Ray (:data:`WITHOUT_RAY`: pure code, the manifests' schema checks, the history's
+Spark jobs on journal files) need a core and nothing the others use; the rest mostly wait on Ray
+clusters, servers, containers and browsers starting and failing over. So those run in a second
+pytest beside the rest: its report is printed when both are done, and the run fails if either
+does (or either collects nothing).
 
     python tests/run.py [PYTEST OPTIONS...]       # e.g. -m "not soak"
 """
@@ -17,27 +18,29 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OFFLINE = ["tests/unit", "tests/deploy/test_kuberay.py"]
+WITHOUT_RAY = ["tests/unit", "tests/deploy/test_kuberay.py", "tests/history/test_cli.py", "tests/history/test_jobs.py",
+               "tests/history/test_standalone.py", "tests/history/test_store.py"]
 
 
 def main(options: list[str]) -> int:
     pytest = [sys.executable, "-m", "pytest", *options]
     with tempfile.TemporaryFile("w+") as log:
-        # the offline run keeps no cache: the main run owns .pytest_cache
-        offline = subprocess.Popen([*pytest, "-p", "no:cacheprovider", *OFFLINE], cwd=ROOT, stdout=log,
-                                   stderr=subprocess.STDOUT)
+        # the side run keeps no cache: the main run owns .pytest_cache
+        side = subprocess.Popen([*pytest, "-p", "no:cacheprovider", *WITHOUT_RAY], cwd=ROOT, stdout=log,
+                                stderr=subprocess.STDOUT)
         try:
-            main_run = subprocess.run([*pytest, *(f"--ignore={path}" for path in OFFLINE)], cwd=ROOT).returncode
-            offline_run = offline.wait()
+            main_run = subprocess.run([*pytest, *(f"--ignore={path}" for path in WITHOUT_RAY)], cwd=ROOT).returncode
+            side_run = side.wait()
         except BaseException:
-            offline.terminate()
-            offline.wait(30)
+            side.terminate()
+            side.wait(30)
             raise
         log.seek(0)
-        print(f"\n{'=' * 30} the offline tests ({', '.join(OFFLINE)}), run beside the rest {'=' * 30}", flush=True)
+        print(f"\n{'=' * 30} the tests without Ray ({', '.join(WITHOUT_RAY)}), run beside the rest {'=' * 30}",
+              flush=True)
         sys.stdout.write(log.read())
-    print(f"\nmake test: the rest exited {main_run}, the offline tests {offline_run}", flush=True)
-    return 0 if main_run == 0 and offline_run == 0 else (main_run or offline_run)
+    print(f"\nmake test: the tests with Ray exited {main_run}, those without {side_run}", flush=True)
+    return 0 if main_run == 0 and side_run == 0 else (main_run or side_run)
 
 
 if __name__ == "__main__":

@@ -158,7 +158,8 @@ def healthy_without(name: str) -> Any:
 
 class TestAHealthyCluster:
     """Checks that leave the cluster as they found it share one 3-node cluster (class scope:
-    it stops before the tests that crash nodes start clusters of their own)."""
+    it stops before the tests that crash nodes start clusters of their own), and last the
+    killed controller's scenario, which ends by crashing a node."""
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -207,6 +208,80 @@ class TestAHealthyCluster:
         assert names == ["node-0", "node-1", "node-2"]
         assert all(os.path.exists(f"/proc/{n['raylet_pid']}") for n in info["local_nodes"])
         assert os.path.isdir(healthy.data_dir / "nodes" / "node-1")
+
+
+    async def test_a_killed_controller_comes_back_and_every_change_was_made_or_refused(self, healthy: Server) -> None:
+        """Scenario 4: the controller's process is SIGKILLed while views are created and
+        principals added (a security change goes through the controller), and while clients
+        publish. Ray restarts it and it takes the instance over from the actors, which
+        outlive it. Afterwards exactly the answered changes exist (a refused one, even one
+        cut off by the kill, was not made), nothing acknowledged is lost, and the cluster
+        still fails over."""
+        loop = asyncio.get_running_loop()
+        now = wait_for(lambda: (s := status(healthy))["healthy"] and s, 60, "a healthy cluster")
+        urls = [gateway_url(now, "node-0"), gateway_url(now, "node-1")]
+        work = Workload(urls[:1], ADMIN, publishers=1, topics=6, subscribers=1)
+        made: dict[str, list[str]] = {"views": [], "principals": []}
+        refused: dict[str, list[str]] = {"views": [], "principals": []}
+        await work.start()
+        try:
+            async with canopy.connect(urls, *ADMIN) as s:
+                await s.topics.add_and_set("src/x", 1)
+                stopping = asyncio.Event()
+
+                async def change() -> None:
+                    k = 0
+                    while not stopping.is_set():
+                        k += 1
+                        for kind, name, call in (
+                            ("views", f"v{k}", lambda: s.views.create(f"v{k}", f"map ?src// to v{k}/<path(1)>")),
+                            ("principals", f"p{k}", lambda: s.security.add_principal(f"p{k}", f"secret-{k}", ["CLIENT"])),
+                        ):
+                            try:
+                                await call()
+                                made[kind].append(name)
+                            except canopy.CanopyError:
+                                refused[kind].append(name)
+                                await asyncio.sleep(0.05)
+
+                changing = asyncio.ensure_future(change())
+                await loop.run_in_executor(None, lambda: wait_for(
+                    lambda: len(made["principals"]) >= 3, 30, "security changes made before the kill",
+                    describe=lambda: (made, refused)))
+                info = json.loads((healthy.data_dir / "server.json").read_text())
+                seen = sum("(ControllerActor) is back and serving" in line for line in healthy.lines)
+                os.kill(info["controller_pid"], 9)
+                await loop.run_in_executor(None, lambda: wait_for(
+                    lambda: sum("(ControllerActor) is back and serving" in line for line in healthy.lines) > seen,
+                    FAILOVER, "the controller to be back"))
+                before = len(made["principals"])
+                await loop.run_in_executor(None, lambda: wait_for(
+                    lambda: len(made["principals"]) >= before + 3, 60, "security changes to be made again",
+                    describe=lambda: refused["principals"][-3:]))
+                stopping.set()
+                await changing
+                views = {v.name for v in await s.views.list()}
+                principals = set((await s.security.get())["principals"])
+                references = {r.path for r in await s.topics.fetch("?v.*//")}
+            after = await loop.run_in_executor(None, lambda: wait_for(
+                lambda: (st := status(healthy))["healthy"] and st, 60, "a healthy cluster after the restart"))
+            await progressed(work)
+            await finish(work, urls=urls[:1])
+        finally:
+            await work.close()
+        assert views == set(made["views"]), (made, refused, views)
+        assert principals & {f"p{k}" for k in range(1, 10_000)} == set(made["principals"]), (made, refused, principals)
+        assert all(f"{v}/x" in references for v in views), (views, references)  # whole: evaluated too
+        report = check(work.history)
+        print(f"[cluster] controller killed: {len(made['views'])} views and {len(made['principals'])} principals made, "
+              f"{len(refused['views'])} and {len(refused['principals'])} refused; publishing {report}")
+        assert report.valid and report.acknowledged > 50, report
+        assert any("the controller restarted: took over" in line for line in healthy.lines), healthy.output
+        assert [p["primary"] for p in after["partitions"]] == [p["primary"] for p in now["partitions"]], (now, after)
+        # and it still runs the cluster: a node lost now fails over
+        await loop.run_in_executor(None, crash_node, healthy, "node-2")
+        await loop.run_in_executor(None, lambda: wait_for(lambda: healthy_without("node-2")(healthy), FAILOVER,
+                                                          "every partition on node-0 and node-1, with a backup"))
 
 
 async def fanned(session: canopy.Session, value: int) -> None:
@@ -467,80 +542,6 @@ async def test_a_whole_cluster_restarts_from_its_data_directories(tmp_path: Path
     finally:
         assert again.stop() == 0, again.output
     assert all(p["backup"] is not None for p in now["partitions"]), now
-
-
-async def test_a_killed_controller_comes_back_and_every_change_was_made_or_refused(cluster: Server) -> None:
-    """Scenario 4: the controller's process is SIGKILLed while views are created and
-    principals added (a security change goes through the controller), and while clients
-    publish. Ray restarts it and it takes the instance over from the actors, which
-    outlive it. Afterwards exactly the answered changes exist (a refused one, even one
-    cut off by the kill, was not made), nothing acknowledged is lost, and the cluster
-    still fails over."""
-    loop = asyncio.get_running_loop()
-    now = wait_for(lambda: (s := status(cluster))["healthy"] and s, 60, "a healthy cluster")
-    urls = [gateway_url(now, "node-0"), gateway_url(now, "node-1")]
-    work = Workload(urls[:1], ADMIN, publishers=1, topics=6, subscribers=1)
-    made: dict[str, list[str]] = {"views": [], "principals": []}
-    refused: dict[str, list[str]] = {"views": [], "principals": []}
-    await work.start()
-    try:
-        async with canopy.connect(urls, *ADMIN) as s:
-            await s.topics.add_and_set("src/x", 1)
-            stopping = asyncio.Event()
-
-            async def change() -> None:
-                k = 0
-                while not stopping.is_set():
-                    k += 1
-                    for kind, name, call in (
-                        ("views", f"v{k}", lambda: s.views.create(f"v{k}", f"map ?src// to v{k}/<path(1)>")),
-                        ("principals", f"p{k}", lambda: s.security.add_principal(f"p{k}", f"secret-{k}", ["CLIENT"])),
-                    ):
-                        try:
-                            await call()
-                            made[kind].append(name)
-                        except canopy.CanopyError:
-                            refused[kind].append(name)
-                            await asyncio.sleep(0.05)
-
-            changing = asyncio.ensure_future(change())
-            await loop.run_in_executor(None, lambda: wait_for(
-                lambda: len(made["principals"]) >= 3, 30, "security changes made before the kill",
-                describe=lambda: (made, refused)))
-            info = json.loads((cluster.data_dir / "server.json").read_text())
-            seen = sum("(ControllerActor) is back and serving" in line for line in cluster.lines)
-            os.kill(info["controller_pid"], 9)
-            await loop.run_in_executor(None, lambda: wait_for(
-                lambda: sum("(ControllerActor) is back and serving" in line for line in cluster.lines) > seen,
-                FAILOVER, "the controller to be back"))
-            before = len(made["principals"])
-            await loop.run_in_executor(None, lambda: wait_for(
-                lambda: len(made["principals"]) >= before + 3, 60, "security changes to be made again",
-                describe=lambda: refused["principals"][-3:]))
-            stopping.set()
-            await changing
-            views = {v.name for v in await s.views.list()}
-            principals = set((await s.security.get())["principals"])
-            references = {r.path for r in await s.topics.fetch("?v.*//")}
-        after = await loop.run_in_executor(None, lambda: wait_for(
-            lambda: (st := status(cluster))["healthy"] and st, 60, "a healthy cluster after the restart"))
-        await progressed(work)
-        await finish(work, urls=urls[:1])
-    finally:
-        await work.close()
-    assert views == set(made["views"]), (made, refused, views)
-    assert principals & {f"p{k}" for k in range(1, 10_000)} == set(made["principals"]), (made, refused, principals)
-    assert all(f"{v}/x" in references for v in views), (views, references)  # whole: evaluated too
-    report = check(work.history)
-    print(f"[cluster] controller killed: {len(made['views'])} views and {len(made['principals'])} principals made, "
-          f"{len(refused['views'])} and {len(refused['principals'])} refused; publishing {report}")
-    assert report.valid and report.acknowledged > 50, report
-    assert any("the controller restarted: took over" in line for line in cluster.lines), cluster.output
-    assert [p["primary"] for p in after["partitions"]] == [p["primary"] for p in now["partitions"]], (now, after)
-    # and it still runs the cluster: a node lost now fails over
-    await loop.run_in_executor(None, crash_node, cluster, "node-2")
-    await loop.run_in_executor(None, lambda: wait_for(lambda: healthy_without("node-2")(cluster), FAILOVER,
-                                                      "every partition on node-0 and node-1, with a backup"))
 
 
 @pytest.mark.soak
