@@ -1,0 +1,168 @@
+"""Binary deltas between two values of a topic: what delta streaming sends instead of a whole value.
+
+A delta turns the value a subscriber has (the *source*) into the new one (the *target*). It is
+worth sending when it is smaller than the target, which for a large JSON, STRING or BINARY value
+where one field changed it nearly always is. :func:`diff` makes one, :func:`apply` applies it, and
+a delta applied to any source but its own is detected rather than silently producing garbage.
+
+Format (all integers unsigned LEB128 varints)::
+
+    delta   = VERSION (1 byte) source-length target-length target-crc32 (4 bytes, big-endian) op*
+    op      = 0x00 length bytes          insert these bytes
+            | 0x01 offset length          copy length bytes of the source from offset
+
+:func:`apply` checks the version, that the source has the length the delta was made for, that
+every op stays inside the source and the target length, that the ops produce exactly the target
+length, and the target's CRC-32; any failure is :class:`DeltaError` naming it, and the receiver
+should fetch the whole value instead.
+
+:func:`diff` keeps the common prefix and suffix, then covers the middle with copies of source
+blocks found through an index of :data:`BLOCK`-byte blocks (every block-aligned block of the
+source's middle, extended forwards and backwards once found) and inserts for the rest. It is
+linear in the sizes but for the index, bounded by :data:`MAX_INDEXED` blocks.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+__all__ = ["BLOCK", "MAX_INDEXED", "VERSION", "DeltaError", "apply", "diff"]
+
+VERSION = 1
+INSERT, COPY = 0, 1
+#: the size of the source blocks :func:`diff` looks for in the target
+BLOCK = 16
+#: at most this many source blocks are indexed (a longer source's later blocks are not)
+MAX_INDEXED = 65_536
+#: a copy shorter than this costs more than inserting its bytes
+_MIN_COPY = 8
+
+
+class DeltaError(ValueError):
+    """A delta that does not apply: malformed, or made for another source."""
+
+
+def _varint(n: int, out: bytearray) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _read_varint(data: bytes, at: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        if at >= len(data):
+            raise DeltaError(f"truncated delta: a number runs past its end (byte {at})")
+        byte = data[at]
+        at += 1
+        n |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return n, at
+        shift += 7
+        if shift > 63:
+            raise DeltaError(f"malformed delta: a number longer than 64 bits (byte {at})")
+
+
+def _insert(out: bytearray, data: bytes) -> None:
+    if data:
+        out.append(INSERT)
+        _varint(len(data), out)
+        out += data
+
+
+def _copy(out: bytearray, offset: int, length: int) -> None:
+    out.append(COPY)
+    _varint(offset, out)
+    _varint(length, out)
+
+
+def diff(source: bytes, target: bytes) -> bytes:
+    """A delta that :func:`apply` turns ``source`` into ``target`` with."""
+    out = bytearray([VERSION])
+    _varint(len(source), out)
+    _varint(len(target), out)
+    out += zlib.crc32(target).to_bytes(4, "big")
+    limit = min(len(source), len(target))
+    prefix = 0
+    while prefix < limit and source[prefix] == target[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and source[-1 - suffix] == target[-1 - suffix]:
+        suffix += 1
+    if prefix:
+        _copy(out, 0, prefix)
+    _middle(out, source, target, prefix, len(source) - suffix, prefix, len(target) - suffix)
+    if suffix:
+        _copy(out, len(source) - suffix, suffix)
+    return bytes(out)
+
+
+def _middle(out: bytearray, source: bytes, target: bytes, s_start: int, s_end: int, t_start: int, t_end: int) -> None:
+    """Ops for ``target[t_start:t_end]`` from ``source[s_start:s_end]``: copies of indexed blocks, inserts between."""
+    index: dict[bytes, int] = {}
+    for offset in range(s_start, min(s_end - BLOCK + 1, s_start + MAX_INDEXED * BLOCK), BLOCK):
+        index.setdefault(source[offset:offset + BLOCK], offset)
+    pending = t_start  # the first target byte no op covers yet
+    at = t_start
+    while at + BLOCK <= t_end and index:
+        found = index.get(target[at:at + BLOCK])
+        if found is None:
+            at += 1
+            continue
+        back = 0  # extend the match backwards over bytes not yet covered
+        while at - back > pending and found - back > s_start and source[found - back - 1] == target[at - back - 1]:
+            back += 1
+        length = BLOCK + back
+        start, origin = at - back, found - back
+        while start + length < t_end and origin + length < s_end and source[origin + length] == target[start + length]:
+            length += 1
+        if length >= _MIN_COPY:
+            _insert(out, target[pending:start])
+            _copy(out, origin, length)
+            pending = at = start + length
+        else:
+            at += 1
+    _insert(out, target[pending:t_end])
+
+
+def apply(delta: bytes, source: bytes) -> bytes:
+    """The target ``delta`` makes from ``source``; :class:`DeltaError` when it does not apply."""
+    if not delta:
+        raise DeltaError("empty delta")
+    if delta[0] != VERSION:
+        raise DeltaError(f"delta version {delta[0]}, not {VERSION}")
+    source_length, at = _read_varint(delta, 1)
+    target_length, at = _read_varint(delta, at)
+    if source_length != len(source):
+        raise DeltaError(f"the delta is for a source of {source_length} bytes, not {len(source)}")
+    if at + 4 > len(delta):
+        raise DeltaError("truncated delta: no checksum")
+    crc = int.from_bytes(delta[at:at + 4], "big")
+    at += 4
+    out = bytearray()
+    while at < len(delta):
+        op = delta[at]
+        at += 1
+        if op == INSERT:
+            length, at = _read_varint(delta, at)
+            if at + length > len(delta):
+                raise DeltaError(f"truncated delta: an insert of {length} bytes at byte {at}")
+            chunk = delta[at:at + length]
+            at += length
+        elif op == COPY:
+            offset, at = _read_varint(delta, at)
+            length, at = _read_varint(delta, at)
+            if offset + length > len(source):
+                raise DeltaError(f"a copy of {length} bytes from {offset} runs past the source's {len(source)}")
+            chunk = source[offset:offset + length]
+        else:
+            raise DeltaError(f"unknown delta operation {op} at byte {at - 1}")
+        if len(out) + len(chunk) > target_length:
+            raise DeltaError(f"the delta makes more than the {target_length} bytes it announces")
+        out += chunk
+    if len(out) != target_length:
+        raise DeltaError(f"the delta makes {len(out)} bytes, not the {target_length} it announces")
+    if zlib.crc32(out) != crc:
+        raise DeltaError("the delta's result fails its checksum: it was made for another source")
+    return bytes(out)
