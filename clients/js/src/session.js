@@ -99,6 +99,13 @@ function eventType(spec) {
 
 // -- a tiny event emitter (the same in browsers and Node) ---------------------------------------
 
+/** An exception a callback of the application threw: reported, and the session goes on (as the
+ * Python client logs it). Rethrowing it would end a Node process. */
+function reportCallbackError(e) {
+  if (typeof globalThis.reportError === 'function') globalThis.reportError(e);
+  else console.error('canopy-client: a callback failed:', e);
+}
+
 class Emitter {
   constructor() { this.listeners = new Map(); }
 
@@ -110,7 +117,7 @@ class Emitter {
 
   emit(name, detail) {
     for (const fn of [...(this.listeners.get(name) ?? [])]) {
-      try { fn(detail); } catch (e) { queueMicrotask(() => { throw e; }); }
+      try { fn(detail); } catch (e) { reportCallbackError(e); }
     }
   }
 }
@@ -221,7 +228,7 @@ export class Subscription {
     try {
       this.callback(event);
     } catch (e) {
-      queueMicrotask(() => { throw e; });
+      reportCallbackError(e);
     }
   }
 

@@ -75,6 +75,25 @@ test('a subscription hears topics come, change and go; unsubscribing stops it', 
   assert.equal(seen.length, heard, 'an unsubscribed subscription still heard of the topic');
 });
 
+test('a callback that throws is reported and the subscription goes on', { skip }, async () => {
+  const s = await open();
+  const p = unique('throws');
+  const seen = [];
+  const reported = [];
+  const original = console.error;
+  console.error = (...args) => reported.push(args.map(String).join(' '));
+  try {
+    await s.topics.subscribe(`>${p}/n`, (e) => { seen.push(e.value); throw new Error(`boom ${e.value}`); });
+    await s.topics.addAndSet(`${p}/n`, 1);
+    await s.topics.set(`${p}/n`, 2);
+    await until(() => seen.includes(2), 10, 'the value after the one whose callback threw', () => JSON.stringify(seen));
+  } finally {
+    console.error = original;
+  }
+  assert.deepEqual(seen, [1, 2]);
+  assert.ok(reported.some((line) => line.includes('boom 1')), reported.join('\n'));
+});
+
 test('time series: append, edit, range query, and events to subscribers', { skip }, async () => {
   const s = await open();
   const p = `${unique('series')}/ts`;
