@@ -14,7 +14,8 @@ OWNER                           non-empty text (a principal filter)
 PERSISTENT                      true, false
 PRIORITY                        low, default, high
 PUBLISH_VALUES_ONLY             true, false
-REMOVAL                         non-empty text (a removal policy)
+REMOVAL                         a removal policy (:mod:`topics.removal`), kept
+                                as written
 SCHEMA                          JSON text, nested at most
                                 :data:`~topics.types.MAX_JSON_DEPTH` deep
 TIDY_ON_UNSUBSCRIBE             true, false
@@ -25,9 +26,10 @@ TIME_SERIES_SUBSCRIPTION_RANGE  same syntax as the retained range
 VALIDATE_VALUES                 true, false
 ==============================  ===============================================
 
-OWNER and REMOVAL are checked only for being non-empty here: their
-languages (session filters, removal policies) are parsed by the features
-that act on them.
+OWNER is checked only for being non-empty here: its language (session
+filters) is parsed by the feature that acts on it. A REMOVAL policy is parsed
+here, its session filters checked only for being non-empty; ``sessions``
+checks them with its filter parser when it acts on the policy.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from topics.errors import SpecificationError, TopicTypeError
+from topics.removal import parse_policy
 from topics.types import EVENT_VALUE_TYPES, TopicType, check_json_text_depth
 
 COMPRESSION = "COMPRESSION"
@@ -238,6 +241,11 @@ def _non_empty(name: str, value: str) -> str:
     return value
 
 
+def _removal(name: str, value: str) -> str:
+    parse_policy(_non_empty(name, value))  # a RemovalPolicyError is a SpecificationError
+    return value
+
+
 def _json_text(name: str, value: str) -> str:
     try:
         check_json_text_depth(value)  # an InvalidValueError, so a ValueError
@@ -276,7 +284,7 @@ _VALIDATORS: dict[str, Callable[[str, str], str]] = {
     PERSISTENT: _boolean,
     PRIORITY: _enum(Priority),
     PUBLISH_VALUES_ONLY: _boolean,
-    REMOVAL: _non_empty,
+    REMOVAL: _removal,
     SCHEMA: _json_text,
     TIDY_ON_UNSUBSCRIBE: _boolean,
     TIME_SERIES_EVENT_VALUE_TYPE: _event_type,
