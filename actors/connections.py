@@ -50,13 +50,14 @@ from actors.http_endpoints import is_websocket
 from canopy.transport import Handler, WebSocketStream
 from sessions.collectors import SessionMetrics
 from sessions.countries import CountryTable
-from sessions.deliveries import SeriesUpdate, Subscribed, Unsubscribed, Update
+from sessions.deliveries import DeltaUpdate, SeriesUpdate, Subscribed, Unsubscribed, Update
 from sessions.incidents import IncidentLog
 from sessions.limits import Limits, PropertyLimitError
 from sessions.logins import LoginFailure, LoginGuard, VerifiedPasswords, describe_failure
 from sessions.registry import Session, SessionRegistry
 from sessions.requests import RequestError
 from sessions.security import AuthenticationFailed
+from sessions.streaming import DeltaCache, DeltaStream
 from topics.selectors import Selector
 
 log = logging.getLogger("canopy.gateway")
@@ -89,6 +90,8 @@ def to_wire(item: object) -> wire.Message | bytes:
     encoded already or not)."""
     if isinstance(item, Update):
         return wire.Value(item.alias, item.value, item.retained)
+    if isinstance(item, DeltaUpdate):
+        return wire.Delta(item.alias, item.delta)
     if isinstance(item, Subscribed):
         return wire.Subscribed(item.alias, item.path, item.type, item.properties, item.value)
     if isinstance(item, SeriesUpdate):
@@ -123,6 +126,8 @@ class _Client(Handler):
         #: the client's IP address, whether the connection counts against the limits, and
         #: why it was refused (over a limit) if it was
         self.address = ""
+        #: the topics' bases, when the client takes deltas (its HELLO said so)
+        self.deltas: DeltaStream | None = None
         self.counted = False
         self.refusal: str | None = None
 
@@ -297,6 +302,8 @@ class Connections:
         self.closed_count = 0
         #: bytes of the WebSocket sessions' frames read and written since the gateway started
         self.bytes_received = self.bytes_sent = 0
+        #: one diff per value for every session taking deltas (see :mod:`sessions.streaming`)
+        self.delta_cache = DeltaCache()
         #: the session metric collectors' counts (sessions/collectors.py)
         self.session_metrics = SessionMetrics()
         #: the plain HTTP requests' answers (/healthz, /readyz, /metrics: actors/http_endpoints.py)
@@ -382,6 +389,8 @@ class Connections:
         else:
             session, refresh = self.open(hello.properties, principal, roles, client_ip), 0
         client.session_id = session.id
+        if hello.options and hello.options.get("deltas") is True:
+            client.deltas = DeltaStream(self.delta_cache)
         self.by_session[session.id] = client
         welcome = wire.Welcome(
             wire.PROTOCOL_VERSION, session.id, dict(session.properties),
@@ -775,10 +784,13 @@ class Connections:
         if stream is None:
             return
         queue = session.queue
+        deltas = client.deltas
         while not stream.paused and len(queue):
             items = queue.take()
             if not items:
                 break
+            if deltas is not None:
+                items = deltas.outgoing(items)
             if frames is None:
                 data = wire.encode_frame([to_wire(item) for item in items])
             else:

@@ -278,6 +278,14 @@ def _traffic(gw: Any) -> list[Family]:
                received),
         Family("canopy_sent_bytes_total", "counter", "bytes of WebSocket frames and MQTT packets written to the clients",
                sent),
+        Family("canopy_delta_saved_bytes_total", "counter",
+               "bytes of values not written because the sessions were sent smaller deltas instead (delta streaming)",
+               [({}, connections.delta_cache.saved)]),
+        Family("canopy_deltas_sent_total", "counter", "values written to sessions as deltas",
+               [({}, connections.delta_cache.deltas)]),
+        Family("canopy_delta_diffs_total", "counter",
+               "deltas computed (one serves every session that had the same value before)",
+               [({}, connections.delta_cache.made)]),
     ]
 
 

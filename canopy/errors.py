@@ -21,6 +21,7 @@ handle::
     │   ├── InvalidFanoutError           INVALID_FANOUT (a fan-out connection definition)
     │   ├── InvalidRemoteServerError     INVALID_REMOTE_SERVER (a remote server definition)
     │   ├── InvalidCollectorError        INVALID_COLLECTOR (a metric collector definition)
+    │   ├── InvalidConstraintError       INVALID_CONSTRAINT (an update constraint's form)
     │   └── FrameTooLargeError           FRAME_TOO_LARGE
     ├── TimeSeriesError              TIME_SERIES_ERROR
     │   ├── TimestampOrderError          TIMESTAMP_ORDER
@@ -29,6 +30,8 @@ handle::
     ├── AuthenticationError          AUTHENTICATION_FAILED
     ├── TopicExistsMismatchError     TOPIC_EXISTS_MISMATCH
     ├── NoSuchTopicError             NO_SUCH_TOPIC
+    ├── UnsatisfiedConstraintError   UNSATISFIED_CONSTRAINT (an update's constraint did not hold)
+    ├── PatchFailedError             PATCH_FAILED (a JSON patch did not apply)
     ├── UnknownOperationError        UNKNOWN_OPERATION
     ├── ProtocolViolationError       PROTOCOL_ERROR, UNSUPPORTED_VERSION
     ├── UnavailableError             UNAVAILABLE (a partition is down)
@@ -152,6 +155,12 @@ class InvalidCollectorError(InvalidInputError):
     code = "INVALID_COLLECTOR"
 
 
+class InvalidConstraintError(InvalidInputError):
+    """An update constraint that is not well formed; the message says where (``and[1].or[0]``)."""
+
+    code = "INVALID_CONSTRAINT"
+
+
 class InvalidViewError(InvalidInputError):
     """A topic view specification that parses but is not valid (the message
     gives line, column and the offending text under a caret)."""
@@ -187,6 +196,20 @@ class TopicExistsMismatchError(CanopyError):
 
 class NoSuchTopicError(CanopyError):
     code = "NO_SUCH_TOPIC"
+
+
+class UnsatisfiedConstraintError(CanopyError):
+    """An update's constraint did not hold against the topic's current state: the update was
+    not applied. The message names the term that failed."""
+
+    code = "UNSATISFIED_CONSTRAINT"
+
+
+class PatchFailedError(CanopyError):
+    """A JSON patch could not apply to the topic's value (a ``test`` failed, a path is missing,
+    the topic has no value): nothing changed."""
+
+    code = "PATCH_FAILED"
 
 
 class UnknownOperationError(CanopyError):
@@ -272,6 +295,7 @@ _BY_CODE: dict[str, type[CanopyError]] = {
         InvalidFanoutError,
         InvalidRemoteServerError,
         InvalidCollectorError,
+        InvalidConstraintError,
         ViewSyntaxError,
         ReferenceTopicError,
         PermissionDeniedError,
@@ -281,6 +305,8 @@ _BY_CODE: dict[str, type[CanopyError]] = {
         UnknownSequenceError,
         TopicExistsMismatchError,
         NoSuchTopicError,
+        UnsatisfiedConstraintError,
+        PatchFailedError,
         UnknownOperationError,
         ProtocolViolationError,
         UnavailableError,

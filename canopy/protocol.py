@@ -11,7 +11,8 @@ code   message         fields after the code
 =====  ==============  ======================================================
 0      HELLO           version, principal (str|nil), password (str|nil),
                        properties (map str→str), resume ([session
-                       id, resume token] | nil; may be left out)    c → s
+                       id, resume token] | nil; may be left out),
+                       options (map str→any; may be left out)      c → s
 1      WELCOME         version, session id, session properties (map),
                        max frame size (int), OpenAjax root (str),
                        max messages per frame (int), resume token
@@ -29,6 +30,7 @@ code   message         fields after the code
                        value (bin), original sequence|nil, original
                        timestamp|nil, original author|nil            s → c
 10     NOTIFY          kind (str), body (any)                        s → c
+11     DELTA           topic alias, delta (bin)                      s → c
 =====  ==============  ======================================================
 
 The first frame from the client must hold exactly one HELLO; the server
@@ -45,6 +47,23 @@ end it for what the client did; ``CLOSED_BY_CLIENT_CONTROL`` says another
 session closed it (``session_close``: the client must not reconnect);
 ``SERVER_SHUTDOWN`` says the gateway stops (the session is gone; a client may
 open a new one, there or elsewhere).
+
+*Delta streaming.* A HELLO whose options say ``deltas`` (true) lets the
+server send a DELTA instead of a VALUE: the binary difference between the
+topic's value the client was last sent (by SUBSCRIBED, VALUE or DELTA, its
+*basis*) and the new value, which the client applies to its basis to get the
+value, that then becomes the basis. The server does it for STRING, JSON and
+BINARY topics without PUBLISH_VALUES_ONLY, for a retained value of at least
+64 bytes whose delta is smaller than the value; everything else still comes
+as a VALUE. A delta is (all numbers unsigned LEB128 varints) one version byte
+(1), the basis's length, the value's length, the value's CRC-32 (4 bytes,
+big-endian), then operations: ``0x00 length bytes`` inserts the bytes,
+``0x01 offset length`` copies that many bytes of the basis from the offset
+(see :mod:`topics.deltas`). A client that finds a delta does not apply (a
+wrong basis length, an operation outside the basis, a length or checksum
+that does not match) must not guess: it fetches the topic's value and goes
+on from that value as its basis. Deltas apply only within one connection:
+after a resume the refresh's SUBSCRIBEDs give every basis again.
 
 NOTIFY tells the session of something it asked to hear of, outside any
 request. The one kind so far is ``missing_topic``: a subscription or fetch
@@ -90,6 +109,29 @@ subscribers without keeping it as the topic's value; ``attributes`` (bytes, defa
 empty) go with the value to the subscribers that understand them (MQTT 5 ones: the
 publish's message properties) and are never kept.
 
+*Update constraints.* ``set`` and ``json_patch`` take an optional
+``constraint``: the update applies only if it holds against the topic as it
+is, checked by the topic's partition in the same step as the update;
+otherwise the request fails ``UNSATISFIED_CONSTRAINT`` (naming the term that
+failed) and nothing changes. A constraint is an array (see
+:mod:`topics.constraints`): ``["value_equals", data, raw]`` (the topic's
+value is that value, compared as stored), ``["no_value"]`` (a topic without a
+value), ``["no_topic"]`` (no topic at the path; with ``add_if_missing``, add
+only if absent), ``["locked", lock name, sequence]`` (the session holds that
+session lock; there are no session locks yet, so this never holds),
+``["json_with_value", pointer, data]`` (a JSON topic whose value has, at the
+RFC 6901 pointer, the JSON value ``data`` encodes as one CBOR item, compared
+as CBOR bytes), ``["json_without_value", pointer]`` (a JSON topic whose value
+has nothing at the pointer), ``["and", [constraint...]]`` and ``["or",
+[constraint...]]``: at most 8 levels deep, 64 terms, pointers of 1,024
+characters. A malformed one is ``INVALID_CONSTRAINT``, naming where (such as
+``and[1].or[0]``). ``json_patch`` applies an RFC 6902 patch to a JSON topic's
+value in one step (``test`` compares CBOR bytes, so member order and number
+types matter): a patch that is not one is ``INVALID_VALUE``, one that cannot
+apply (a failed ``test``, a missing path, no value) ``PATCH_FAILED``, and
+either changes nothing; it needs UPDATE_TOPIC, and the result is delivered
+as any new value.
+
 Operations and their arguments (results in the RESPONSE):
 
 ==============  ===============================================  ==================
@@ -97,7 +139,9 @@ operation       args                                             result
 ==============  ===============================================  ==================
 add             path, type, properties (map|nil)                 "CREATED"|"EXISTS"
 set             path, data, raw, type (str|nil), add_if_missing, "CREATED"|nil
-                retain, attributes
+                retain, attributes, constraint (array|nil)
+json_patch      path, patch (JSON text|array), constraint        nil
+                (array|nil)
 remove          selector                                         topics removed
 fetch           selector, with_values, with_properties,          [[path, type,
                 types (array|nil), limit (int|nil)               props|nil, value|nil,
@@ -262,10 +306,10 @@ import msgpack
 
 PROTOCOL_VERSION = 3  # 2: WELCOME says how many messages a frame may carry; 3: sessions resume
 FRAME_OVERHEAD = 5  # the largest msgpack array header
-HELLO, WELCOME, REQUEST, RESPONSE, ERROR, SUBSCRIBED, VALUE, UNSUBSCRIBED, CLOSE, EVENT, NOTIFY = range(11)
+HELLO, WELCOME, REQUEST, RESPONSE, ERROR, SUBSCRIBED, VALUE, UNSUBSCRIBED, CLOSE, EVENT, NOTIFY, DELTA = range(12)
 OPERATIONS = frozenset(
     {
-        "add", "set", "remove", "fetch", "subscribe", "unsubscribe",
+        "add", "set", "json_patch", "remove", "fetch", "subscribe", "unsubscribe",
         "append", "edit", "range_query",
         "security_get", "security_update",
         "tree_put", "tree_get", "tree_list", "tree_remove",
@@ -340,6 +384,8 @@ class Hello(NamedTuple):
     password: str | None
     properties: dict[str, str]
     resume: Resume | None = None
+    #: what the client understands beyond the base protocol: ``deltas`` (bool)
+    options: dict[str, Any] | None = None
 
 
 class Welcome(NamedTuple):
@@ -443,7 +489,16 @@ class Malformed:
     reason: str
 
 
-Message = Hello | Welcome | Request | Response | Error | Subscribed | Value | Unsubscribed | Close | Event | Notify
+class Delta(NamedTuple):
+    """A new value of a subscribed topic as a delta from the client's basis (:mod:`topics.deltas`)."""
+
+    alias: int
+    delta: bytes
+
+
+Message = (
+    Hello | Welcome | Request | Response | Error | Subscribed | Value | Unsubscribed | Close | Event | Notify | Delta
+)
 
 # -- encoding ----------------------------------------------------------------
 
@@ -464,7 +519,7 @@ def frame(messages: list[bytes]) -> bytes:
 _CODES: dict[type[Any], int] = {
     Hello: HELLO, Welcome: WELCOME, Request: REQUEST, Response: RESPONSE, Error: ERROR,
     Subscribed: SUBSCRIBED, Value: VALUE, Unsubscribed: UNSUBSCRIBED, Close: CLOSE, Event: EVENT,
-    Notify: NOTIFY,
+    Notify: NOTIFY, Delta: DELTA,
 }
 
 
@@ -474,6 +529,8 @@ def _fields(message: Message) -> list[Any]:
         raise TypeError(f"not a protocol message: {message!r}")
     if code == VALUE and message.retained:  # type: ignore[union-attr]
         return [VALUE, message[0], message[1]]  # the common value: its default stays off the wire
+    if code == HELLO and message.options is None:  # type: ignore[union-attr]
+        return [code, *message[:-1]]
     return [code, *message]
 
 
@@ -533,7 +590,7 @@ def _str_map(value: Any, what: str) -> dict[str, str]:
 
 
 _ARITY = {
-    HELLO: 6,
+    HELLO: 7,
     WELCOME: 10,
     REQUEST: 4,
     RESPONSE: 3,
@@ -544,6 +601,7 @@ _ARITY = {
     CLOSE: 3,
     EVENT: 9,
     NOTIFY: 3,
+    DELTA: 3,
 }
 
 
@@ -558,7 +616,7 @@ def _decode_one(item: Any) -> Message:
         # another version's handshake: only its version is read, so that the answer can say so
         return Hello(item[1], None, None, {}) if code == HELLO else Welcome(item[1], "", {}, 0, "")
     if len(item) != arity and not (
-        (code == HELLO and len(item) == arity - 1)  # a HELLO may leave out resume
+        (code == HELLO and arity - 2 <= len(item) < arity)  # a HELLO may leave out options, and resume
         or (code == VALUE and len(item) == arity + 1)  # a VALUE not retained says so
     ):
         raise ValueError(f"message type {code} has {arity - 1} fields, got {len(item) - 1}")
@@ -603,6 +661,7 @@ def _decode_one(item: Any) -> Message:
             _expect(item[3], (str, type(None)), "password"),
             _str_map(item[4], "properties"),
             _resume(item[5] if len(item) > 5 else None),
+            _options(item[6] if len(item) > 6 else None),
         )
     if code == WELCOME:
         refresh = _expect(item[9], int, "refresh")
@@ -632,7 +691,21 @@ def _decode_one(item: Any) -> Message:
         )
     if code == NOTIFY:
         return Notify(_expect(item[1], str, "kind"), item[2])
+    if code == DELTA:
+        return Delta(_expect(item[1], int, "alias"), _expect(item[2], bytes, "delta"))
     return Close(_expect(item[1], str, "code"), _expect(item[2], str, "message"))
+
+
+#: at most this many options in a HELLO
+MAX_OPTIONS = 16
+
+
+def _options(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) > MAX_OPTIONS or not all(type(k) is str for k in value):
+        raise ValueError(f"options must be a map of at most {MAX_OPTIONS} names")
+    return value
 
 
 def _resume(value: Any) -> Resume | None:
@@ -734,9 +807,12 @@ class ClientProtocol:
         password: str | None = None,
         properties: dict[str, str] | None = None,
         resume: Resume | None = None,
+        options: dict[str, Any] | None = None,
     ) -> bytes:
-        """The HELLO frame; with ``resume``, it asks to resume that session."""
-        return frame([encode(Hello(PROTOCOL_VERSION, principal, password, dict(properties or {}), resume))])
+        """The HELLO frame; with ``resume``, it asks to resume that session; ``options`` say
+        what the client understands (``{"deltas": True}``: send DELTA messages)."""
+        hello = Hello(PROTOCOL_VERSION, principal, password, dict(properties or {}), resume, options)
+        return frame([encode(hello)])
 
     def discard(self) -> None:
         """Drop the requests queued and not yet sent (their connection is gone);

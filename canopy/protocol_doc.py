@@ -16,7 +16,7 @@ from canopy import protocol
 
 #: the message types in code order, as the tables name them
 MESSAGES = ("HELLO", "WELCOME", "REQUEST", "RESPONSE", "ERROR", "SUBSCRIBED", "VALUE", "UNSUBSCRIBED",
-            "CLOSE", "EVENT", "NOTIFY")
+            "CLOSE", "EVENT", "NOTIFY", "DELTA")
 
 
 def render() -> str:
@@ -26,7 +26,7 @@ def render() -> str:
         "",
         "<!-- generated from canopy/protocol.py by `python -m canopy.protocol_doc`; do not edit -->",
         "",
-        "What the Python client (`canopy/client.py`), the JavaScript client (`clients/js/`) and every",
+        "What the Python client (`canopy/client/`), the JavaScript client (`clients/js/`) and every",
         "gateway speak over WebSocket. The tables below are checked against both clients' code by",
         "their tests; the description after them is `canopy/protocol.py`'s.",
         "",

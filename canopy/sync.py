@@ -40,8 +40,10 @@ from canopy.client import (
     Session,
     Subscription,
     TopicEvent,
+    UpdateStream,
     connect,
 )
+from topics.constraints import Constraint
 from topics.selectors import Selector
 from topics.types import TopicType
 
@@ -115,13 +117,24 @@ class SyncTopics:
 
     def set(
         self, path: str, value: Any, type: TopicType | str | None = None, *, add_if_missing: bool = False,
-        retain: bool = True,
+        retain: bool = True, constraint: Constraint | None = None,
     ) -> None:
-        self._r.run(
-            _in_loop(self._s.topics.set, path, value, type, add_if_missing=add_if_missing, retain=retain), self._t)
+        self._r.run(_in_loop(self._s.topics.set, path, value, type, add_if_missing=add_if_missing, retain=retain,
+                             constraint=constraint), self._t)
 
-    def add_and_set(self, path: str, value: Any, type: TopicType | str | None = None) -> None:
-        self._r.run(_in_loop(self._s.topics.add_and_set, path, value, type), self._t)
+    def add_and_set(
+        self, path: str, value: Any, type: TopicType | str | None = None, *, constraint: Constraint | None = None
+    ) -> None:
+        self._r.run(_in_loop(self._s.topics.add_and_set, path, value, type, constraint=constraint), self._t)
+
+    def apply_json_patch(self, path: str, patch: Any, constraint: Constraint | None = None) -> None:
+        self._r.run(_in_loop(self._s.topics.apply_json_patch, path, patch, constraint), self._t)
+
+    def update_stream(
+        self, path: str, type: TopicType | str, constraint: Constraint | None = None, *, add_if_missing: bool = False
+    ) -> SyncUpdateStream:
+        stream = self._s.topics.update_stream(path, type, constraint, add_if_missing=add_if_missing)
+        return SyncUpdateStream(self._r, stream, self._t)
 
     def remove(self, selector: str | Selector) -> int:
         return self._r.run(self._s.topics.remove(selector), self._t)
@@ -142,6 +155,23 @@ class SyncTopics:
 
     def unsubscribe(self, selector: str | Selector) -> None:
         self._r.run(self._s.topics.unsubscribe(selector), self._t)
+
+
+class SyncUpdateStream:
+    """Blocking form of :class:`canopy.client.UpdateStream`."""
+
+    def __init__(self, runner: _Loop, stream: UpdateStream, timeout: float | None) -> None:
+        self._r, self._stream, self._t = runner, stream, timeout
+
+    def set(self, value: Any) -> None:
+        self._r.run(_in_loop(self._stream.set, value), self._t)
+
+    def get(self) -> Any:
+        return self._stream.get()
+
+    @property
+    def validated(self) -> bool:
+        return self._stream.validated
 
 
 class SyncTimeSeries:
@@ -277,16 +307,17 @@ def connect_sync(
     ca_file: str | os.PathLike[str] | None = None,
     reconnect_timeout: float = 60.0,
     retry_delay: float = 0.5,
+    deltas: bool = True,
 ) -> SyncSession:
     """Open a blocking session (see the module docstring; ``url`` (one or a
-    list), ``ca_file``, ``reconnect_timeout`` and ``retry_delay`` as for
+    list), ``ca_file``, ``reconnect_timeout``, ``retry_delay`` and ``deltas`` as for
     :func:`canopy.connect`)."""
     runner = _Loop()
 
     async def open_session() -> Session:
         return await connect(
             url, principal, password, properties, hub_root=hub_root, ca_file=ca_file,
-            reconnect_timeout=reconnect_timeout, retry_delay=retry_delay,
+            reconnect_timeout=reconnect_timeout, retry_delay=retry_delay, deltas=deltas,
         )
 
     try:

@@ -121,9 +121,10 @@ MATRIX: Mapping[str, Rule] = {
     # topics
     "add": Rule(("path", "type", "properties"), 2, (_at(Where.PATH, P.MODIFY_TOPIC),)),
     "set": Rule(
-        ("path", "value", "raw", "type", "add_if_missing", "retain", "attributes"), 3, (_at(Where.PATH, P.UPDATE_TOPIC),),
-        "and MODIFY_TOPIC on the path when add_if_missing",
+        ("path", "value", "raw", "type", "add_if_missing", "retain", "attributes", "constraint"), 3,
+        (_at(Where.PATH, P.UPDATE_TOPIC),), "and MODIFY_TOPIC on the path when add_if_missing",
     ),
+    "json_patch": Rule(("path", "patch", "constraint"), 2, (_at(Where.PATH, P.UPDATE_TOPIC),)),
     "remove": Rule(
         ("selector",), 1, (_at(Where.SELECTED_PATH, P.MODIFY_TOPIC),),
         "a selector naming more than one path removes only the topics the session may modify",

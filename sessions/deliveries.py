@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from topics.timeseries import Event
 
-__all__ = ["Delivery", "SeriesUpdate", "Subscribed", "Unsubscribed", "Update", "size_of"]
+__all__ = ["Delivery", "DeltaUpdate", "SeriesUpdate", "Subscribed", "Unsubscribed", "Update", "size_of"]
 
 
 class Subscribed(NamedTuple):
@@ -45,6 +45,16 @@ class Update(NamedTuple):
     mark: tuple[int, int] | None = None
 
 
+class DeltaUpdate(NamedTuple):
+    """A new value of a subscribed topic as a delta from the value the session was last sent
+    (made only when a session's deliveries are written: see :mod:`sessions.streaming`)."""
+
+    alias: int
+    delta: bytes
+    #: the whole value's length
+    size: int
+
+
 class SeriesUpdate(NamedTuple):
     """A time series event (or an edit) of a subscribed TIME_SERIES topic."""
 
@@ -58,13 +68,15 @@ class Unsubscribed(NamedTuple):
     reason: str
 
 
-Delivery = Subscribed | Update | SeriesUpdate | Unsubscribed
+Delivery = Subscribed | Update | DeltaUpdate | SeriesUpdate | Unsubscribed
 
 
 def size_of(item: object) -> int:
     """About how many bytes a queued item takes on the wire (for framing)."""
     if isinstance(item, Update):
         return len(item.value) + len(item.attributes) + 8
+    if isinstance(item, DeltaUpdate):
+        return len(item.delta) + 8
     if isinstance(item, SeriesUpdate):
         return len(item.event.value) + len(item.event.author) + 32
     if isinstance(item, Subscribed):

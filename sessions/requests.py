@@ -19,6 +19,7 @@ Permissions, per the security model:
 add, remove        MODIFY_TOPIC on each topic path (remove skips topics
                    without it)
 set                UPDATE_TOPIC (and MODIFY_TOPIC when it may create)
+json_patch         UPDATE_TOPIC
 subscribe, fetch   SELECT_TOPIC on the selector's path prefix; only
                    topics with READ_TOPIC on their *session* path show
 append             UPDATE_TOPIC
@@ -39,6 +40,7 @@ session_close      VIEW_SESSION and MODIFY_SESSION
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,16 +48,19 @@ from sessions.filters import parse_filter
 from sessions.registry import SessionRegistry
 from sessions.security import GlobalPermission, PathPermission, PermissionDenied, SecurityStore
 from sessions.trees import BranchMappingTable
+from topics.constraints import NO_LOCKS, Constraint, LockLookup, decide_locks, from_wire
 from topics.errors import InvalidValueError
-from topics.protocol import AddTopic, AppendEvent, EditEvent, FetchTopics, QueryEvents, SetValue
+from topics.patch import PatchSyntaxError, parse_patch
+from topics.pointer import nests_deeper_than
+from topics.protocol import AddTopic, AppendEvent, EditEvent, FetchTopics, PatchJson, QueryEvents, SetValue
 from topics.selectors import Selector
 from topics.specification import TopicSpecification
-from topics.types import TEXT, TopicType
+from topics.types import MAX_JSON_DEPTH, TEXT, TopicType
 
 __all__ = [
     "FetchPlan", "RemovePlan", "RequestError", "add_topic", "append_event", "edit_event", "expect",
-    "fetch_plan", "property_changes", "query_events", "remove_plan", "security_commands", "selector",
-    "session_target", "set_value", "tree_branch", "tree_table",
+    "fetch_plan", "json_patch", "property_changes", "query_events", "remove_plan", "security_commands", "selector",
+    "session_target", "set_value", "tree_branch", "tree_table", "update_constraint",
 ]
 
 P, G = PathPermission, GlobalPermission
@@ -98,12 +103,14 @@ def add_topic(r: SessionRegistry, sid: str, path: Any, type_name: Any, propertie
 
 def set_value(
     r: SessionRegistry, sid: str, path: Any, data: Any, raw: Any, type_name: Any = None,
-    add_if_missing: Any = False, retain: Any = True, attributes: Any = b"", *, max_size: int,
+    add_if_missing: Any = False, retain: Any = True, attributes: Any = b"", constraint: Any = None, *,
+    max_size: int, locks: LockLookup = NO_LOCKS,
 ) -> SetValue:
     """A set request checked: ``raw`` is the value's form (true: raw bytes, false: one CBOR
     item, ``"text"``: text, as MQTT carries it); ``retain`` false delivers the value without
-    keeping it; ``attributes`` are delivered with it, opaque, never kept (see
-    :meth:`topics.store.TopicStore.set`)."""
+    keeping it; ``attributes`` are delivered with it, opaque, never kept; ``constraint`` (the
+    wire form of :mod:`topics.constraints`, or nil) must hold for the set to apply (see
+    :meth:`topics.store.TopicStore.set`; its ``locked`` terms are decided here, by ``locks``)."""
     path = r.limits.path(path)
     expect(data, bytes, "value")
     if raw != TEXT:
@@ -118,7 +125,43 @@ def set_value(
     if add_if_missing:
         r.check(sid, P.MODIFY_TOPIC, path)
     author = r.sessions[sid].principal if raw == TEXT else ""
-    return SetValue(path, data, raw, type_name, add_if_missing, retain, author, attributes)
+    checked = update_constraint(constraint, locks)
+    return SetValue(path, data, raw, type_name, add_if_missing, retain, author, attributes, checked)
+
+
+def update_constraint(wire: Any, locks: LockLookup = NO_LOCKS) -> Constraint | None:
+    """An update constraint a client gave (its wire form, or nil), read and with its ``locked``
+    terms decided by ``locks``: what the partition is to evaluate (``None``: nothing).
+    :class:`~topics.errors.ConstraintError` (``INVALID_CONSTRAINT``) for a malformed one,
+    :class:`~topics.errors.UnsatisfiedConstraintError` for one its locks already fail."""
+    if wire is None:
+        return None
+    return decide_locks(from_wire(wire), locks)
+
+
+def json_patch(
+    r: SessionRegistry, sid: str, path: Any, patch: Any, constraint: Any = None, *,
+    max_size: int, locks: LockLookup = NO_LOCKS,
+) -> PatchJson:
+    """A JSON patch request checked: ``patch`` is RFC 6902 JSON text, or the array of operations
+    itself (sent as JSON text to the partition); ``constraint`` as for :func:`set_value`. Patch
+    text that is not a patch is :class:`~topics.errors.InvalidValueError` naming the operation."""
+    path = r.limits.path(path)
+    if isinstance(patch, list):
+        if nests_deeper_than(patch, MAX_JSON_DEPTH):
+            raise InvalidValueError(f"invalid JSON patch: it nests deeper than {MAX_JSON_DEPTH} levels")
+        try:
+            patch = json.dumps(patch, allow_nan=False, ensure_ascii=False)
+        except (TypeError, ValueError) as e:
+            raise InvalidValueError(f"invalid JSON patch: not a JSON value ({e})") from None
+    text = expect(patch, str, "patch")
+    if len(text) > max_size:
+        raise InvalidValueError("JSON patch larger than the maximum frame size")
+    try:
+        parse_patch(text)
+    except PatchSyntaxError as e:
+        raise InvalidValueError(f"invalid JSON patch: {e}") from None
+    return PatchJson(path, text, update_constraint(constraint, locks))
 
 
 @dataclass(frozen=True)

@@ -84,18 +84,48 @@ def diff(source: bytes, target: bytes) -> bytes:
     _varint(len(target), out)
     out += zlib.crc32(target).to_bytes(4, "big")
     limit = min(len(source), len(target))
-    prefix = 0
-    while prefix < limit and source[prefix] == target[prefix]:
-        prefix += 1
-    suffix = 0
-    while suffix < limit - prefix and source[-1 - suffix] == target[-1 - suffix]:
-        suffix += 1
+    prefix = _common_prefix(source, target, limit)
+    suffix = _common_suffix(source, target, limit - prefix)
     if prefix:
         _copy(out, 0, prefix)
     _middle(out, source, target, prefix, len(source) - suffix, prefix, len(target) - suffix)
     if suffix:
         _copy(out, len(source) - suffix, suffix)
     return bytes(out)
+
+
+def _common_prefix(a: bytes, b: bytes, limit: int) -> int:
+    """How many leading bytes ``a`` and ``b`` share (at most ``limit``): a binary search
+    over slice comparisons, so the bytes are compared in C, not one by one in Python."""
+    low, high = 0, limit  # a[:low] == b[:low]; a[:high + 1] != b[:high + 1] unless high == limit
+    if a[:limit] == b[:limit]:
+        return limit
+    while high - low > 4:
+        middle = (low + high) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle
+    while low < high and a[low] == b[low]:
+        low += 1
+    return low
+
+
+def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
+    """How many trailing bytes ``a`` and ``b`` share (at most ``limit``)."""
+    la, lb = len(a), len(b)
+    if a[la - limit:] == b[lb - limit:]:
+        return limit
+    low, high = 0, limit
+    while high - low > 4:
+        middle = (low + high) // 2
+        if a[la - middle:la - low] == b[lb - middle:lb - low]:
+            low = middle
+        else:
+            high = middle
+    while low < high and a[la - low - 1] == b[lb - low - 1]:
+        low += 1
+    return low
 
 
 def _middle(out: bytearray, source: bytes, target: bytes, s_start: int, s_end: int, t_start: int, t_end: int) -> None:

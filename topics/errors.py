@@ -15,6 +15,9 @@ that only care about "the input was bad" can catch one type::
     ├── TopicConflictError    a path is already bound to a topic with another specification
     ├── NoSuchTopicError      no topic is bound to the path
     ├── ReferenceTopicError   the path is bound to a (read-only) reference topic of a view
+    ├── ConstraintError       an update constraint's wire form is malformed
+    ├── UnsatisfiedConstraintError  an update's constraint does not hold: nothing changed
+    ├── PatchFailedError      a JSON patch cannot apply to the topic's value: nothing changed
     └── TimeSeriesError
         ├── TimestampOrderError   an event timestamp goes backwards
         ├── UnknownSequenceError  an edit refers to no retained original event
@@ -165,6 +168,32 @@ class ReferenceTopicError(TopicModelError):
     """The path is bound to a reference topic, which only its view may change."""
 
     code = "REFERENCE_TOPIC"
+
+
+class ConstraintError(TopicModelError):
+    """An update constraint's wire form is malformed; ``where`` names the offending term
+    (``"and[1].or[0]"``; ``""`` for the whole constraint) and ``reason`` what is wrong."""
+
+    code = "INVALID_CONSTRAINT"
+
+    def __init__(self, where: str, reason: str) -> None:
+        self.where = where
+        self.reason = reason
+        super().__init__(f"invalid update constraint{f' at {where}' if where else ''}: {reason}")
+
+
+class UnsatisfiedConstraintError(TopicModelError):
+    """An update's constraint does not hold against the topic's current state; the update
+    was not applied. The message names the term that failed."""
+
+    code = "UNSATISFIED_CONSTRAINT"
+
+
+class PatchFailedError(TopicModelError):
+    """A well-formed JSON patch cannot apply to the topic's current value (a ``test``
+    operation fails, a path does not exist, the topic has no value); nothing changed."""
+
+    code = "PATCH_FAILED"
 
 
 def excerpt(text: str, line: int, column: int) -> str:

@@ -40,6 +40,7 @@ operation              ``Ok`` payload
 =====================  ================================================
 :class:`AddTopic`      ``"CREATED"`` or ``"EXISTS"``
 :class:`SetValue`      ``"CREATED"`` or ``None``
+:class:`PatchJson`     ``None``
 :class:`RemoveTopics`  number of topics removed
 :class:`FetchTopics`   list of :class:`TopicRow`, sorted by path
 :class:`Register`      ``None`` (a snapshot follows as events)
@@ -64,12 +65,15 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from topics import constraints
+from topics.constraints import Constraint
+from topics.errors import ConstraintError
 from topics.timeseries import Event
 
 __all__ = [
     "AddTopic", "Added", "AppendEvent", "Appended", "Batch", "Changed", "CountTopics", "Done", "EditEvent",
     "EditMeta", "End", "EventMeta", "Events", "Failed", "FetchTopics", "Follow", "FrameReader", "Hello", "MOVED", "Ok",
-    "Prime", "ProtocolError", "QueryAnswer", "QueryEvents", "RefDrop", "RefDropView", "RefEvent", "RefPut",
+    "PatchJson", "Prime", "ProtocolError", "QueryAnswer", "QueryEvents", "RefDrop", "RefDropView", "RefEvent", "RefPut",
     "RefReserve", "Register", "Removed", "RemoveTopics", "Replicate", "Replicated", "SetValue", "Snapshot",
     "Superseded",
     "TopicRow", "Unregister",
@@ -113,6 +117,17 @@ class SetValue(NamedTuple):
     #: opaque bytes delivered with the value to the subscribers, never stored (an MQTT 5
     #: publish's message properties: response topic, correlation data, user properties ...)
     attributes: bytes = b""
+    #: applied only when this holds against the topic as it is (:mod:`topics.constraints`)
+    constraint: Constraint | None = None
+
+
+class PatchJson(NamedTuple):
+    """Apply an RFC 6902 patch (JSON text) to a JSON topic's value, when ``constraint`` (if
+    any) holds (:meth:`topics.store.TopicStore.patch`)."""
+
+    path: str
+    patch: str
+    constraint: Constraint | None = None
 
 
 class RemoveTopics(NamedTuple):
@@ -222,21 +237,31 @@ class CountTopics(NamedTuple):
 
 Operation = (
     AddTopic | SetValue | RemoveTopics | FetchTopics | Register | Unregister | AppendEvent | EditEvent
-    | QueryEvents | RefPut | RefReserve | RefDrop | RefDropView | ReadRecent | CountTopics
+    | QueryEvents | RefPut | RefReserve | RefDrop | RefDropView | ReadRecent | CountTopics | PatchJson
 )
 
 _OPERATIONS: tuple[type[Any], ...] = (
     AddTopic, SetValue, RemoveTopics, FetchTopics, Register, Unregister, AppendEvent, EditEvent,
-    QueryEvents, RefPut, RefReserve, RefDrop, RefDropView, ReadRecent, CountTopics,
+    QueryEvents, RefPut, RefReserve, RefDrop, RefDropView, ReadRecent, CountTopics, PatchJson,
 )
 _OP_CODE: dict[type[Any], int] = {cls: code for code, cls in enumerate(_OPERATIONS, 1)}
 _SET = _OP_CODE[SetValue]
+_PATCH = _OP_CODE[PatchJson]
 
 
 def encode_operation(op: Operation) -> list[Any]:
-    if type(op) is SetValue and op.retain and not op.author and not op.attributes:
-        return [_SET, *op[:5]]  # the common set: its defaults stay off the wire
-    return [_OP_CODE[type(op)], *op]
+    kind = type(op)
+    if kind is SetValue:
+        assert isinstance(op, SetValue)
+        if op.constraint is not None:
+            return [_SET, *op[:-1], constraints.to_wire(op.constraint)]
+        if op.retain and not op.author and not op.attributes:
+            return [_SET, *op[:5]]  # the common set: its defaults stay off the wire
+        return [_SET, *op[:-1]]
+    if kind is PatchJson:
+        assert isinstance(op, PatchJson)
+        return [_PATCH, op.path, op.patch, constraints.to_wire(op.constraint) if op.constraint is not None else None]
+    return [_OP_CODE[kind], *op]
 
 
 def decode_operation(item: Any) -> Operation:
@@ -248,6 +273,11 @@ def decode_operation(item: Any) -> Operation:
         if not isinstance(event, list) or len(event) != 3:
             raise ProtocolError(f"a reference topic event is [value, timestamp, author], got {event!r}")
         op = op._replace(event=RefEvent(*event))
+    elif (cls is SetValue or cls is PatchJson) and op.constraint is not None:
+        try:
+            op = op._replace(constraint=constraints.from_wire(op.constraint))
+        except ConstraintError as e:
+            raise ProtocolError(str(e)) from None
     return op  # type: ignore[no-any-return]
 
 

@@ -37,6 +37,11 @@ fails when its selector names one path, a reference topic).
 bytes. A topic with DONT_RETAIN_VALUE keeps no value: updates are delivered
 but snapshots and fetches carry none.
 
+Conditional updates: a set (and a JSON patch, :meth:`TopicStore.patch`) may carry an update
+constraint (:mod:`topics.constraints`), evaluated against the topic as it is in the same step
+as the update; when it does not hold the operation fails ``UNSATISFIED_CONSTRAINT`` and nothing
+changes. A patch's result is recorded and announced as a set of that value would be.
+
 Durability (:mod:`topics.changes`): a store made with ``record_changes=True``
 records every change it applies to a persistent topic (PERSISTENT not
 ``false``; never a reference topic) until :meth:`TopicStore.drain_changes`
@@ -66,6 +71,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from topics import constraints
 from topics import types as values
 from topics.changes import (
     Change,
@@ -77,14 +83,17 @@ from topics.changes import (
     ValueSet,
     persistent_only,
 )
+from topics.constraints import Constraint, Current
 from topics.errors import (
     InvalidValueError,
     NoSuchTopicError,
     NotEventAuthorError,
+    PatchFailedError,
     RangeQueryError,
     ReferenceTopicError,
     TopicModelError,
 )
+from topics.patch import PatchFailed, PatchSyntaxError, apply_patch, parse_patch
 from topics.selectors import Selector, parse_selector
 from topics.specification import TopicSpecification
 from topics.sublist import SubscriptionIndex
@@ -111,6 +120,7 @@ from topics.protocol import (
     FetchTopics,
     Ok,
     Operation,
+    PatchJson,
     QueryAnswer,
     QueryEvents,
     ReadRecent,
@@ -233,8 +243,10 @@ class TopicStore:
         self.references: dict[str, int] = {}
         self._handlers: dict[type[Any], Callable[[str, Any], Any]] = {
             SetValue: lambda _, op: self.set(
-                op.path, op.data, op.raw, op.type, op.add_if_missing, op.retain, op.author, op.attributes
+                op.path, op.data, op.raw, op.type, op.add_if_missing, op.retain, op.author, op.attributes,
+                op.constraint,
             ),
+            PatchJson: lambda _, op: self.patch(op.path, op.patch, op.constraint),
             AddTopic: lambda _, op: self.add(op.path, op.type, op.properties),
             RemoveTopics: lambda _, op: self.remove(op.selector),
             FetchTopics: lambda _, op: self.fetch(op.selector, op.with_values, op.with_properties, op.types, op.limit),
@@ -406,6 +418,7 @@ class TopicStore:
         retain: bool = True,
         author: str = "",
         attributes: bytes = b"",
+        constraint: Constraint | None = None,
     ) -> str | None:
         """Set the value of the topic at ``path`` (adding a topic of ``type_name``, else of
         the type the value suggests, when ``add_if_missing``).
@@ -420,13 +433,17 @@ class TopicStore:
         the topic keeps the value it had (a topic added for it has none). ``attributes`` go
         with the value's :class:`Changed` event, opaque, and are kept with a retained value
         (:attr:`attributes`: registrations' snapshots carry them; so do the journal and the
-        backup) until a value without them replaces it."""
+        backup) until a value without them replaces it. With a ``constraint`` nothing happens
+        unless it holds against the topic as it is (:class:`~topics.errors.UnsatisfiedConstraintError`
+        otherwise): ``no_topic`` with ``add_if_missing`` adds the topic only if none is there."""
         if not isinstance(data, (bytes, bytearray)):
             raise InvalidValueError(f"a value travels as bytes, got {type(data).__name__}")
         text = raw == values.TEXT
         wanted = TopicType.parse(type_name) if type_name is not None else None
         self._writable(path)
         topic = self.tree.get(path)
+        if constraint is not None:
+            constraints.check(constraint, self._current(topic))
         created = False
         if topic is None:
             if not add_if_missing:
@@ -451,8 +468,8 @@ class TopicStore:
                     f"topic {topic.path!r} is a TIME_SERIES topic: append events instead of setting a value"
                 )
             stored = _accepted(spec.type, data, raw)
-        changes = self._changes
         if created:
+            changes = self._changes
             kept = stored if retain else None
             if kept is not None:
                 self._store(topic, kept, attributes)
@@ -471,14 +488,60 @@ class TopicStore:
         if not retain:
             self._message(topic.path, Changed(topic.path, stored, False, attributes))
             return None
+        self._changed(topic, stored, attributes)
+        return None
+
+    def _changed(self, topic: Topic, stored: bytes, attributes: bytes = b"") -> None:
+        """Make ``stored`` the value of ``topic`` (a topic already there): kept, recorded, announced."""
+        spec = topic.specification
         self._store(topic, stored, attributes)
+        changes = self._changes
         if changes is not None:
             if spec.persistent:
                 changes.append(ValueSet(topic.path, spec.type.value, stored, attributes))
             else:
                 self._record(ValueSet(topic.path, spec.type.value, stored, attributes), False)
         self._message(topic.path, Changed(topic.path, stored, True, attributes) if attributes else Changed(topic.path, stored))
-        return None
+
+    def patch(self, path: str, text: str, constraint: Constraint | None = None) -> None:
+        """Apply the RFC 6902 patch ``text`` (:mod:`topics.patch`: ``test`` compares CBOR bytes)
+        to the value of the JSON topic at ``path``, when ``constraint`` (if any) holds; the
+        result becomes the topic's value as a set would make it (one :class:`Changed`, one
+        :class:`~topics.changes.ValueSet` recorded). Patch text that is not a patch is
+        :class:`~topics.errors.InvalidValueError`; a patch that cannot apply (a ``test`` that
+        fails, a path that is not there, no value to patch) is
+        :class:`~topics.errors.PatchFailedError`; either way nothing changes."""
+        if not isinstance(text, str):
+            raise OperationError(f"a JSON patch travels as text, got {type(text).__name__}")
+        try:
+            operations = parse_patch(text)
+        except PatchSyntaxError as e:
+            raise InvalidValueError(f"invalid JSON patch: {e}") from None
+        self._writable(path)
+        topic = self.tree.get(path)
+        if constraint is not None:
+            constraints.check(constraint, self._current(topic))
+        if topic is None:
+            raise NoSuchTopicError(f"no topic at {path!r}")
+        if topic.type is not TopicType.JSON:
+            raise InvalidValueError(
+                f"topic {topic.path!r} is a {topic.type.value} topic: a JSON patch applies to JSON topics"
+            )
+        if topic.value is None:
+            raise PatchFailedError(f"topic {topic.path!r} has no value to patch")
+        try:
+            patched = apply_patch(values.decode(TopicType.JSON, topic.value), operations)
+        except PatchFailed as e:
+            raise PatchFailedError(f"the JSON patch does not apply to {topic.path!r}: {e}") from None
+        self._changed(topic, values.encode(TopicType.JSON, patched))
+
+    def _current(self, topic: Topic | None) -> Current:
+        """What an update constraint is evaluated against (a TIME_SERIES topic: its newest event)."""
+        if topic is None:
+            return Current(None)
+        if topic.log is None:
+            return Current(topic.type, topic.value)
+        return Current(topic.specification.event_type, self._value_of(topic))
 
     def _store(self, topic: Topic, stored: bytes, attributes: bytes = b"") -> None:
         """Keep ``stored`` as the topic's value, with what it was published with (or nothing)."""

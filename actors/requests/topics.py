@@ -1,4 +1,4 @@
-"""Topic requests: add, set, remove, fetch, subscribe, unsubscribe."""
+"""Topic requests: add, set, json_patch, remove, fetch, subscribe, unsubscribe."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from actors.tracing import DEFAULT_LIMIT
 from sessions import requests as check
 from actors.missing_topics import MAX_MATCHED
 from sessions.missing_topics import CANCEL
+from topics.constraints import NO_LOCKS
 from topics.protocol import FetchTopics, RemoveTopics, Result
 from topics.selectors import Selector, parse_selector
 
@@ -23,8 +24,19 @@ def add(ctx: Context, sid: str, path: Any, type_name: Any, properties: Any = Non
     return Routed(op.path, op)
 
 
+#: whether a session holds a session lock: none does until session locks exist, so an update
+#: constraint's ``locked`` term never holds (UNSATISFIED_CONSTRAINT)
+LOCKS = NO_LOCKS
+
+
 def set_(ctx: Context, sid: str, *args: Any) -> Routed:
-    op = check.set_value(ctx.registry, sid, *args, max_size=ctx.config["max_frame_size"])
+    op = check.set_value(ctx.registry, sid, *args, max_size=ctx.config["max_frame_size"], locks=LOCKS)
+    ctx.updates_received += 1
+    return Routed(op.path, op)
+
+
+def json_patch(ctx: Context, sid: str, *args: Any) -> Routed:
+    op = check.json_patch(ctx.registry, sid, *args, max_size=ctx.config["max_frame_size"], locks=LOCKS)
     ctx.updates_received += 1
     return Routed(op.path, op)
 
@@ -172,6 +184,7 @@ def trace(ctx: Context, sid: str, every: Any, limit: Any = DEFAULT_LIMIT) -> lis
 HANDLERS: dict[str, Callable[..., Any]] = {
     "add": add,
     "set": set_,
+    "json_patch": json_patch,
     "remove": remove,
     "fetch": fetch,
     "subscribe": subscribe,

@@ -26,6 +26,7 @@ from tests.actors.conftest import ADMIN
 SAMPLES: dict[str, Callable[[str], list[Any]]] = {
     "add": lambda p: [f"{p}/added", "STRING"],
     "set": lambda p: [f"{p}/t", b"\x61", True],
+    "json_patch": lambda p: [f"{p}/t", "[]", ["no_topic"]],
     "remove": lambda p: [f">{p}/gone"],
     "fetch": lambda p: [f"?{p}//"],
     "subscribe": lambda p: [f"?{p}//"],

@@ -75,7 +75,7 @@ def _node_test(node: str, server: Server | None, *files: str) -> None:
 
 
 def test_the_codecs_selectors_and_protocol_tables(node: str) -> None:
-    _node_test(node, None, "codec.test.js", "selectors.test.js", "protocol.test.js")
+    _node_test(node, None, "codec.test.js", "selectors.test.js", "protocol.test.js", "deltas.test.js")
 
 
 def test_every_operation_against_a_real_server(node: str, server: Server) -> None:

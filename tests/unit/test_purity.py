@@ -66,7 +66,7 @@ LEAVES = {"actors": {"cluster.names", "cluster.partitioning", "cluster.config", 
 # What only the server extra installs: the client may not import it, even lazily.
 SERVER_ONLY = {"ray", "pyspark", "py4j", "lark", "jsonpatch", "jsonpointer"}
 CLIENT_MODULES = ["canopy", "canopy.client", "canopy.sync", "canopy.cli", "canopy.errors", "canopy.protocol",
-                  "canopy.demo", "cluster.cli"]
+                  "canopy.constraints", "canopy.demo", "cluster.cli"]
 
 
 def _modules(package: str) -> list[pathlib.Path]:

@@ -24,6 +24,7 @@ import {
   InvalidValueError, InvalidPropertiesError, ProtocolViolationError, SessionClosedError, UnavailableError, errorFor,
 } from './errors.js';
 import { matcher } from './selectors.js';
+import { applyDelta } from './deltas.js';
 
 export const TopicType = Object.freeze({
   STRING: 'STRING', INT64: 'INT64', DOUBLE: 'DOUBLE', JSON: 'JSON', BINARY: 'BINARY', TIME_SERIES: 'TIME_SERIES',
@@ -259,6 +260,9 @@ export class Session extends Emitter {
     this.reconnects = 0;
     /** errors the server reported outside any request */
     this.errors = [];
+    /** bytes of values the server sent as smaller deltas (delta streaming), and deltas that failed */
+    this.deltaBytesSaved = 0;
+    this.deltasFailed = 0;
     this.nextId = 1;
     this.pending = new Map(); // cid -> {resolve, reject, convert}
     this.outgoing = []; // encoded messages not sent yet
@@ -569,15 +573,24 @@ export class Session extends Emitter {
       case P.VALUE: {
         const topic = this.aliases.get(m[1]);
         if (!topic || !(m[2] instanceof Uint8Array)) return;
-        const retained = m.length < 4 || m[3] !== false;
-        const value = this.decode(topic.spec, m[2]);
-        if (value === undefined) return;
-        if (retained) topic.value = value;
-        const routes = this.routes.get(m[1]);
-        if (routes) {
-          const event = topicEvent('value', topic, value, { retained });
-          for (const sub of routes) sub.put(event);
+        topic.basis = m[2];
+        this.value(m[1], topic, m[2], m.length < 4 || m[3] !== false);
+        return;
+      }
+      case P.DELTA: {
+        const topic = this.aliases.get(m[1]);
+        if (!topic || !(m[2] instanceof Uint8Array)) return;
+        let data;
+        try {
+          if (!(topic.basis instanceof Uint8Array)) throw new Error('no value to apply it to');
+          data = applyDelta(m[2], topic.basis);
+        } catch (e) {
+          this.deltaFailed(m[1], topic, e);
+          return;
         }
+        this.deltaBytesSaved += data.length - m[2].length;
+        topic.basis = data;
+        this.value(m[1], topic, data, true);
         return;
       }
       case P.RESPONSE: {
@@ -628,6 +641,30 @@ export class Session extends Emitter {
     }
   }
 
+  value(alias, topic, data, retained) {
+    const value = this.decode(topic.spec, data);
+    if (value === undefined) return;
+    if (retained) topic.value = value;
+    const routes = this.routes.get(alias);
+    if (routes) {
+      const event = topicEvent('value', topic, value, { retained });
+      for (const sub of routes) sub.put(event);
+    }
+  }
+
+  /** A delta that does not apply: no guessing; the topic's value is fetched and becomes the basis. */
+  deltaFailed(alias, topic, error) {
+    this.deltasFailed += 1;
+    topic.basis = null; // later deltas cannot apply either, until a value comes
+    this.send('fetch', ['>' + topic.path, true, false, null, 1]).then((rows) => {
+      const row = rows.find((r) => r[0] === topic.path);
+      if (!row || !(row[3] instanceof Uint8Array) || this.aliases.get(alias) !== topic || topic.basis !== null) return;
+      topic.basis = row[3];
+      this.value(alias, topic, row[3], true);
+    }, (e) => this.errors.push(e));
+    this.errors.push(new InvalidValueError(`a delta for ${topic.path} did not apply (${error.message}); fetching its value`));
+  }
+
   decode(spec, data) {
     if (spec.type === 'TIME_SERIES') return data;
     try {
@@ -642,7 +679,7 @@ export class Session extends Emitter {
     const [, alias, path, type, props, data] = m;
     const spec = { type, properties: Object.fromEntries(props) };
     const value = data instanceof Uint8Array ? this.decode(spec, data) ?? null : null;
-    const topic = { path, spec, value, sequence: -1 };
+    const topic = { path, spec, value, sequence: -1, basis: data instanceof Uint8Array ? data : null };
     this.aliases.set(alias, topic);
     this.route(alias, path);
     const old = this.known.get(path);
@@ -1030,7 +1067,7 @@ export async function connect(url = DEFAULT_URL, options = {}) {
     retryDelay: seconds('retryDelay', options.retryDelay, 0.5),
     timeout: seconds('timeout', options.timeout, 10),
     WebSocket: await webSocketClass(options.WebSocket),
-    hello: (resume = null) => msgpack.frame([msgpack.encode([P.HELLO, P.PROTOCOL_VERSION, principal, password, properties, resume])]),
+    hello: (resume = null) => msgpack.frame([msgpack.encode([P.HELLO, P.PROTOCOL_VERSION, principal, password, properties, resume, { deltas: true }])]),
   };
   dialer.hello(); // a HELLO that cannot be encoded never leaves
   let failure = null;

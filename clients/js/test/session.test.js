@@ -94,6 +94,39 @@ test('a callback that throws is reported and the subscription goes on', { skip }
   assert.ok(reported.some((line) => line.includes('boom 1')), reported.join('\n'));
 });
 
+test('delta streaming: large values arrive as deltas and subscribers see whole values; a delta that does not apply is refetched', { skip }, async () => {
+  const s = await open();
+  const p = unique('deltas');
+  const doc = (n) => Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`field${i}`, `value ${i} `.repeat(4) + (i === 9 ? n : 0)]));
+  await s.topics.addAndSet(`${p}/j`, doc(0));
+  await s.topics.add(`${p}/whole`, 'JSON', { PUBLISH_VALUES_ONLY: 'true' });
+  const seen = [];
+  await s.topics.subscribe(`?${p}//`, (e) => { if (e.value != null) seen.push([e.path.slice(p.length + 1), e.value]); });
+  await until(() => seen.length === 1, 10, 'the first value', () => JSON.stringify(seen));
+  for (let n = 1; n <= 5; n += 1) await s.topics.set(`${p}/j`, doc(n));
+  await until(() => seen.length === 6, 10, 'five updates', () => seen.length);
+  assert.deepEqual(seen.map(([, v]) => v.field9.slice(-1)), ['0', '1', '2', '3', '4', '5']);
+  assert.deepEqual(seen.at(-1)[1], doc(5));
+  const saved = s.deltaBytesSaved;
+  assert.ok(saved > 5 * 1000, `only ${saved} bytes saved`);
+  await s.topics.set(`${p}/whole`, doc(1));
+  await s.topics.set(`${p}/whole`, doc(2));
+  await until(() => seen.length === 8, 10, 'the values-only topic', () => seen.length);
+  assert.equal(s.deltaBytesSaved, saved); // PUBLISH_VALUES_ONLY: always whole
+  // a basis out of step: the next delta fails its check, and the value is fetched instead
+  const topic = [...s.aliases.values()].find((t) => t.path === `${p}/j`);
+  topic.basis = new TextEncoder().encode(JSON.stringify(doc(99)));
+  await s.topics.set(`${p}/j`, doc(6));
+  await until(() => seen.length === 9, 10, 'the refetched value', () => seen.length);
+  assert.deepEqual(seen.at(-1), ['j', doc(6)]);
+  assert.equal(s.deltasFailed, 1);
+  assert.ok(s.errors.some((e) => /did not apply/.test(e.message)));
+  await s.topics.set(`${p}/j`, doc(7)); // and deltas go on from the fetched value
+  await until(() => seen.length === 10, 10, 'the next delta', () => seen.length);
+  assert.deepEqual(seen.at(-1)[1], doc(7));
+  assert.ok(s.deltaBytesSaved > saved);
+});
+
 test('time series: append, edit, range query, and events to subscribers', { skip }, async () => {
   const s = await open();
   const p = `${unique('series')}/ts`;

@@ -47,6 +47,7 @@ def _gateway(up: list[bool]) -> Any:
                                      subscriptions=lambda selector: {"STRING": 3})
     connections = types.SimpleNamespace(internal=set(), opened=5, closed_count=4, streams=set(), bytes_received=10,
                                         bytes_sent=20, session_metrics=SessionMetrics(),
+                                        delta_cache=types.SimpleNamespace(saved=11, deltas=3, made=2),
                                         logins=types.SimpleNamespace(stats=lambda: {"login_failures": 1,
                                                                                     "login_refused": 2}))
     mqtt = types.SimpleNamespace(stats=lambda: {"mqtt_connections": 1, "mqtt_publishes_received": 7}, bytes_received=30,
@@ -91,6 +92,7 @@ async def test_readiness_follows_the_partition_streams_and_anonymous_scrapes_whe
     assert samples["canopy_updates_received_total"][0].value == 8 and samples["canopy_updates_delivered_total"][0].value == 9
     assert {s.labels["transport"]: s.value for s in samples["canopy_sent_bytes_total"]} == {"WEBSOCKET": 20, "MQTT": 40}
     assert samples["canopy_missing_topic_notifications_total"][0].value == 6
+    assert samples["canopy_delta_saved_bytes_total"][0].value == 11 and samples["canopy_deltas_sent_total"][0].value == 3
     assert samples["canopy_cluster_status_up"][0].value == 0  # no controller to ask
     assert endpoints.handle(_get("/elsewhere"), "127.0.0.1", lambda: True).status_code == 404  # type: ignore[union-attr]
     for method in ("POST", "HEAD", "DELETE"):  # the handshake parser passes any method on

@@ -27,6 +27,6 @@ def test_the_message_table_is_what_the_python_codec_decodes() -> None:
 def test_every_operation_the_python_client_sends_is_documented() -> None:
     documented = set(re.findall(r"^\| `([a-z_]+)` \|$", DOC.read_text(), re.M))
     assert documented == set(protocol.OPERATIONS)
-    source = (Path(protocol.__file__).parent / "client.py").read_text()
+    source = "\n".join(m.read_text() for m in sorted((Path(protocol.__file__).parent / "client").glob("*.py")))
     sent = set(re.findall(r"_(?:call|call_again|request)\(\s*\"([a-z_]+)\"", source))
     assert sent and sent <= documented, sent - documented

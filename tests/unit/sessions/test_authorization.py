@@ -58,7 +58,8 @@ def test_server_to_server_requests_need_server_link() -> None:
                       "types, limit); got 0"),
         ("security_get", [1], "security_get takes 0 arguments: none; got 1"),
         ("unsubscribe", ["a", "b"], "unsubscribe takes 1 argument: selector; got 2"),
-        ("set", ["a"], "set takes 3 to 7 arguments: path, value, raw (then, optionally: type, add_if_missing, retain, attributes); got 1"),
+        ("set", ["a"], "set takes 3 to 8 arguments: path, value, raw (then, optionally: type, add_if_missing, retain, "
+                       "attributes, constraint); got 1"),
     ],
 )
 def test_wrong_argument_counts_are_named_in_the_protocol_s_words(op: str, args: list[Any], message: str) -> None:

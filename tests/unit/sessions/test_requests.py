@@ -11,8 +11,16 @@ from sessions.authorization import authorize
 from sessions.limits import Limits
 from sessions.registry import SessionRegistry
 from sessions.security import PermissionDenied, SecurityStore
-from topics.errors import InvalidValueError, PathError, SelectorError, TopicTypeError
-from topics.protocol import AddTopic, AppendEvent, EditEvent, FetchTopics, QueryEvents, SetValue
+from topics.constraints import JsonWithValue, NoTopic, NoValue, Or
+from topics.errors import (
+    ConstraintError,
+    InvalidValueError,
+    PathError,
+    SelectorError,
+    TopicTypeError,
+    UnsatisfiedConstraintError,
+)
+from topics.protocol import AddTopic, AppendEvent, EditEvent, FetchTopics, PatchJson, QueryEvents, SetValue
 
 ALL_PATH = ["READ_TOPIC", "SELECT_TOPIC", "MODIFY_TOPIC", "UPDATE_TOPIC", "EXPOSE_BRANCH", "EDIT_TIME_SERIES_EVENTS"]
 
@@ -132,6 +140,81 @@ def test_session_targets_and_property_changes() -> None:
         check.property_changes(r, {"TIER": 2})
 
 
+# -- conditional updates and JSON patches ----------------------------------------------------
+
+
+def test_a_set_carries_its_constraint_as_the_last_optional_argument() -> None:
+    r = registry()
+    old = check.set_value(r, "w", "a", b"\x01", False, None, True, True, b"", max_size=10)
+    assert old.constraint is None  # a client that sends no constraint is unchanged
+    op = check.set_value(r, "w", "a", b"\x01", False, None, True, True, b"", ["or", [["no_topic"], ["no_value"]]],
+                         max_size=10)
+    assert op == SetValue("a", b"\x01", False, None, True, True, "", b"", Or((NoTopic(), NoValue())))
+    authorize(r, "w", "set", ["a", b"\x01", False, None, True, True, b"", ["no_topic"]])  # 8 arguments
+
+
+def test_a_bad_constraint_is_refused_at_the_gateway_naming_where() -> None:
+    r = registry()
+    with pytest.raises(ConstraintError, match=r"at and\[0\]: unknown kind 'maybe'") as info:
+        check.set_value(r, "w", "a", b"", False, None, False, True, b"", ["and", [["maybe"]]], max_size=10)
+    assert info.value.code == "INVALID_CONSTRAINT"
+
+
+def test_lock_terms_are_decided_at_the_gateway_and_none_is_held_yet() -> None:
+    r = registry()
+    lock = ["locked", "door", 2]
+    with pytest.raises(UnsatisfiedConstraintError, match="does not hold lock 'door' at sequence 2") as info:
+        check.set_value(r, "w", "a", b"", False, None, False, True, b"", lock, max_size=10)
+    assert info.value.code == "UNSATISFIED_CONSTRAINT"
+    # what cannot hold is refused; what is left of an or goes on to the partition
+    op = check.set_value(r, "w", "a", b"", False, None, False, True, b"", ["or", [lock, ["no_value"]]], max_size=10)
+    assert op.constraint == NoValue()
+
+    def held(name: str, sequence: int) -> bool:
+        return (name, sequence) == ("door", 2)
+
+    held_set = check.set_value(r, "w", "a", b"", False, None, False, True, b"", lock, max_size=10, locks=held)
+    assert held_set.constraint is None
+    assert check.update_constraint(["and", [lock, ["no_topic"]]], held) == NoTopic()
+    with pytest.raises(UnsatisfiedConstraintError, match="sequence 3"):
+        check.update_constraint(["locked", "door", 3], held)
+
+
+def test_json_patch_takes_text_or_the_operations_and_checks_them_first() -> None:
+    r = registry()
+    text = '[{"op": "add", "path": "/a", "value": 1}]'
+    assert check.json_patch(r, "w", "/j/", text, max_size=100) == PatchJson("j", text)
+    listed = check.json_patch(r, "w", "j", [{"op": "test", "path": "/a", "value": [1, "x"]}],
+                              ["json_with_value", "/a", b"\x01"], max_size=100)
+    assert listed.path == "j" and listed.constraint == JsonWithValue(("a",), b"\x01")
+    assert listed.patch == '[{"op": "test", "path": "/a", "value": [1, "x"]}]'
+    with pytest.raises(InvalidValueError, match="invalid JSON patch: operation 0: unknown op"):
+        check.json_patch(r, "w", "j", '[{"op": "jump", "path": ""}]', max_size=100)
+    with pytest.raises(InvalidValueError, match="not a JSON value"):
+        check.json_patch(r, "w", "j", [{"op": "add", "path": "/a", "value": b"\x00"}], max_size=100)
+    with pytest.raises(InvalidValueError, match="nests deeper than 256"):
+        deep: list[Any] = []
+        for _ in range(300):
+            deep = [deep]
+        check.json_patch(r, "w", "j", deep, max_size=100)
+    with pytest.raises(InvalidValueError, match="larger than the maximum frame size"):
+        check.json_patch(r, "w", "j", "[" + " " * 200 + "]", max_size=100)
+    with pytest.raises(check.RequestError, match="patch has the wrong type"):
+        check.json_patch(r, "w", "j", 5, max_size=100)
+    with pytest.raises(UnsatisfiedConstraintError):
+        check.json_patch(r, "w", "j", "[]", ["locked", "l", 1], max_size=100)
+
+
+def test_json_patch_needs_update_topic_on_the_path() -> None:
+    r = registry()
+    authorize(r, "w2", "json_patch", ["j", "[]"])
+    authorize(r, "w2", "json_patch", ["j", "[]", None])
+    with pytest.raises(PermissionDenied, match="UPDATE_TOPIC is needed on 'j'"):
+        authorize(r, "r", "json_patch", ["j", "[]"])
+    with pytest.raises(check.RequestError, match="json_patch takes 2 to 3 arguments"):
+        authorize(r, "w", "json_patch", ["j"])
+
+
 # -- limits on what a request may name (issue 11) ------------------------------------------
 
 SMALL = Limits(max_path_length=20, max_path_segments=3, max_selector_length=30)
@@ -140,6 +223,7 @@ SMALL = Limits(max_path_length=20, max_path_segments=3, max_selector_length=30)
 PATH_CHECKS: list[tuple[str, Any]] = [
     ("add", lambda r, p: check.add_topic(r, "w", p, "STRING")),
     ("set", lambda r, p: check.set_value(r, "w", p, b"", False, max_size=10)),
+    ("json_patch", lambda r, p: check.json_patch(r, "w", p, "[]", max_size=10)),
     ("append", lambda r, p: check.append_event(r, "w", p, b"", False)),
     ("edit", lambda r, p: check.edit_event(r, "w", p, 1, b"", False)),
     ("range_query", lambda r, p: check.query_events(r, "w", p, "start", 0, "end", 0, "values")),

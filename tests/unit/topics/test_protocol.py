@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from topics import protocol as p
+from topics.constraints import JsonWithoutValue, NoTopic, ValueEquals
 from topics.timeseries import Event
 
 EVENT = Event(3, 1000, "alice", b"\x01", 1, 900, "bob")
@@ -33,6 +34,9 @@ OPERATIONS: list[p.Operation] = [
     p.RefDropView(1),
     p.ReadRecent([">a", "b"], 12),
     p.CountTopics(["?a//", ">b"]),
+    p.SetValue("a", b"\x01", False, None, True, constraint=NoTopic() | ValueEquals(b"\x02")),
+    p.PatchJson("j", '[{"op": "remove", "path": "/a"}]', JsonWithoutValue(("b",))),
+    p.PatchJson("j", "[]"),
 ]
 
 EVENTS: list[p.TopicEvent] = [

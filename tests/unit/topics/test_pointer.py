@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from views.pointer import (
+from topics.pointer import (
     MISSING,
     InsertError,
     PointerError,

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.views.test_pointer import _containers, _drawn_pointer, _pointers
+from tests.unit.topics.test_pointer import _containers, _drawn_pointer, _pointers
 from topics.types import MAX_JSON_DEPTH
-from views.patch import (
+from topics.patch import (
     OPS,
     PatchFailed,
     PatchOperation,
@@ -26,7 +26,7 @@ from views.patch import (
     apply_patch,
     parse_patch,
 )
-from views.pointer import format_pointer, nests_deeper_than
+from topics.pointer import format_pointer, nests_deeper_than
 
 
 def patched(document: Any, patch: list[dict[str, Any]] | str) -> Any:
