@@ -39,6 +39,7 @@ bench: $(TEST_STAMP)
 	$(BIN)/python bench/timeseries.py
 	$(BIN)/python bench/session_trees.py
 	$(BIN)/python bench/views.py
+	$(BIN)/python bench/deltas.py
 
 typecheck: $(TEST_STAMP)
 	$(BIN)/python -m mypy

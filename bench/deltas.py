@@ -10,7 +10,9 @@ outstanding and goes as fast as it can for ``--duration`` seconds.
 
 For each mode it reports delivered updates/s (summed over subscribers, counted inside the window),
 the bytes the subscribers' connections received per delivered update (every WebSocket message's
-payload, counted by the client) and, at the end, how many fewer bytes deltas needed. Subscribers
+payload, counted by the client), the server's CPU time per delivered update (utime + stime of the
+``canopy serve`` process and every process under it, from ``/proc``, over the window) and, at the
+end, how many fewer bytes deltas needed. Subscribers
 check every eighth value they are handed against the document the publisher set, so a delta that applied
 wrongly would be caught, not counted.
 
@@ -27,6 +29,7 @@ import argparse
 import asyncio
 import copy
 import json
+import os
 import sys
 import tempfile
 import time
@@ -45,6 +48,29 @@ import canopy  # noqa: E402
 
 WINDOW = 1000
 FIELDS = 40
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_ticks(root: int) -> int:
+    """utime + stime, in clock ticks, of ``root`` and every process below it (the serve process,
+    its Ray processes and their workers)."""
+    stats: dict[int, list[str]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                stats[int(entry.name)] = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                pass
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += int(stats[pid][11]) + int(stats[pid][12])
+        todo += children.get(pid, [])
+    return total
 
 
 def document(seq: int) -> dict[str, Any]:
@@ -75,7 +101,9 @@ class Subscriber:
             self.delivered += 1
 
 
-async def run_mode(url: str, deltas: bool, duration: float, subscribers: int, topics: int, seq0: int) -> dict[str, Any]:
+async def run_mode(
+    url: str, server_pid: int, deltas: bool, duration: float, subscribers: int, topics: int, seq0: int
+) -> dict[str, Any]:
     publisher = await canopy.connect(url, *ADMIN)
     subs = [Subscriber() for _ in range(subscribers)]
     try:
@@ -106,9 +134,11 @@ async def run_mode(url: str, deltas: bool, duration: float, subscribers: int, to
         for sub in subs:
             sub.counting = True
         bytes_before = sum(s.session.bytes_received for s in subs)
+        ticks_before = server_cpu_ticks(server_pid)
         started = time.monotonic()
         await publish_for(duration)
         elapsed = time.monotonic() - started
+        server_cpu = (server_cpu_ticks(server_pid) - ticks_before) / CLK_TCK
         for sub in subs:
             sub.counting = False
         received = sum(s.session.bytes_received for s in subs) - bytes_before
@@ -120,6 +150,7 @@ async def run_mode(url: str, deltas: bool, duration: float, subscribers: int, to
             "mode": "deltas" if deltas else "whole values",
             "delivered_per_s": delivered / elapsed,
             "bytes_per_update": received / max(delivered, 1),
+            "server_us_per_update": server_cpu / max(delivered, 1) * 1e6,
             "value_bytes": len(json.dumps(document(seq))),
             "wrong": sum(s.wrong for s in subs),
             "failed_deltas": sum(s.session.deltas_failed for s in subs),
@@ -133,13 +164,13 @@ async def run_mode(url: str, deltas: bool, duration: float, subscribers: int, to
         await publisher.close()
 
 
-async def run(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+async def run(url: str, server_pid: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     seq = 0
     for round_ in range(args.rounds):
         order = (True, False) if round_ % 2 == 0 else (False, True)
         for deltas in order:
-            row = await run_mode(url, deltas, args.duration, args.subscribers, args.topics, seq)
+            row = await run_mode(url, server_pid, deltas, args.duration, args.subscribers, args.topics, seq)
             seq = row["seq"] + 1
             row["round"] = round_ + 1
             rows.append(row)
@@ -159,20 +190,22 @@ def main() -> int:
         port = peers.free_port()
         proc = start_server(data, port)
         try:
-            rows = asyncio.run(run(f"ws://127.0.0.1:{port}", args))
+            rows = asyncio.run(run(f"ws://127.0.0.1:{port}", proc.pid, args))
         finally:
             stop_server(proc)
     print(f"\nworkload: 1 publisher -> {args.topics} JSON topics (~{rows[0]['value_bytes']:,} B documents, one field "
           f"changing per update), {args.subscribers} subscribers x all topics, {args.duration:g} s windows\n")
-    print(f"{'round':>5}  {'mode':<13} {'delivered/s':>12} {'B/update':>9} {'wrong':>6} {'failed':>7}")
+    print(f"{'round':>5}  {'mode':<13} {'delivered/s':>12} {'B/update':>9} {'server µs/update':>17} {'wrong':>6} "
+          f"{'failed':>7}")
     for r in rows:
         print(f"{r['round']:>5}  {r['mode']:<13} {r['delivered_per_s']:>12,.0f} {r['bytes_per_update']:>9,.0f} "
-              f"{r['wrong']:>6} {r['failed_deltas']:>7}")
+              f"{r['server_us_per_update']:>17.1f} {r['wrong']:>6} {r['failed_deltas']:>7}")
     for round_ in range(1, args.rounds + 1):
         d = next(r for r in rows if r["round"] == round_ and r["mode"] == "deltas")
         w = next(r for r in rows if r["round"] == round_ and r["mode"] == "whole values")
         print(f"round {round_}: deltas need {1 - d['bytes_per_update'] / w['bytes_per_update']:.1%} fewer bytes per "
-              f"update; delivered/s {d['delivered_per_s'] / w['delivered_per_s']:.2f}x whole values'")
+              f"update; delivered/s {d['delivered_per_s'] / w['delivered_per_s']:.2f}x whole values'; server CPU "
+              f"per delivered update {d['server_us_per_update'] / w['server_us_per_update']:.2f}x")
     bad = sum(r["wrong"] for r in rows)
     return 1 if bad else 0
 

@@ -170,29 +170,45 @@ def apply(delta: bytes, source: bytes) -> bytes:
         raise DeltaError("truncated delta: no checksum")
     crc = int.from_bytes(delta[at:at + 4], "big")
     at += 4
-    out = bytearray()
-    while at < len(delta):
+    chunks: list[bytes] = []
+    size = 0
+    end = len(delta)
+    while at < end:
         op = delta[at]
-        at += 1
-        if op == INSERT:
-            length, at = _read_varint(delta, at)
-            if at + length > len(delta):
+        # one-byte numbers (below 128) are read inline: by far the most common
+        if op == COPY:
+            offset = delta[at + 1] if at + 1 < end else 0x80
+            if offset < 0x80:
+                at += 2
+            else:
+                offset, at = _read_varint(delta, at + 1)
+            length = delta[at] if at < end else 0x80
+            if length < 0x80:
+                at += 1
+            else:
+                length, at = _read_varint(delta, at)
+            if offset + length > source_length:
+                raise DeltaError(f"a copy of {length} bytes from {offset} runs past the source's {source_length}")
+            chunk = source[offset:offset + length]
+        elif op == INSERT:
+            length = delta[at + 1] if at + 1 < end else 0x80
+            if length < 0x80:
+                at += 2
+            else:
+                length, at = _read_varint(delta, at + 1)
+            if at + length > end:
                 raise DeltaError(f"truncated delta: an insert of {length} bytes at byte {at}")
             chunk = delta[at:at + length]
             at += length
-        elif op == COPY:
-            offset, at = _read_varint(delta, at)
-            length, at = _read_varint(delta, at)
-            if offset + length > len(source):
-                raise DeltaError(f"a copy of {length} bytes from {offset} runs past the source's {len(source)}")
-            chunk = source[offset:offset + length]
         else:
-            raise DeltaError(f"unknown delta operation {op} at byte {at - 1}")
-        if len(out) + len(chunk) > target_length:
+            raise DeltaError(f"unknown delta operation {op} at byte {at}")
+        size += len(chunk)
+        if size > target_length:
             raise DeltaError(f"the delta makes more than the {target_length} bytes it announces")
-        out += chunk
-    if len(out) != target_length:
-        raise DeltaError(f"the delta makes {len(out)} bytes, not the {target_length} it announces")
+        chunks.append(chunk)
+    if size != target_length:
+        raise DeltaError(f"the delta makes {size} bytes, not the {target_length} it announces")
+    out = b"".join(chunks)
     if zlib.crc32(out) != crc:
         raise DeltaError("the delta's result fails its checksum: it was made for another source")
-    return bytes(out)
+    return out
