@@ -3,8 +3,10 @@
 The tests without Ray (:data:`WITHOUT_RAY`: pure code, the manifests' schema checks, the history's
 Spark jobs on journal files) need a core and nothing the others use; the rest mostly wait on Ray
 clusters, servers, containers and browsers starting and failing over. So those run in a second
-pytest beside the rest: its report is printed when both are done, and the run fails if either
-does (or either collects nothing).
+pytest beside the rest, with the client-side tests against one embedded `canopy serve` each
+(:data:`BESIDE`: the CLI, the JavaScript client, the reference API), which time nothing and fail
+nothing over, and so do not mind sharing the cores: its report is printed when both are done, and
+the run fails if either does (or either collects nothing).
 
     python tests/run.py [PYTEST OPTIONS...]       # e.g. -m "not soak"
 """
@@ -20,26 +22,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 WITHOUT_RAY = ["tests/unit", "tests/deploy/test_kuberay.py", "tests/history/test_cli.py", "tests/history/test_jobs.py",
                "tests/history/test_standalone.py", "tests/history/test_store.py"]
+#: tests with an embedded `canopy serve` of their own that run in the side pytest too
+BESIDE = ["tests/e2e/test_cli.py", "tests/e2e/test_js_client.py", "tests/e2e/test_reference_api.py"]
 
 
 def main(options: list[str]) -> int:
     pytest = [sys.executable, "-m", "pytest", *options]
     with tempfile.TemporaryFile("w+") as log:
         # the side run keeps no cache: the main run owns .pytest_cache
-        side = subprocess.Popen([*pytest, "-p", "no:cacheprovider", *WITHOUT_RAY], cwd=ROOT, stdout=log,
+        side = subprocess.Popen([*pytest, "-p", "no:cacheprovider", *WITHOUT_RAY, *BESIDE], cwd=ROOT, stdout=log,
                                 stderr=subprocess.STDOUT)
         try:
-            main_run = subprocess.run([*pytest, *(f"--ignore={path}" for path in WITHOUT_RAY)], cwd=ROOT).returncode
+            ignored = [f"--ignore={path}" for path in WITHOUT_RAY + BESIDE]
+            main_run = subprocess.run([*pytest, *ignored], cwd=ROOT).returncode
             side_run = side.wait()
         except BaseException:
             side.terminate()
             side.wait(30)
             raise
         log.seek(0)
-        print(f"\n{'=' * 30} the tests without Ray ({', '.join(WITHOUT_RAY)}), run beside the rest {'=' * 30}",
+        print(f"\n{'=' * 30} the tests run beside the rest ({', '.join(WITHOUT_RAY + BESIDE)}) {'=' * 30}",
               flush=True)
         sys.stdout.write(log.read())
-    print(f"\nmake test: the tests with Ray exited {main_run}, those without {side_run}", flush=True)
+    print(f"\nmake test: the main run exited {main_run}, the one beside it {side_run}", flush=True)
     return 0 if main_run == 0 and side_run == 0 else (main_run or side_run)
 
 
