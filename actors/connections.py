@@ -50,7 +50,7 @@ from actors.http_endpoints import is_websocket
 from canopy.transport import Handler, WebSocketStream
 from sessions.collectors import SessionMetrics
 from sessions.countries import CountryTable
-from sessions.deliveries import DeltaUpdate, SeriesUpdate, Subscribed, Unsubscribed, Update
+from sessions.deliveries import CompressedUpdate, DeltaUpdate, SeriesUpdate, Subscribed, Unsubscribed, Update
 from sessions.incidents import IncidentLog
 from sessions.limits import Limits, PropertyLimitError
 from sessions.logins import LoginFailure, LoginGuard, VerifiedPasswords, describe_failure
@@ -74,10 +74,12 @@ REFUSAL_LOG_INTERVAL = 10.0
 #: stall the partitions for everyone else
 WIDE = frozenset({
     "fetch", "remove", "subscribe", "range_query", "view_create", "view_remove", "view_list",
-    "session_get", "session_set", "session_close", "security_update", "tree_put", "tree_remove", "cluster_status",
+    "session_get", "session_set", "session_close", "session_roles", "session_subscribe", "session_unsubscribe",
+    "security_update", "tree_put", "tree_remove", "cluster_status",
     "cluster_node", "missing_topic_list", "fanout_list", "fanout_add", "fanout_remove",
     "server_add", "server_remove", "server_list", "server_check",
-    "collector_put", "collector_remove", "collector_list",
+    "collector_put", "collector_remove", "collector_list", "message_send_filter",
+    "notify_select", "notify_deselect",
 })
 #: messages a client may send before its HELLO is answered
 EARLY_LIMIT = 64
@@ -92,6 +94,8 @@ def to_wire(item: object) -> wire.Message | bytes:
         return wire.Value(item.alias, item.value, item.retained)
     if isinstance(item, DeltaUpdate):
         return wire.Delta(item.alias, item.delta)
+    if isinstance(item, CompressedUpdate):
+        return wire.Compressed(item.alias, item.data)
     if isinstance(item, Subscribed):
         return wire.Subscribed(item.alias, item.path, item.type, item.properties, item.value)
     if isinstance(item, SeriesUpdate):
@@ -126,7 +130,8 @@ class _Client(Handler):
         #: the client's IP address, whether the connection counts against the limits, and
         #: why it was refused (over a limit) if it was
         self.address = ""
-        #: the topics' bases, when the client takes deltas (its HELLO said so)
+        #: the topics' bases and compression levels, when the client takes deltas or compressed
+        #: values (its HELLO said so)
         self.deltas: DeltaStream | None = None
         self.counted = False
         self.refusal: str | None = None
@@ -335,6 +340,9 @@ class Connections:
         self.internal: set[str] = set()
         #: makes the handler of a WebSocket connection for ``/mqtt`` (stream, release), when MQTT is on
         self.websocket_mqtt: Callable[..., Handler] | None = None
+        #: told what happens to a session (``opened``, ``closed`` with a reason, ``disconnected``,
+        #: ``reconnected``), for session event listeners (actors/client_control.py)
+        self.life: Callable[[str, Session, str], None] = lambda what, session, reason: None
 
     def handler(self) -> Handler:
         """A handler for a new connection (the server's factory calls it)."""
@@ -389,8 +397,10 @@ class Connections:
         else:
             session, refresh = self.open(hello.properties, principal, roles, client_ip), 0
         client.session_id = session.id
-        if hello.options and hello.options.get("deltas") is True:
-            client.deltas = DeltaStream(self.delta_cache)
+        options = hello.options or {}
+        deltas, compression = options.get("deltas") is True, options.get("compression") is True
+        if deltas or compression:
+            client.deltas = DeltaStream(self.delta_cache, deltas, compression)
         self.by_session[session.id] = client
         welcome = wire.Welcome(
             wire.PROTOCOL_VERSION, session.id, dict(session.properties),
@@ -425,6 +435,7 @@ class Connections:
         session = self.registry.open(session_id, principal, properties, roles)
         if transport != "INTERNAL":
             self.session_metrics.opened(session.properties, roles)
+            self.life("opened", session, "")
         return session
 
     def _take_over(self, resume: wire.Resume, principal: str) -> tuple[Session, int] | None:
@@ -452,6 +463,7 @@ class Connections:
         timer = self.kept.pop(session.id, None)
         if timer is not None:
             timer.cancel()
+            self.life("reconnected", session, "")
         log.info("session %s resumed (a refresh of %d messages)", session.id, refresh)
         return session, refresh
 
@@ -547,7 +559,7 @@ class Connections:
         if client.closing:
             return
         client.closing = True
-        self.forget(client)
+        self.forget(client, code)
         client.end(code, message, ws_code)
 
     def end_session(self, session_id: str, code: str, message: str, ws_code: int) -> bool:
@@ -559,13 +571,13 @@ class Connections:
             self.close(client, code, message, ws_code)
             return True
         if session_id in self.kept:
-            self._end_kept(session_id, f"{code}: {message}")
+            self._end_kept(session_id, f"{code}: {message}", code)
             return True
         return False
 
     async def close_all(self, timeout: float = 6.0) -> None:
         for session_id in list(self.kept):
-            self._end_kept(session_id)
+            self._end_kept(session_id, "the server is shutting down", "SERVER_SHUTDOWN")
         for client in list(self.by_session.values()):
             self.close(client, "SERVER_SHUTDOWN", "the server is shutting down", CLOSE_SHUTDOWN)
         for stream in list(self.streams):
@@ -574,15 +586,15 @@ class Connections:
         if lost:
             await asyncio.wait(lost, timeout=timeout)
 
-    def forget(self, client: Any) -> None:
-        """End the client's session (if it still is the client's)."""
+    def forget(self, client: Any, reason: str = "CLOSED_BY_CLIENT") -> None:
+        """End the client's session (if it still is the client's); ``reason`` is why."""
         session_id = client.session_id
         self._admit.discard(client)  # its waiting requests go with it
         if session_id is None or self.by_session.get(session_id) is not client:
             return
         del self.by_session[session_id]
         self.tokens.pop(session_id, None)
-        self._close_session(session_id)
+        self._close_session(session_id, reason)
 
     def dropped(self, client: Any) -> None:
         """A connection is gone. Its session ends with it when the client closed
@@ -596,22 +608,26 @@ class Connections:
         del self.by_session[session_id]
         self._admit.discard(client)
         self.kept[session_id] = asyncio.get_running_loop().call_later(self._grace, self._end_kept, session_id)
+        session = self.registry.sessions.get(session_id)
+        if session is not None:
+            self.life("disconnected", session, "")
         log.info("session %s lost its connection; kept %.3g s for its client to resume it", session_id, self._grace)
 
-    def _end_kept(self, session_id: str, why: str = "its grace period passed") -> None:
+    def _end_kept(self, session_id: str, why: str = "its grace period passed", reason: str = "EXPIRED") -> None:
         timer = self.kept.pop(session_id, None)
         if timer is None:
             return
         timer.cancel()
         self.tokens.pop(session_id, None)
         log.info("session %s ended without its client: %s", session_id, why)
-        self._close_session(session_id)
+        self._close_session(session_id, reason)
 
-    def _close_session(self, session_id: str) -> None:
-        """Close a session in the registry (counted), and say so."""
+    def _close_session(self, session_id: str, reason: str = "CLOSED_BY_CLIENT") -> None:
+        """Close a session in the registry (counted), and say so (``reason``: why it ended)."""
         session = self.registry.sessions.get(session_id)
         if session is not None and session_id not in self.internal:
             self.session_metrics.closed(session.properties, session.roles)
+            self.life("closed", session, reason)
         self._unregister(self.registry.close(session_id))
         self.closed_count += 1
         self._closed(session_id)

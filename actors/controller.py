@@ -27,6 +27,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors import configuration, gateway, partition, session_trees, views
+from actors.locks import LockKeeper
 from actors.node_control import NodeControl
 from actors.replicas import ReplicaSet
 from cluster import names
@@ -200,6 +201,10 @@ class ControllerActor:
         self.fanout_defs: dict[str, Any] = {}
         #: the metric collectors (sessions/collectors.py), pushed to every gateway
         self.collectors = Collectors()
+        #: the session locks (sessions/locks.py), committed and pushed to every gateway
+        self.locks = LockKeeper(lambda: self.config_log, self._live_gateways)
+        #: whether a gateway process went since the locks were last swept of its sessions
+        self._lock_sweep_due = False
         self.gateway_info: list[dict[str, Any]] = []
         self.started_at: float | None = None
         self.generated_admin_password: str | None = None
@@ -296,6 +301,8 @@ class ControllerActor:
         self._fanout_defs(documents.get("fanout"))
         self.fanouts = {name: ray.get_actor(f"fanout-{name}") for name in self.fanout_defs if f"fanout-{name}" in listed}
         self.collectors = _stored_collectors(documents.get("collectors"))
+        self.locks.load(documents.get("locks"), fresh=False)
+        self._lock_sweep_due = True  # gateways may have gone while no controller ran
         found = {int(m.group(1)): n for n in listed if (m := re.fullmatch(names.GATEWAY_NAME, n))}
         for k in range(max(found, default=-1) + 1):
             handle = ray.get_actor(found[k]) if k in found else None
@@ -350,6 +357,7 @@ class ControllerActor:
             documents = ray.get(self.config_log.start.remote(self.agents, imports), timeout=START_TIMEOUT)
             self.security = self._load_security(documents.get("security"))
             self.collectors = _stored_collectors(documents.get("collectors"))
+            self.locks.load(documents.get("locks"), fresh=True)
             self.session_trees = session_trees.remote_class().options(
                 name=names.SESSION_TREES, scheduling_strategy=aside, lifetime="detached"
             ).remote(self.config_log)
@@ -531,6 +539,40 @@ class ControllerActor:
         self.collectors = collectors
         ray.get([g.set_collectors.remote(wire) for g in self._live_gateways()], timeout=60)
 
+    # -- session locks (actors/locks.py) ------------------------------------------------------
+
+    def lock_acquire(self, gateway_process: str, session: str, name: str, scope: str) -> dict[str, Any]:
+        return self.locks.acquire(gateway_process, session, name, scope)
+
+    def lock_release(self, gateway_process: str, session: str, name: str, sequence: int | None) -> dict[str, Any]:
+        return self.locks.release(gateway_process, session, name, sequence)
+
+    def lock_withdraw(self, gateway_process: str, session: str, name: str) -> dict[str, Any]:
+        return self.locks.withdraw(gateway_process, session, name)
+
+    def lock_cleanup(self, gateway_process: str, what: list[Any]) -> dict[str, Any]:
+        return self.locks.cleanup(gateway_process, what)
+
+    def lock_table(self) -> dict[str, Any]:
+        return self.locks.listing()
+
+    def _sweep_locks(self) -> None:
+        """Release the session locks of gateway processes that went (lost with their node,
+        restarted by Ray): each live gateway says which process it is now; one that does not
+        answer keeps its sessions' locks until the next sweep."""
+        self._lock_sweep_due = False
+        if not self.locks.table.locks:
+            return
+        handles = {info["gateway"]: self.gateways[k] for k, info in enumerate(self.gateway_info)
+                   if not info.get("lost") and info.get("gateway") and k < len(self.gateways)}
+        live: dict[str, str | None] = dict.fromkeys(handles)
+        live.update(_gather({base: g.gateway_id.remote() for base, g in handles.items()}, STATUS_TIMEOUT))
+        try:
+            self.locks.sweep(live)
+        except Exception as e:  # not committed: the next check tries again
+            self._lock_sweep_due = True
+            log.warning("could not release the session locks of lost gateways: %s", e)
+
     def update_security(self, commands: list[Any], change: str | None = None) -> int:
         """Apply security commands, commit the new store to the configuration log (it is
         not applied when that fails), push it to every gateway; return the new version.
@@ -635,6 +677,10 @@ class ControllerActor:
                 except Exception as e:
                     event, reason = "failed", f"{type(e).__name__}: {e}"
             report.append({"name": name, "actor": kind, "event": event, "reason": reason})
+        if any(r["actor"] == gateway.GatewayActor.__name__ and r["event"] in ("recovered", "dead") for r in report):
+            self._lock_sweep_due = True  # a gateway process went, and its sessions with it
+        if self._lock_sweep_due and self.started_at is not None:
+            self._sweep_locks()
         if not report and self.started_at is not None:
             try:
                 for line in self.replicas.rebalance():
@@ -776,6 +822,7 @@ class ControllerActor:
                 g.set_peers.remote(live)
             if self.session_trees is not None:
                 self.session_trees.set_gateways.remote(live)
+            self._lock_sweep_due = True
         have = {n for k, n in enumerate(self.gateway_nodes) if not self.gateway_info[k].get("lost")}
         for name, node in alive.items():
             if name in have or self.started_at is None:

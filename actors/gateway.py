@@ -32,9 +32,11 @@ from typing import Any
 import ray
 
 from cluster.partitioning import partition_of
+from actors.client_control import ClientControl
 from actors.connections import CLOSE_BY_CLIENT_CONTROL, Connections
 from actors import routes
 from actors.link import PartitionLink, PartitionUnavailable
+from actors.locks import GatewayLocks
 from actors.missing_topics import MissingTopics
 from actors.requests import HANDLERS, Context, Routed
 from sessions.authorization import MATRIX, authorize
@@ -44,11 +46,13 @@ from actors.supervision import announce_start, new_incarnation
 from canopy import protocol as wire
 from actors.configuration import NotCommitted
 from canopy.transport import serve_stream
+from sessions.client_control import RoleChange, pick
 from sessions.collectors import CollectorError, Collectors
 from sessions.filters import FilterSyntaxError, parse_filter
 from sessions.limits import Limits, PropertyLimitError, shown
 from fanout.config import FanoutConfigError
 from fanout.servers import RemoteServerError
+from sessions.messaging import MessagingError
 from sessions.missing_topics import MissingTopicError
 from sessions.registry import SessionRegistry
 from sessions.requests import RequestError
@@ -81,6 +85,7 @@ REQUEST_ERRORS = (
     AuthenticationFailed,
     NotCommitted,
     MissingTopicError,
+    MessagingError,
     FanoutConfigError,
     RemoteServerError,
     CollectorError,
@@ -130,6 +135,11 @@ class Gateway:
             instance=config.get("instance_id") or "",
         )
         self.missing.views = lambda: self.ctx.views
+        from actors.messaging import Messaging
+
+        self.ctx.messaging = self.messaging = Messaging(
+            self.missing.gateway_id, self._send, self._properties, self._select, lambda: self.missing.peers, config,
+        )
         self.incidents = IncidentLog(UNEXPECTED_LOG_INTERVAL)
         #: requests that failed in a way no check foresaw (each answered INTERNAL)
         self.unexpected = 0
@@ -138,6 +148,19 @@ class Gateway:
             gateway_id, self.registry, config, self._dispatch, self.ctx.unregister,
             after_write=self._written, after_receive=self.link.flush, closed=self._session_closed,
         )
+        #: other sessions' roles and subscriptions, and session event listeners (actors/client_control.py)
+        self.ctx.clients = self.clients = ClientControl(
+            self.missing.gateway_id, self.registry, lambda: self.missing.peers, self._select,
+            self.ctx.apply_changes, self.ctx, self.connections.internal, self._send,
+        )
+        self.connections.life = self._life
+        from actors.notifications import TopicNotifications
+
+        #: topic notification listeners (structure registrations, NOTIFY topic_notification)
+        self.ctx.notifications = self.notifications = TopicNotifications(self.registry, self.link, self._send)
+        #: session locks: the controller's table, this gateway's waiting requests (actors/locks.py)
+        self.ctx.locks = self.locks = GatewayLocks(
+            self.missing.gateway_id, self._connected, lambda: self.ctx.controller)
         self.server: asyncio.Server | None = None
         self.url = ""
         from actors.mqtt import MQTTServer
@@ -159,6 +182,10 @@ class Gateway:
         self.connections.http = Endpoints(self, anonymous=bool(config.get("metrics_anonymous", False)))
         #: the instance's metric collectors (the controller pushes them: set_collectors)
         self.collectors = Collectors()
+        from actors.removal_reports import RemovalReports
+
+        #: this gateway's figures for the partitions' removal policies
+        self.removal_reports = RemovalReports(self.link, self.registry, lambda: self.connections.internal)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -187,6 +214,7 @@ class Gateway:
         interval = int(self.config.get("sys_interval", 10))
         if interval:
             self._sys_task = asyncio.ensure_future(self._publish_figures(interval))
+        self.removal_reports.start()
         gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
         return {"gateway": self.gateway_id, "url": self.url, "host": self.host, "port": port, "mqtt": self.mqtt_url}
 
@@ -243,6 +271,7 @@ class Gateway:
             await asyncio.sleep(interval)
 
     async def stop(self) -> None:
+        self.removal_reports.stop()
         if self._sys_task is not None:
             self._sys_task.cancel()
         if self.server is not None:
@@ -276,10 +305,17 @@ class Gateway:
             **self.mqtt.stats(),
             **self.link.stats(),
             **self.missing.stats(),
+            **self.messaging.stats(),
+            **self.notifications.stats(),
         }
 
     def _session_closed(self, session_id: str) -> None:
         self.missing.session_closed(session_id)
+        self.messaging.session_closed(session_id)
+        self.clients.session_closed(session_id)
+        self.locks.session_closed(session_id)
+        self.notifications.session_closed(session_id)
+        self.removal_reports.session_closed()
         self.incidents.forget(session_id)
         if self._trim is None:  # give what closed sessions held back to the system, a little later, once
             self._trim = asyncio.get_running_loop().call_later(TRIM_DELAY, self._trim_memory)
@@ -295,6 +331,17 @@ class Gateway:
     def _send(self, session_id: str, message: bytes) -> None:
         self.registry.send(session_id, message)
         self.connections.wake()
+
+    def _life(self, what: str, session: Any, reason: str) -> None:
+        self.clients.life(what, session, reason)
+        if what == "disconnected":  # an UNLOCK_ON_CONNECTION_LOSS lock goes, and every wait
+            self.locks.connection_lost(session.id)
+
+    def _connected(self, session_id: str) -> bool | None:
+        """Whether a session has a connection now (``None``: no such session)."""
+        if session_id not in self.registry.sessions:
+            return None
+        return session_id in self.connections.by_session
 
     def _properties(self, session_id: str) -> dict[str, str] | None:
         session = self.registry.sessions.get(session_id)
@@ -321,8 +368,11 @@ class Gateway:
         self.collectors = Collectors.from_wire(collectors)
         self.connections.session_metrics.set(self.collectors.sessions)
 
-    def session_properties(self, kind: str, value: str) -> dict[str, dict[str, str]]:
-        return {sid: dict(self.registry.sessions[sid].properties) for sid in self._select(kind, value)}
+    def session_properties(
+        self, kind: str, value: str, keys: list[str] | None = None
+    ) -> dict[str, dict[str, str]]:
+        """The properties of this gateway's sessions a target names (those ``keys`` name, or all)."""
+        return {sid: pick(self.registry.sessions[sid].properties, keys) for sid in self._select(kind, value)}
 
     def change_session_properties(self, kind: str, value: str, changes: dict[str, str | None]) -> int:
         """Change the user properties of this gateway's sessions a target names; a session
@@ -334,7 +384,9 @@ class Gateway:
             after = (own | {k for k, v in changes.items() if v is not None}) - {k for k, v in changes.items() if v is None}
             if len(after) > most:
                 continue
+            before = dict(self.registry.sessions[sid].properties)
             self.ctx.apply_changes(self.registry.set_properties(sid, changes))
+            self.clients.properties_changed(sid, before)
             changed += 1
         self.connections.wake()
         return changed
@@ -366,15 +418,18 @@ class Gateway:
 
     def _partition_reset(self, partition: int) -> None:
         self.registry.resync_begin(self.link.owned_by(partition))
+        self.notifications.reset(self.link.owned_by(partition))
 
     def _partition_resynced(self, partition: int) -> None:
         self.registry.resync_end(self.link.owned_by(partition))
+        self.notifications.resynced(self.link.owned_by(partition))
         self.connections.wake()
 
     def _on_events(self, partition: int, events: list[TopicEvent]) -> None:
         self.registry.set_mark(partition, self.link.channels[partition].position)
         for token in self.registry.on_events(events):
             self.ctx.token_live(token)
+        self.notifications.on_events(events)
         self.connections.wake()
 
     # -- requests --------------------------------------------------------------
@@ -528,8 +583,13 @@ class GatewayActor:
                 await previous
         try:
             await self.core.missing.set_peers(peers, self.core.missing.gateway_id)
+            await self.core.messaging.learn_peers()
         except Exception as e:
-            log.warning("could not learn the other gateways' missing-topic handlers: %s", e)
+            log.warning("could not learn the other gateways' missing-topic and request handlers: %s", e)
+        try:
+            await self.core.clients.learn()
+        except Exception as e:
+            log.warning("could not learn the other gateways' session event listeners: %s", e)
         if self.core.ctx.controller is not None:  # after a restart: learn the fan-out links again
             await self._refresh_fanouts()
 
@@ -539,6 +599,7 @@ class GatewayActor:
         servers' missing-topic filters."""
         try:
             self.core.set_collectors(await self.core.ctx.controller.collector_list.remote())
+            self.core.locks.set_table(await self.core.ctx.controller.lock_table.remote())
             self.core.missing.set_fanouts(await self.core.ctx.controller.fanout_routes.remote())
             if self.core.ctx.views is not None:
                 self.core.missing.set_remote_filters(await self.core.ctx.views.remote_filters.remote())
@@ -548,6 +609,10 @@ class GatewayActor:
     async def set_remote_filters(self, filters: list[Any]) -> None:
         """The remote servers' missing-topic notification filters (see actors/missing_topics.py)."""
         self.core.missing.set_remote_filters(filters)
+
+    async def set_locks(self, table: dict[str, Any]) -> None:
+        """The session lock table, after a change (see :mod:`actors.locks`)."""
+        self.core.locks.set_table(table)
 
     async def set_collectors(self, collectors: list[dict[str, Any]]) -> None:
         """The instance's metric collectors, after a change (see :meth:`Gateway.set_collectors`)."""
@@ -575,6 +640,20 @@ class GatewayActor:
     async def missing_topic_answered(self, wait_id: str, token: str, response: str) -> None:
         self.core.missing.answered(wait_id, token, response)
 
+    # -- request/response messaging across gateways (see actors/messaging.py) -------------------
+
+    async def message_handlers(self) -> list[list[Any]]:
+        return self.core.messaging.own()
+
+    async def message_handlers_changed(self, added: list[list[Any]], removed: list[str]) -> None:
+        self.core.messaging.changed(added, removed)
+
+    async def message_deliver(self, body: dict[str, Any], kind: str, value: str, origin: str, most: int) -> list[str]:
+        return self.core.messaging.deliver(body, kind, value, origin, most)
+
+    async def message_answered(self, request_id: str, responder: str, outcome: list[Any]) -> None:
+        self.core.messaging.answered(request_id, responder, outcome)
+
     async def stop(self) -> None:
         await self.core.stop()
 
@@ -588,14 +667,39 @@ class GatewayActor:
         """Apply new tables; return how long re-evaluating the sessions took (s)."""
         return self.core.set_session_trees(trees)
 
-    async def session_properties(self, kind: str, value: str) -> dict[str, dict[str, str]]:
-        return self.core.session_properties(kind, value)
+    async def session_properties(
+        self, kind: str, value: str, keys: list[str] | None = None
+    ) -> dict[str, dict[str, str]]:
+        return self.core.session_properties(kind, value, keys)
 
     async def change_session_properties(self, kind: str, value: str, changes: dict[str, str | None]) -> int:
         return self.core.change_session_properties(kind, value, changes)
 
     async def close_sessions(self, kind: str, value: str) -> int:
         return self.core.close_sessions(kind, value)
+
+    # -- client control across gateways (see actors/client_control.py) -------------------------
+
+    async def change_session_roles(self, kind: str, value: str, remove: list[str], add: list[str]) -> int:
+        count = self.core.clients.change_roles(kind, value, RoleChange(frozenset(remove), frozenset(add)))
+        self.core.connections.wake()
+        return count
+
+    async def control_subscriptions(self, kind: str, value: str, selector: str, subscribe: bool) -> int:
+        count = await self.core.clients.control_subscriptions(
+            kind, value, self.core.registry.limits.selector(selector), subscribe)
+        self.core.connections.wake()
+        return count
+
+    async def session_listeners(self) -> list[list[Any]]:
+        return self.core.clients.own()
+
+    async def session_listeners_changed(self, added: list[list[Any]], removed: list[str]) -> None:
+        self.core.clients.changed(added, removed)
+
+    async def session_events(self, token: str, events: list[dict[str, Any]]) -> None:
+        self.core.clients.received(token, events)
+        self.core.connections.wake()
 
 
 @contextlib.contextmanager

@@ -286,6 +286,11 @@ def _traffic(gw: Any) -> list[Family]:
         Family("canopy_delta_diffs_total", "counter",
                "deltas computed (one serves every session that had the same value before)",
                [({}, connections.delta_cache.made)]),
+        Family("canopy_compressed_values_total", "counter",
+               "values written to sessions deflated (their topics' COMPRESSION)", [({}, connections.delta_cache.compressed)]),
+        Family("canopy_compression_saved_bytes_total", "counter",
+               "bytes of values not written because the sessions were sent them deflated",
+               [({}, connections.delta_cache.compressed_saved)]),
     ]
 
 

@@ -195,8 +195,8 @@ class _Channel:
         #: the partition's newest message position as of the last frame handled: while a
         #: frame's events are handed on, a position below every message they carry
         self.position = 0
-        #: what this link registered here (selector -> token), to register again after a restart
-        self.registered: dict[str, int] = {}
+        #: what this link registered here ((selector, structure) -> token), to register again after a restart
+        self.registered: dict[tuple[str, bool], int] = {}
         self.reconnecting: asyncio.Task[None] | None = None
         #: the epoch of the route the stream was opened with
         self.epoch = 0
@@ -207,9 +207,9 @@ class _Channel:
     def submit(self, op: Operation, on_result: OnResult) -> None:
         kind = type(op)
         if kind is Register:
-            self.registered[op.selector] = op.token  # type: ignore[union-attr]
+            self.registered[op.selector, op.structure] = op.token  # type: ignore[union-attr]
         elif kind is Unregister:
-            self.registered.pop(op.selector, None)  # type: ignore[union-attr]
+            self.registered.pop((op.selector, op.structure), None)  # type: ignore[union-attr]
         if self.failing:
             if on_result is not None:
                 on_result(Failed(UNAVAILABLE, str(self.broken)))
@@ -374,7 +374,7 @@ class _Channel:
                 self._hold_timer = None
             self.moving = False
             self.link.on_reset(self.index)
-            waiting = {op.selector for op, _ in self._queue if type(op) is Register}  # type: ignore[union-attr]
+            waiting = {(op.selector, op.structure) for op, _ in self._queue if isinstance(op, Register)}
             registrations = [(s, t) for s, t in self.registered.items() if s not in waiting]
             if not registrations:
                 if self._queue and not self._scheduled:
@@ -391,7 +391,9 @@ class _Channel:
 
             # ahead of the operations held while the partition was away: the events of those
             # writes must reach this link, so its registrations come first at the new primary
-            self._queue[:0] = [(Register(selector, token), answered) for selector, token in registrations]
+            self._queue[:0] = [
+                (Register(selector, token, structure), answered) for (selector, structure), token in registrations
+            ]
             if not self._scheduled and len(self._in_flight) < self.link.max_in_flight:
                 self._schedule()
         finally:

@@ -209,6 +209,10 @@ class Partition:
         self.primed = False
         self._priming: list[TopicState] | None = None
         self.replicas_applied = 0
+        # removal policies (the primary evaluates them: _schedule_removals)
+        self._removal_timer: asyncio.TimerHandle | None = None
+        self._removal_at = 0
+        self.removed_by_policy = 0
 
     def _new_store(self) -> TopicStore:
         return TopicStore(
@@ -247,7 +251,7 @@ class Partition:
         started = time.perf_counter()
         recovery = journal.recover()
         topics = self.store.load(recovery.states)
-        skipped = self.store.replay(recovery.changes)
+        skipped = self.store.replay(recovery.changes, recovery.times)
         report = {
             "topics": len(self.store.tree), "from_snapshot": topics, "changes": len(recovery.changes),
             "seconds": round(time.perf_counter() - started, 3), "problems": list(recovery.problems),
@@ -287,14 +291,9 @@ class Partition:
         self.batches += 1
         self.operations += len(results)
         encoded: dict[int, list[Any]] = {}
-        if self.backup_address is not None:
-            self._replicate(encoded)
-        elif self.journal is not None:
-            self._journal(store.drain_changes())
-            store.drain_recent()
-        elif self.replicated:
-            store.drain_replicated()
-            store.drain_recent()
+        self._settle(encoded)
+        if self._removal_timer is None and store.removals.watched:
+            self._schedule_removals()
         events = store.drain_events()
         own = events.pop(peer.link, None)
         position = store.position
@@ -305,6 +304,54 @@ class Partition:
             if target is not None:
                 writes.append((target, encode_frame(Events(_encoded(made, encoded), position))))
         self._answer(writes)
+
+    def _settle(self, encoded: dict[int, list[Any]]) -> None:
+        """Journal and replicate what the store changed (before anything is answered)."""
+        store = self.store
+        if self.backup_address is not None:
+            self._replicate(encoded)
+        elif self.journal is not None:
+            self._journal(store.drain_changes())
+            store.drain_recent()
+        elif self.replicated:
+            store.drain_replicated()
+            store.drain_recent()
+
+    # -- removal policies (topics.removal_tracker) ---------------------------
+
+    def _schedule_removals(self) -> None:
+        """As the primary, look at the removal policies when the earliest may be due (at
+        least every second while any is watched: gateways' reports come and go)."""
+        if self.role != PRIMARY:
+            return
+        now = time.time_ns() // 1_000_000
+        at = self.store.removals.next_check_ms(now)
+        if at is None:
+            return
+        if self._removal_timer is not None:
+            if self._removal_at <= at:
+                return
+            self._removal_timer.cancel()
+        self._removal_at = at
+        self._removal_timer = asyncio.get_running_loop().call_later(max(at - now, 5) / 1000, self._expire)
+
+    def _expire(self) -> None:
+        """Remove what the due policies say, as a batch of its own: journaled, replicated,
+        and its events to the links once the backup has it."""
+        self._removal_timer = None
+        if self.role != PRIMARY or self.handing_over:
+            return
+        store = self.store
+        self.removed_by_policy += store.expire(time.time_ns() // 1_000_000)
+        encoded: dict[int, list[Any]] = {}
+        self._settle(encoded)
+        events = store.drain_events()
+        if events:
+            position = store.position
+            writes = [(target, encode_frame(Events(_encoded(made, encoded), position)))
+                      for link, made in events.items() if (target := self.links.get(link)) is not None]
+            self._answer(writes)
+        self._schedule_removals()
 
     def _replicate(self, encoded: dict[int, list[Any]]) -> None:
         """Journal the batch's changes here and send them all to the backup, with the
@@ -483,10 +530,10 @@ class Partition:
             if self._priming is not None or not self.primed:
                 raise ProtocolError("a replicated batch before the prime is complete")
             changes = [decode_change(c) for c in frame.changes]
-            self.store.replay(changes)
+            self.store.replay(changes, frame.timestamp)
             self.store.drain_replicated()
             if frame.position:
-                self.store.extend_recent([decode_event(e) for e in frame.recent], frame.position)
+                self.store.extend_recent([decode_event(e) for e in frame.recent], frame.position, frame.timestamp)
             persistent = persistent_only(changes, frame.volatile)
             if self.journal is not None and persistent:
                 try:
@@ -542,6 +589,7 @@ class Partition:
         self.role = PRIMARY
         self.handing_over = False
         self.set_backup(epoch, backup)
+        self._schedule_removals()
 
     def become_backup(self, epoch: int) -> None:
         """Follow the primary that will connect with ``epoch`` (or a newer one). A
@@ -709,6 +757,8 @@ class Partition:
             log.error("partition %d: exporting its history failed: %s", self.index, e)
 
     def close(self) -> None:
+        if self._removal_timer is not None:
+            self._removal_timer.cancel()
         if self._export_timer is not None:
             self._export_timer.cancel()
         if self._export_process is not None:
@@ -740,6 +790,8 @@ class Partition:
             "epoch": self.epoch,
             "topics": len(self.store.tree),
             "registrations": len(self.store.index),
+            "removal_policies": len(self.store.removals.watched),
+            "removed_by_policy": self.removed_by_policy,
             "links": sorted(self.links),
             "batches": self.batches,
             "operations": self.operations,

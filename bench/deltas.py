@@ -4,8 +4,8 @@ Workload: one publisher sets 100 JSON topics in round robin; each value is a ~2 
 (40 text fields and a sequence number in the middle) of which one field, the sequence number,
 changes per update. Ten subscriber sessions each subscribe to every topic. The same server runs
 it twice per round, with subscribers that take deltas (the client's default) and with
-subscribers that ask for whole values (``connect(..., deltas=False)``, what a client without
-delta support gets), alternating which goes first. The publisher keeps ``WINDOW`` sets
+subscribers that ask for whole values (``connect(..., deltas=False, compression=False)``, what a
+client without delta support gets), alternating which goes first. The publisher keeps ``WINDOW`` sets
 outstanding and goes as fast as it can for ``--duration`` seconds.
 
 For each mode it reports delivered updates/s (summed over subscribers, counted inside the window),
@@ -111,7 +111,7 @@ async def run_mode(
         for path in paths:
             await publisher.topics.add_and_set(path, document(seq0), "JSON")
         for sub in subs:
-            sub.session = await canopy.connect(url, deltas=deltas)
+            sub.session = await canopy.connect(url, deltas=deltas, compression=False)  # whole values: whole
             await sub.session.topics.subscribe("?deltas/", callback=sub.on_event)
         base = document(0)
         outstanding: deque[asyncio.Future[Any]] = deque()

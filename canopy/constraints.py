@@ -82,8 +82,8 @@ def no_topic() -> NoTopic:
 
 
 def locked(lock: SessionLock) -> Locked:
-    """The updating session holds ``lock`` (still at the sequence it was acquired at). Session
-    locks do not exist on the server yet: a constraint that needs one never holds."""
+    """The updating session holds ``lock`` (a :class:`~canopy.client.SessionLock`) still at the
+    sequence it was acquired at: the gateway decides it from the cluster's lock table."""
     name, sequence = getattr(lock, "name", None), getattr(lock, "sequence", None)
     if not isinstance(name, str) or not 0 < len(name) <= MAX_LOCK_NAME:
         raise errors.InvalidConstraintError(

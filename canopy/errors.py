@@ -36,6 +36,14 @@ handle::
     ├── ProtocolViolationError       PROTOCOL_ERROR, UNSUPPORTED_VERSION
     ├── UnavailableError             UNAVAILABLE (a partition is down)
     ├── NoSuchNodeError              NO_SUCH_NODE (cluster node actions)
+    ├── NoSuchSessionError           NO_SUCH_SESSION (client control, messaging: no session has that id)
+    ├── MessagingError               a request to other sessions failed (``session.messaging``)
+    │   ├── HandlerConflictError         HANDLER_CONFLICT (the session has a handler for the path)
+    │   ├── UnhandledMessageError        UNHANDLED_MESSAGE (no handler, no request stream)
+    │   ├── RequestTimeoutError          REQUEST_TIMEOUT (no response in time)
+    │   ├── RejectedRequestError         REJECTED_REQUEST (the recipient refused; its message)
+    │   ├── IncompatibleDatatypeError    INCOMPATIBLE_DATATYPE (a value of another type than expected)
+    │   └── RecipientClosedError         RECIPIENT_CLOSED (the recipient's session ended first)
     ├── RefusedError                 REFUSED (a cluster node action needs force)
     ├── RequestCancelledError        CANCELLED (a missing-topic handler cancelled it)
     ├── LimitExceededError           LIMIT_EXCEEDED (a per-session limit)
@@ -230,6 +238,54 @@ class NoSuchNodeError(CanopyError):
     code = "NO_SUCH_NODE"
 
 
+class NoSuchSessionError(CanopyError):
+    """Client control named a session id that no gateway holds (closed, or never opened)."""
+
+    code = "NO_SUCH_SESSION"
+
+
+class MessagingError(CanopyError):
+    """A request sent to other sessions (``session.messaging``) got no response."""
+
+    code = "MESSAGING_ERROR"
+
+
+class HandlerConflictError(MessagingError):
+    """The session has a request handler for that path already: close it first."""
+
+    code = "HANDLER_CONFLICT"
+
+
+class UnhandledMessageError(MessagingError):
+    """No handler covers the request's path, or the recipient has no request stream for it."""
+
+    code = "UNHANDLED_MESSAGE"
+
+
+class RequestTimeoutError(MessagingError):
+    """No response came within the request's timeout."""
+
+    code = "REQUEST_TIMEOUT"
+
+
+class RejectedRequestError(MessagingError):
+    """The recipient refused the request (its handler raised); the message is the recipient's."""
+
+    code = "REJECTED_REQUEST"
+
+
+class IncompatibleDatatypeError(MessagingError):
+    """A request or response of another type than its receiver expects."""
+
+    code = "INCOMPATIBLE_DATATYPE"
+
+
+class RecipientClosedError(MessagingError):
+    """The recipient's session ended before it answered."""
+
+    code = "RECIPIENT_CLOSED"
+
+
 class RefusedError(CanopyError):
     """A cluster node action that would hit more than asked (a real machine, the
     controller's node) and was not forced; the message says why."""
@@ -311,6 +367,14 @@ _BY_CODE: dict[str, type[CanopyError]] = {
         ProtocolViolationError,
         UnavailableError,
         NoSuchNodeError,
+        NoSuchSessionError,
+        MessagingError,
+        HandlerConflictError,
+        UnhandledMessageError,
+        RequestTimeoutError,
+        RejectedRequestError,
+        IncompatibleDatatypeError,
+        RecipientClosedError,
         RefusedError,
         RequestCancelledError,
         LimitExceededError,

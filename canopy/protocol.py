@@ -31,6 +31,7 @@ code   message         fields after the code
                        timestamp|nil, original author|nil            s → c
 10     NOTIFY          kind (str), body (any)                        s → c
 11     DELTA           topic alias, delta (bin)                      s → c
+12     COMPRESSED      topic alias, value (bin: zlib, RFC 1950)      s → c
 =====  ==============  ======================================================
 
 The first frame from the client must hold exactly one HELLO; the server
@@ -65,13 +66,45 @@ that does not match) must not guess: it fetches the topic's value and goes
 on from that value as its basis. Deltas apply only within one connection:
 after a resume the refresh's SUBSCRIBEDs give every basis again.
 
+*Compression.* A HELLO whose options say ``compression`` (true) lets the
+server send a COMPRESSED message instead of a VALUE: the new value deflated
+with zlib. It does so for a retained value of at least 512 bytes of a STRING,
+JSON or BINARY topic whose COMPRESSION property is not ``off`` (a topic
+without the property is ``low``: zlib level 1; ``medium`` 6, ``high`` 9),
+when a delta was not sent instead and the result is smaller. The client
+inflates it (never to more than the maximum frame size: more is a failure to
+apply, handled as a delta's) and it is then the topic's value and basis like
+any VALUE.
+
 NOTIFY tells the session of something it asked to hear of, outside any
-request. The one kind so far is ``missing_topic``: a subscription or fetch
+request. Kind ``missing_topic``: a subscription or fetch
 matched no topic where the session registered a missing-topic handler (see
 below); its body is a map: ``id`` (answer with it), ``registration``,
 ``path`` (the registration's), ``selector``, ``session_id`` and
 ``properties`` (of the session that asked), ``servers`` (the servers the
-request passed through, where it was made first).
+request passed through, where it was made first). Kind ``session_event``:
+events of a session event listener (``session_listen``), its body a map:
+``listener`` (the id the client gave), ``registration`` and ``events``, a list
+of maps ``session_id``, ``type`` (``STATE`` or ``PROPERTIES``), ``state``
+(``ACTIVE``, ``DISCONNECTED``, ``RECONNECTED``, ``CLOSED``), ``properties``
+(those the listener asked for; none for a closed session), ``changed`` (the
+old values of those that changed, nil for a new key) and ``reason`` (why a
+closed session ended: ``CLOSED_BY_CLIENT``, ``CLOSED_BY_CLIENT_CONTROL``,
+``EXPIRED``, ``QUEUE_LIMIT``, ``SERVER_SHUTDOWN``, ...). Kind ``request``: a
+request for the session to answer (messaging, below), its body a map: ``id``
+(answer with it), ``path``, ``type`` and ``data`` (the request's value),
+``session_id`` (the sender), ``properties`` (the sender's properties the
+handler asked for), ``registration`` (the handler's; nil for a request sent to
+the session by id or filter) and ``response_type`` (nil when the sender did
+not say). Kind ``response``: one answer to a ``message_send_filter``, its body
+``request`` (the tag the sender gave), ``session_id`` (who answered), then
+``type`` and ``data``, or ``code`` and ``message`` for a failure. Kind
+``topic_notification``: one notification of a topic notification listener
+(``notify_select``, below), its body a map: ``listener`` (the id the client
+gave), ``type`` (``SELECTED``, ``ADDED``, ``REMOVED``, ``DESELECTED``),
+``path`` (a session path), ``descendant`` (bool) and, unless it is a
+descendant notification, ``topic_type`` and ``properties`` (the topic's
+specification; never its value). A kind a client does not know is ignored.
 
 *Resuming* (version 3). Every WELCOME carries the session's *resume token*,
 a random secret the gateway made when it opened the session. A connection
@@ -118,7 +151,7 @@ failed) and nothing changes. A constraint is an array (see
 value is that value, compared as stored), ``["no_value"]`` (a topic without a
 value), ``["no_topic"]`` (no topic at the path; with ``add_if_missing``, add
 only if absent), ``["locked", lock name, sequence]`` (the session holds that
-session lock; there are no session locks yet, so this never holds),
+session lock, acquired at that sequence; decided by the gateway),
 ``["json_with_value", pointer, data]`` (a JSON topic whose value has, at the
 RFC 6901 pointer, the JSON value ``data`` encodes as one CBOR item, compared
 as CBOR bytes), ``["json_without_value", pointer]`` (a JSON topic whose value
@@ -169,7 +202,7 @@ tree_put        session tree branch, [[filter, topic branch]...]  new version
 tree_get        session tree branch                              table|nil
 tree_list                                                        [table...]
 tree_remove     session tree branch                              new version
-session_get     target                                           {session id: props}
+session_get     target, keys (array|nil; may be left out)        {session id: props}
 session_set     target, {key: value|nil}                         sessions changed
 session_close   target                                           sessions closed
 trace           every (int), limit (int)                         [[path, value,
@@ -181,6 +214,17 @@ cluster_status                                                   {nodes, partiti
 cluster_node    action ("kill"|"pause"|"add"), node|nil,        {node, action, ...}
                 seconds, force
 ==============  ===============================================  ==================
+
+Client control (other sessions, on any gateway; see below):
+
+===================  ==========================================  ==================
+session_roles        target, roles to remove, roles to add       sessions named
+session_subscribe    target, selector                            sessions named
+session_unsubscribe  target, selector                            sessions named
+session_listen       listener id (int), filter (str|nil),        registration (str)
+                     keys (array|nil; may be left out)
+session_unlisten     registration                                nil
+===================  ==========================================  ==================
 
 Missing-topic handlers (REGISTER_HANDLER, and MODIFY_TOPIC on the path):
 
@@ -203,6 +247,113 @@ and nothing is subscribed (see :mod:`sessions.missing_topics`).
 of one of its sessions (its id and properties, and the servers it came
 through); SERVER_LINK and SELECT_TOPIC on the selector's path prefix (the
 properties reach the handlers with ``$ForwardedBy``, the link's principal).
+
+Request/response messaging (a value is a type name, ``STRING``, ``INT64``,
+``DOUBLE``, ``JSON`` or ``BINARY``, and its bytes as a topic of that type stores
+them; ``timeout_ms`` nil is the server's ``message_timeout_ms``):
+
+====================  =========================================  ==================
+message_handler_add   path, session property keys (array|nil;    registration (str)
+                      may be left out)
+message_handler_rm    registration                               nil
+message_send          path, type, data, response type (str|nil), [type, data]
+                      timeout_ms (int|nil)
+message_send_session  session id, path, type, data, response     [type, data]
+                      type, timeout_ms
+message_send_filter   filter, path, type, data, tag (int|str),   sessions sent to
+                      response type, timeout_ms
+message_respond       request id, type, data                     nil
+message_reject        request id, message, code (may be left     nil
+                      out: ``REJECTED_REQUEST``)
+====================  =========================================  ==================
+
+A handler (REGISTER_HANDLER; VIEW_SESSION too when it asks for session
+properties, with ``*F`` for every fixed and ``*U`` for every user property)
+takes the unaddressed requests (``message_send``, SEND_TO_MESSAGE_HANDLER on the
+path) on its path's branch: the handler of the most specific registered path
+at or above the request's path gets it; of several sessions registered on one
+path, the sender's gateway takes them in turn. A session may hold one handler
+per path (a second is ``HANDLER_CONFLICT``) and 100 in all. Handlers are known
+to every gateway, so a request reaches its handler wherever it is connected.
+``message_send_session`` and ``message_send_filter`` (SEND_TO_SESSION on the
+path) address sessions on any gateway, which answer through their client's
+request streams (a client without one for the path rejects with
+``UNHANDLED_MESSAGE``); a filter request answers at once how many sessions it
+went to (at most 1,000) and each answer follows as a NOTIFY ``response``. The
+recipient gets a NOTIFY ``request`` and answers ``message_respond`` (a response
+of another type than the sender asked for is ``INCOMPATIBLE_DATATYPE``, for both)
+or ``message_reject`` (its message reaches the sender as ``REJECTED_REQUEST``,
+or the code it gives). The sender's errors: ``UNHANDLED_MESSAGE`` (no handler),
+``NO_SUCH_SESSION``, ``REQUEST_TIMEOUT`` (no answer within the request's
+timeout, at most ``max_message_timeout_ms``), ``RECIPIENT_CLOSED`` (its session
+ended first), ``LIMIT_EXCEEDED`` (more than ``max_message_requests`` requests of
+the session waiting), ``INVALID_TYPE``, ``INVALID_VALUE`` (a value that is not
+of its type, or longer than the frame size less 64 KiB), ``INVALID_FILTER``.
+
+Session locks (see :mod:`sessions.locks`; a lock's name is a path of at most 256
+characters, and a lock is ``[name, sequence, scope]``):
+
+====================  =========================================  ==================
+lock                  name, scope (``"UNLOCK_ON_SESSION_LOSS"``  lock
+                      or ``"UNLOCK_ON_CONNECTION_LOSS"``; may be
+                      left out: the first)
+unlock                name, sequence (int|nil; may be left out)  owned (bool)
+lock_cancel           name                                       [withdrawn (bool),
+                                                                 lock|nil]
+lock_list                                                        [{name, sequence,
+                                                                 session_id, scope,
+                                                                 waiting}...]
+====================  =========================================  ==================
+
+``lock`` (ACQUIRE_LOCK on the name) is answered when the session owns the lock:
+at once when it is free or the session holds it already (the same lock; asked
+with ``UNLOCK_ON_CONNECTION_LOSS`` it keeps that, the weaker scope), otherwise
+once every earlier waiter had it (first come, first served). The sequence is a
+fencing token: each grant of any lock takes the next of one counter the cluster
+keeps in its replicated configuration, so a name's sequences only grow. The
+lock is released by ``unlock`` (at that sequence, when given; the answer says
+whether the session owned it), when the session ends (closed, expired, its
+gateway lost) and, with ``UNLOCK_ON_CONNECTION_LOSS``, when the session loses
+its connection, even if it is kept for resumption. A session that loses its
+connection stops waiting: the requests' answers went with it, and the client
+asks again. ``lock_cancel`` stops the session's waiting for the lock (its
+waiting ``lock`` requests fail ``CANCELLED``) and says whether it was waiting
+and the lock if the session owns it now (granted before the cancel arrived: the
+client should unlock it). ``lock_list`` (VIEW_SERVER) lists the locks held now.
+A session holds or waits for at most 100 locks (16 waiting), the cluster at
+most 10,000 in all: ``LIMIT_EXCEEDED``. Every change is committed to the
+replicated configuration before it is answered: without a majority it is
+``UNAVAILABLE``.
+
+Topic notifications (a listener is numbered by its client, like a session
+event listener, and made by its first ``notify_select``):
+
+====================  =========================================  ==================
+notify_select         listener id (int), selector, descendants   nil
+                      (bool; may be left out: false)
+notify_deselect       listener id, selector                      nil
+notify_close          listener id                                nil
+====================  =========================================  ==================
+
+``notify_select`` (SELECT_TOPIC on the selector's path prefix) adds a selector
+to a listener: a NOTIFY ``topic_notification`` ``SELECTED`` comes for every
+topic it selects now (before the RESPONSE), then ``ADDED`` for each topic
+added that it selects and ``REMOVED`` for each of those removed; only topics
+the session may read (READ_TOPIC at the session path) are told, under their
+session paths. ``notify_deselect`` takes a selector away: ``DESELECTED`` for
+the topics no other selector of the listener selects. A listener made with
+``descendants`` (every select of it must say the same, else
+``INVALID_REQUEST``) is also told, as descendant notifications, of the
+*immediate descendants* of each path it selects (bound or not) that it does
+not select itself: the first topic bound on each branch below the path (for
+a/b, a/c, a/c/d and a/e/f/g under a selected ``a``: a/b, a/c and a/e/f/g),
+``SELECTED``/``DESELECTED`` as its selectors change and ``ADDED``/``REMOVED``
+as the tree does; READ_TOPIC filters them too. A session holds at most 16
+listeners and 100 selectors in all (``LIMIT_EXCEEDED``); its notifications
+go through its outbound queue and count against its byte budget, like every
+other message. ``notify_close`` ends a listener (no notifications); closing
+the session ends them all. Values never travel for a listener: the gateway
+registers its selectors with the partitions for structure only.
 
 What every request needs, and how many arguments it takes, is the
 authorization matrix (:mod:`sessions.authorization`); a wrong count is
@@ -267,8 +418,34 @@ A target is ``["id", session id]`` or ``["filter", session filter]``;
 ``session_close`` needs VIEW_SESSION and MODIFY_SESSION, ends every session
 the target names on any gateway (CLOSE ``CLOSED_BY_CLIENT_CONTROL`` and
 WebSocket code 4002) and answers how many; a session that closes itself gets
-no answer. A
-HELLO with a principal is authenticated (ERROR ``AUTHENTICATION_FAILED``
+no answer.
+
+*Client control.* Property ``keys`` name properties, ``*F`` standing for
+every fixed (``$``) one and ``*U`` for every user one. ``session_roles``
+(VIEW_SESSION and MODIFY_SESSION) takes roles from and gives roles to the
+sessions a target names (lists of names, at most 64 together, not the same
+role in both, not both empty): their ``$Roles`` and their permissions change
+at once, for their next requests and for what they receive (a subscribed
+topic they may no longer read is UNSUBSCRIBED ``AUTHORIZATION``).
+``session_subscribe`` and ``session_unsubscribe`` (MODIFY_SESSION, and
+SELECT_TOPIC on the selector's path prefix) change the named sessions'
+subscriptions as if they had asked: the selector stays theirs, so it matches
+topics added later, and they receive only what they may read (READ_TOPIC)
+through the usual SUBSCRIBED messages, but need no SELECT_TOPIC themselves;
+missing-topic handlers are not asked. A filter is evaluated once, on the
+sessions open then. The answer is how many sessions the target named (a
+subscription is answered once the current values are on their way); a target
+naming a session id no gateway holds is ``NO_SUCH_SESSION``.
+``session_listen`` (VIEW_SESSION and REGISTER_HANDLER; at most 16 per
+session) registers a session event listener across every gateway: a STATE
+``ACTIVE`` event for every session the filter (nil: every session) matches
+now, then one for each session opened, DISCONNECTED and RECONNECTED for a
+session kept for its client, CLOSED when one ends, and PROPERTIES when one
+of the properties named in ``keys`` changes (none without keys); the filter
+is evaluated on the session as it is at each event. ``session_unlisten``
+ends one of the session's own listeners; closing the session ends them all.
+
+A HELLO with a principal is authenticated (ERROR ``AUTHENTICATION_FAILED``
 otherwise); without one the session is anonymous if the server allows it.
 A request the session lacks a permission for gets ``PERMISSION_DENIED``
 naming the permission and the path.
@@ -306,7 +483,8 @@ import msgpack
 
 PROTOCOL_VERSION = 3  # 2: WELCOME says how many messages a frame may carry; 3: sessions resume
 FRAME_OVERHEAD = 5  # the largest msgpack array header
-HELLO, WELCOME, REQUEST, RESPONSE, ERROR, SUBSCRIBED, VALUE, UNSUBSCRIBED, CLOSE, EVENT, NOTIFY, DELTA = range(12)
+HELLO, WELCOME, REQUEST, RESPONSE, ERROR, SUBSCRIBED, VALUE, UNSUBSCRIBED, CLOSE, EVENT, NOTIFY, DELTA, COMPRESSED = (
+    range(13))
 OPERATIONS = frozenset(
     {
         "add", "set", "json_patch", "remove", "fetch", "subscribe", "unsubscribe",
@@ -314,12 +492,17 @@ OPERATIONS = frozenset(
         "security_get", "security_update",
         "tree_put", "tree_get", "tree_list", "tree_remove",
         "session_get", "session_set", "session_close",
+        "session_roles", "session_subscribe", "session_unsubscribe", "session_listen", "session_unlisten",
         "view_create", "view_list", "view_remove",
         "trace", "cluster_status", "cluster_node",
         "missing_topic_add", "missing_topic_rm", "missing_topic_ans", "missing_topic_list",
         "fanout_list", "fanout_add", "fanout_remove", "missing_topic_fwd",
         "server_add", "server_remove", "server_list", "server_check",
         "collector_put", "collector_remove", "collector_list",
+        "message_handler_add", "message_handler_rm", "message_send", "message_send_session", "message_send_filter",
+        "message_respond", "message_reject",
+        "lock", "unlock", "lock_cancel", "lock_list",
+        "notify_select", "notify_deselect", "notify_close",
     }
 )
 
@@ -384,7 +567,7 @@ class Hello(NamedTuple):
     password: str | None
     properties: dict[str, str]
     resume: Resume | None = None
-    #: what the client understands beyond the base protocol: ``deltas`` (bool)
+    #: what the client understands beyond the base protocol: ``deltas``, ``compression`` (bools)
     options: dict[str, Any] | None = None
 
 
@@ -496,8 +679,16 @@ class Delta(NamedTuple):
     delta: bytes
 
 
+class Compressed(NamedTuple):
+    """A new value of a subscribed topic, deflated (zlib)."""
+
+    alias: int
+    data: bytes
+
+
 Message = (
     Hello | Welcome | Request | Response | Error | Subscribed | Value | Unsubscribed | Close | Event | Notify | Delta
+    | Compressed
 )
 
 # -- encoding ----------------------------------------------------------------
@@ -519,7 +710,7 @@ def frame(messages: list[bytes]) -> bytes:
 _CODES: dict[type[Any], int] = {
     Hello: HELLO, Welcome: WELCOME, Request: REQUEST, Response: RESPONSE, Error: ERROR,
     Subscribed: SUBSCRIBED, Value: VALUE, Unsubscribed: UNSUBSCRIBED, Close: CLOSE, Event: EVENT,
-    Notify: NOTIFY, Delta: DELTA,
+    Notify: NOTIFY, Delta: DELTA, Compressed: COMPRESSED,
 }
 
 
@@ -602,6 +793,7 @@ _ARITY = {
     EVENT: 9,
     NOTIFY: 3,
     DELTA: 3,
+    COMPRESSED: 3,
 }
 
 
@@ -693,6 +885,8 @@ def _decode_one(item: Any) -> Message:
         return Notify(_expect(item[1], str, "kind"), item[2])
     if code == DELTA:
         return Delta(_expect(item[1], int, "alias"), _expect(item[2], bytes, "delta"))
+    if code == COMPRESSED:
+        return Compressed(_expect(item[1], int, "alias"), _expect(item[2], bytes, "value"))
     return Close(_expect(item[1], str, "code"), _expect(item[2], str, "message"))
 
 

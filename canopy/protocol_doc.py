@@ -16,7 +16,7 @@ from canopy import protocol
 
 #: the message types in code order, as the tables name them
 MESSAGES = ("HELLO", "WELCOME", "REQUEST", "RESPONSE", "ERROR", "SUBSCRIBED", "VALUE", "UNSUBSCRIBED",
-            "CLOSE", "EVENT", "NOTIFY", "DELTA")
+            "CLOSE", "EVENT", "NOTIFY", "DELTA", "COMPRESSED")
 
 
 def render() -> str:

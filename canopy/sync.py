@@ -24,6 +24,7 @@ like any other).
 from __future__ import annotations
 
 import asyncio
+import enum
 import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
@@ -36,8 +37,16 @@ from canopy.client import (
     FetchedTopic,
     HandlerRegistration,
     MissingTopicNotification,
+    NotificationCallback,
+    NotificationListener,
     RangeResult,
+    RequestContext,
+    RequestHandlerRegistration,
     Session,
+    SessionEvent,
+    SessionListener,
+    SessionLock,
+    SessionLockScope,
     Subscription,
     TopicEvent,
     UpdateStream,
@@ -156,6 +165,41 @@ class SyncTopics:
     def unsubscribe(self, selector: str | Selector) -> None:
         self._r.run(self._s.topics.unsubscribe(selector), self._t)
 
+    def notifications(
+        self, selector: str | Selector | None, callback: NotificationCallback, *,
+        descendants: NotificationCallback | None = None,
+    ) -> SyncNotificationListener:
+        """See :meth:`canopy.client.Topics.notifications`; the callbacks run on the client's
+        own thread and must not block (hand the notifications to a queue)."""
+        listener = self._r.run(self._s.topics.notifications(selector, callback, descendants=descendants), self._t)
+        return SyncNotificationListener(self._r, listener, self._t)
+
+
+class SyncNotificationListener:
+    """Blocking form of :class:`canopy.client.NotificationListener`."""
+
+    def __init__(self, runner: _Loop, listener: NotificationListener, timeout: float | None) -> None:
+        self._r, self._listener, self._t = runner, listener, timeout
+
+    @property
+    def selectors(self) -> list[str]:
+        return list(self._listener.selectors)
+
+    def select(self, selector: str) -> None:
+        self._r.run(self._listener.select(selector), self._t)
+
+    def deselect(self, selector: str) -> None:
+        self._r.run(self._listener.deselect(selector), self._t)
+
+    def close(self) -> None:
+        self._r.run(self._listener.close(), self._t)
+
+    def __enter__(self) -> SyncNotificationListener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 class SyncUpdateStream:
     """Blocking form of :class:`canopy.client.UpdateStream`."""
@@ -229,6 +273,98 @@ class SyncMissingTopics:
         self._r.run(self._s.missing_topics.drain(), self._t)
 
 
+class SyncSessionListener:
+    """A blocking session event listener's registration (:meth:`close` ends it)."""
+
+    def __init__(self, runner: _Loop, listener: SessionListener, timeout: float | None) -> None:
+        self._r, self._listener, self._t = runner, listener, timeout
+        self.registration = listener.registration
+
+    def close(self) -> None:
+        self._r.run(self._listener.close(), self._t)
+
+    def __enter__(self) -> SyncSessionListener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncMessaging:
+    """Blocking form of :class:`canopy.client.Messaging`: each handler, request stream
+    callback and filter response callback runs in a worker thread, so it may use the
+    session's blocking methods. A send waits for the request's own ``timeout`` (plus
+    a margin) rather than the session's."""
+
+    def __init__(self, runner: _Loop, session: Session, timeout: float | None) -> None:
+        self._r, self._s, self._t = runner, session, timeout
+        self._streams: dict[str, Callable[[Any, RequestContext], Any]] = {}
+
+    def _wait(self, timeout: float | None) -> float | None:
+        return None if self._t is None else max(self._t, (timeout if timeout is not None else 60.0) + 5.0)
+
+    def add_request_handler(
+        self, path: str, handler: Callable[[Any, RequestContext], Any], request_type: TopicType | str | None = None,
+        response_type: TopicType | str | None = None, session_properties: Sequence[str] = (),
+    ) -> RequestHandlerRegistration:
+        async def in_thread(request: Any, context: RequestContext) -> Any:
+            return await asyncio.to_thread(handler, request, context)
+
+        return self._r.run(_in_loop(self._s.messaging.add_request_handler, path, in_thread, request_type,
+                                    response_type, session_properties), self._t)
+
+    def remove_request_handler(self, registration: RequestHandlerRegistration) -> None:
+        self._r.run(registration.close(), self._t)
+
+    def set_request_stream(
+        self, path: str, callback: Callable[[Any, RequestContext], Any], request_type: TopicType | str | None = None,
+        response_type: TopicType | str | None = None,
+    ) -> Callable[[Any, RequestContext], Any] | None:
+        async def in_thread(request: Any, context: RequestContext) -> Any:
+            return await asyncio.to_thread(callback, request, context)
+
+        async def set_it() -> None:
+            self._s.messaging.set_request_stream(path, in_thread, request_type, response_type)
+
+        self._r.run(set_it(), self._t)
+        old, self._streams[path] = self._streams.get(path), callback
+        return old
+
+    def remove_request_stream(self, path: str) -> Callable[[Any, RequestContext], Any] | None:
+        async def remove_it() -> None:
+            self._s.messaging.remove_request_stream(path)
+
+        self._r.run(remove_it(), self._t)
+        return self._streams.pop(path, None)
+
+    def send_request(self, path: str, value: Any, request_type: TopicType | str | None = None,
+                     response_type: TopicType | str | None = None, timeout: float | None = None) -> Any:
+        return self._r.run(_in_loop(self._s.messaging.send_request, path, value, request_type, response_type,
+                                    timeout), self._wait(timeout))
+
+    def send_request_to_session(
+        self, session_id: str, path: str, value: Any, request_type: TopicType | str | None = None,
+        response_type: TopicType | str | None = None, timeout: float | None = None,
+    ) -> Any:
+        return self._r.run(_in_loop(self._s.messaging.send_request_to_session, session_id, path, value, request_type,
+                                    response_type, timeout), self._wait(timeout))
+
+    def send_request_to_filter(
+        self, session_filter: str, path: str, value: Any, callback: Callable[[str, Any, Any], Any],
+        request_type: TopicType | str | None = None, response_type: TopicType | str | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        async def in_thread(session_id: str, response: Any, error: Any) -> None:
+            await asyncio.to_thread(callback, session_id, response, error)
+
+        return self._r.run(_in_loop(self._s.messaging.send_request_to_filter, session_filter, path, value, in_thread,
+                                    request_type, response_type, timeout), self._t)
+
+    def drain(self) -> None:
+        """Wait until every request received so far is answered."""
+        self._r.run(self._s.messaging.drain(), self._t)
+
+
 class _Blocking:
     """Blocking versions of every coroutine method of an async API object."""
 
@@ -247,6 +383,75 @@ class _Blocking:
         return call
 
 
+class SyncClients(_Blocking):
+    """Blocking form of :class:`canopy.client.Clients`: a listener's callback runs on the
+    client's own thread and must not block (hand events to a queue)."""
+
+    def listen(self, callback: Callable[[SessionEvent], Any], filter: str | None = None,
+               properties: Sequence[str] = ()) -> SyncSessionListener:
+        listener = self._r.run(self._target.listen(callback, filter, properties), self._t)
+        return SyncSessionListener(self._r, listener, self._t)
+
+    def unrequested(self) -> SyncSubscription:
+        """See :meth:`canopy.client.Clients.unrequested`."""
+
+        async def made() -> Subscription:
+            return self._target.unrequested()  # type: ignore[no-any-return]
+
+        return SyncSubscription(self._r, self._r.run(made(), self._t), self._t)
+
+
+class _Default(enum.Enum):
+    SESSION = "the session's timeout"
+
+
+class SyncSessionLock:
+    """Blocking form of :class:`canopy.client.SessionLock`."""
+
+    def __init__(self, runner: _Loop, lock: SessionLock, timeout: float | None) -> None:
+        self._r, self._lock, self._t = runner, lock, timeout
+        self.name, self.sequence, self.scope = lock.name, lock.sequence, lock.scope
+
+    @property
+    def owned(self) -> bool:
+        return self._lock.owned
+
+    def unlock(self) -> bool:
+        return self._r.run(self._lock.unlock(), self._t)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SyncSessionLock):
+            return NotImplemented
+        return self._lock == other._lock
+
+    def __hash__(self) -> int:
+        return hash(self._lock)
+
+    def __repr__(self) -> str:
+        return f"Sync{self._lock!r}"
+
+
+class SyncLocks:
+    """Blocking form of :class:`canopy.client.Locks`: :meth:`lock` blocks until the lock is
+    granted or ``timeout`` (the session's, unless given: ``None`` waits for ever) has
+    passed, which withdraws the request and raises :class:`TimeoutError`."""
+
+    def __init__(self, runner: _Loop, session: Session, timeout: float | None) -> None:
+        self._r, self._s, self._t = runner, session, timeout
+
+    def lock(self, name: str, scope: SessionLockScope | str = SessionLockScope.UNLOCK_ON_SESSION_LOSS,
+             timeout: float | None | _Default = _Default.SESSION) -> SyncSessionLock:
+        wait = self._t if isinstance(timeout, _Default) else timeout
+
+        async def locked() -> SessionLock:
+            return await asyncio.wait_for(self._s.locks.lock(name, scope), wait)
+
+        return SyncSessionLock(self._r, self._r.run(locked(), None), self._t)
+
+    def list(self) -> list[dict[str, Any]]:
+        return self._r.run(self._s.locks.list(), self._t)
+
+
 class SyncSession:
     def __init__(self, runner: _Loop, session: Session, timeout: float | None) -> None:
         self._runner = runner
@@ -259,12 +464,15 @@ class SyncSession:
         self.security = _Blocking(runner, session.security, timeout)
         self.session_trees = _Blocking(runner, session.session_trees, timeout)
         self.sessions = _Blocking(runner, session.sessions, timeout)
+        self.clients = SyncClients(runner, session.clients, timeout)
         self.views = _Blocking(runner, session.views, timeout)
         self.server = _Blocking(runner, session.server, timeout)
         self.missing_topics = SyncMissingTopics(runner, session, timeout)
+        self.messaging = SyncMessaging(runner, session, timeout)
         self.fanout = _Blocking(runner, session.fanout, timeout)
         self.remote_servers = _Blocking(runner, session.remote_servers, timeout)
         self.metrics = _Blocking(runner, session.metrics, timeout)
+        self.locks = SyncLocks(runner, session, timeout)
 
     @property
     def session_id(self) -> str:
@@ -308,9 +516,10 @@ def connect_sync(
     reconnect_timeout: float = 60.0,
     retry_delay: float = 0.5,
     deltas: bool = True,
+    compression: bool = True,
 ) -> SyncSession:
     """Open a blocking session (see the module docstring; ``url`` (one or a
-    list), ``ca_file``, ``reconnect_timeout``, ``retry_delay`` and ``deltas`` as for
+    list), ``ca_file``, ``reconnect_timeout``, ``retry_delay``, ``deltas`` and ``compression`` as for
     :func:`canopy.connect`)."""
     runner = _Loop()
 
@@ -318,6 +527,7 @@ def connect_sync(
         return await connect(
             url, principal, password, properties, hub_root=hub_root, ca_file=ca_file,
             reconnect_timeout=reconnect_timeout, retry_delay=retry_delay, deltas=deltas,
+            compression=compression,
         )
 
     try:

@@ -269,6 +269,18 @@ class ServerConfig:
         10_000, "how long a subscription or fetch that matches no topic waits for its missing-topic handlers' "
         "answer; no answer in time counts as proceed", low=10, high=600_000, metavar="MS",
     )
+    message_timeout_ms: int = setting(
+        10_000, "how long a request to other sessions (messaging) waits for its response when it does not say; "
+        "then the sender gets REQUEST_TIMEOUT", low=10, high=3_600_000, metavar="MS",
+    )
+    max_message_timeout_ms: int = setting(
+        60_000, "the longest a request to other sessions may wait for its response (a longer timeout is cut "
+        "to this)", low=10, high=3_600_000, metavar="MS",
+    )
+    max_message_requests: int = setting(
+        100, "requests to other sessions one session may wait for at once; one more is LIMIT_EXCEEDED",
+        low=1, high=100_000,
+    )
     max_protocol_errors: int = setting(
         100, "protocol errors a session may make before it is closed", low=1, high=1_000_000
     )

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 FILE = "configuration.sqlite"
-#: document names (the fan-out issue adds ``servers``; metric collectors are ``collectors``)
-NAMES = ("security", "session_trees", "views", "fanout", "servers", "collectors")
+#: document names (the fan-out issue adds ``servers``; metric collectors are ``collectors``, the
+#: session lock table ``locks``)
+NAMES = ("security", "session_trees", "views", "fanout", "servers", "collectors", "locks")
 
 
 class ConfigLogError(Exception):

@@ -138,7 +138,7 @@ import struct
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -282,6 +282,8 @@ class Recovery:
     snapshot_sequence: int  # 0: no snapshot
     last_sequence: int
     problems: tuple[str, ...] = ()  # what was cut, skipped or set aside (each also logged)
+    #: when each of ``changes`` was journaled (ms since the epoch), in the same order
+    times: list[int] = field(default_factory=list)
 
 
 ROW_COLUMNS = (
@@ -659,6 +661,7 @@ class Journal:
             break
 
         changes: list[Change] = []
+        times: list[int] = []
         last = base
         # the segments to read: from the last one starting at or before base + 1
         start = 0
@@ -678,6 +681,7 @@ class Journal:
             if cut is None:
                 scan = _scan_segment(path, self.partition, first, base)
                 changes.extend(r.change for r in scan.records)
+                times.extend(r.timestamp for r in scan.records)
                 last = max(last, scan.last_sequence)
                 if scan.bad is None:
                     kept.append(first)
@@ -719,7 +723,7 @@ class Journal:
         if problems:
             log.warning("partition %d: recovered %d topics and %d changes up to record %d after %d problem(s)",
                         self.partition, len(states), len(changes), last, len(problems))
-        return Recovery(states, changes, base, last, tuple(problems))
+        return Recovery(states, changes, base, last, tuple(problems), times)
 
     # -- appending ---------------------------------------------------------
 

@@ -26,7 +26,8 @@ in as should hold (the shipped ADMINISTRATOR role has it; a security store made
 before SERVER_LINK existed grants it to nobody until an administrator does).
 
 Requests that act only on what the session itself holds (unsubscribing, its
-own missing-topic registrations and notifications) need no permission:
+own missing-topic registrations and notifications, its request handlers and
+the requests given to it to answer) need no permission:
 :attr:`Where.OWN`.
 
 Later front doors (MQTT packets, HTTP endpoints, console actions) add their
@@ -159,10 +160,26 @@ MATRIX: Mapping[str, Rule] = {
     "tree_get": Rule(("branch",), 1, (_at(Where.PATH, P.MODIFY_TOPIC),)),
     "tree_remove": Rule(("branch",), 1, (_at(Where.PATH, P.MODIFY_TOPIC),)),
     "tree_list": Rule((), 0, (), "lists only the tables whose branch the session may modify (MODIFY_TOPIC)"),
-    "session_get": Rule(("target",), 1, (_global(G.VIEW_SESSION),)),
+    "session_get": Rule(("target", "keys"), 1, (_global(G.VIEW_SESSION),)),
     "session_set": Rule(("target", "properties"), 2, (_global(G.MODIFY_SESSION),)),
     # as the reference system's ClientControl.close: both
     "session_close": Rule(("target",), 1, (_global(G.VIEW_SESSION), _global(G.MODIFY_SESSION))),
+    # client control, as the reference system's ClientControl and SubscriptionControl
+    "session_roles": Rule(
+        ("target", "remove", "add"), 3, (_global(G.VIEW_SESSION), _global(G.MODIFY_SESSION)),
+        "the sessions' subscriptions are re-evaluated for their new roles (READ_TOPIC)",
+    ),
+    "session_subscribe": Rule(
+        ("target", "selector"), 2, (_global(G.MODIFY_SESSION), _at(Where.SELECTOR_PREFIX, P.SELECT_TOPIC, argument=1)),
+        "the subscribed sessions receive only the topics they may read (READ_TOPIC), and need no SELECT_TOPIC",
+    ),
+    "session_unsubscribe": Rule(
+        ("target", "selector"), 2, (_global(G.MODIFY_SESSION), _at(Where.SELECTOR_PREFIX, P.SELECT_TOPIC, argument=1)),
+    ),
+    "session_listen": Rule(
+        ("listener", "filter", "keys"), 2, (_global(G.VIEW_SESSION), _global(G.REGISTER_HANDLER)),
+    ),
+    "session_unlisten": Rule(("registration",), 1, (), "acts on the session's own listeners only"),
     # topic views
     "view_create": Rule(
         ("name", "specification"), 2, (_global(G.MODIFY_TOPIC_VIEWS),),
@@ -200,6 +217,39 @@ MATRIX: Mapping[str, Rule] = {
         (_global(G.SERVER_LINK), _at(Where.SELECTOR_PREFIX, P.SELECT_TOPIC)),
         "the forwarded session's properties reach handlers marked with $ForwardedBy",
     ),
+    # request/response messaging
+    "message_handler_add": Rule(
+        ("path", "properties"), 1, (_global(G.REGISTER_HANDLER),),
+        "and VIEW_SESSION when it asks for session properties",
+    ),
+    "message_handler_rm": Rule(("registration",), 1, (), "acts on the session's own handlers only"),
+    "message_send": Rule(
+        ("path", "type", "data", "response_type", "timeout_ms"), 3, (_at(Where.PATH, P.SEND_TO_MESSAGE_HANDLER),),
+    ),
+    "message_send_session": Rule(
+        ("session_id", "path", "type", "data", "response_type", "timeout_ms"), 4,
+        (_at(Where.PATH, P.SEND_TO_SESSION, argument=1),),
+    ),
+    "message_send_filter": Rule(
+        ("filter", "path", "type", "data", "tag", "response_type", "timeout_ms"), 5,
+        (_at(Where.PATH, P.SEND_TO_SESSION, argument=1),),
+    ),
+    "message_respond": Rule(
+        ("request", "type", "data"), 3, (), "answers only requests given to the session itself"),
+    "message_reject": Rule(
+        ("request", "message", "code"), 2, (), "answers only requests given to the session itself"),
+    # session locks (the lock's name is a path)
+    "lock": Rule(("name", "scope"), 1, (_at(Where.PATH, P.ACQUIRE_LOCK),)),
+    "unlock": Rule(("name", "sequence"), 1, (), "acts on the session's own locks only"),
+    "lock_cancel": Rule(("name",), 1, (), "acts on the session's own waiting requests only"),
+    "lock_list": Rule((), 0, (_global(G.VIEW_SERVER),)),
+    # topic notifications
+    "notify_select": Rule(
+        ("listener", "selector", "descendants"), 2, (_at(Where.SELECTOR_PREFIX, P.SELECT_TOPIC, argument=1),),
+        "notifies only of topics and descendants the session may read (READ_TOPIC)",
+    ),
+    "notify_deselect": Rule(("listener", "selector"), 2, (), "acts on the session's own listeners only"),
+    "notify_close": Rule(("listener",), 1, (), "acts on the session's own listeners only"),
 }
 
 

@@ -16,7 +16,9 @@ from typing import NamedTuple
 
 from topics.timeseries import Event
 
-__all__ = ["Delivery", "DeltaUpdate", "SeriesUpdate", "Subscribed", "Unsubscribed", "Update", "size_of"]
+__all__ = [
+    "CompressedUpdate", "Delivery", "DeltaUpdate", "SeriesUpdate", "Subscribed", "Unsubscribed", "Update", "size_of",
+]
 
 
 class Subscribed(NamedTuple):
@@ -55,6 +57,17 @@ class DeltaUpdate(NamedTuple):
     size: int
 
 
+class CompressedUpdate(NamedTuple):
+    """A new value of a subscribed topic, deflated (zlib) because its topic's COMPRESSION says
+    so and the session accepts it (made only when deliveries are written: see
+    :mod:`sessions.streaming`)."""
+
+    alias: int
+    data: bytes
+    #: the whole value's length
+    size: int
+
+
 class SeriesUpdate(NamedTuple):
     """A time series event (or an edit) of a subscribed TIME_SERIES topic."""
 
@@ -68,7 +81,7 @@ class Unsubscribed(NamedTuple):
     reason: str
 
 
-Delivery = Subscribed | Update | DeltaUpdate | SeriesUpdate | Unsubscribed
+Delivery = Subscribed | Update | DeltaUpdate | CompressedUpdate | SeriesUpdate | Unsubscribed
 
 
 def size_of(item: object) -> int:
@@ -77,6 +90,8 @@ def size_of(item: object) -> int:
         return len(item.value) + len(item.attributes) + 8
     if isinstance(item, DeltaUpdate):
         return len(item.delta) + 8
+    if isinstance(item, CompressedUpdate):
+        return len(item.data) + 8
     if isinstance(item, SeriesUpdate):
         return len(item.event.value) + len(item.event.author) + 32
     if isinstance(item, Subscribed):

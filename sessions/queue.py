@@ -16,6 +16,17 @@ what happens to *its* values:
 ``unsubscribe``
     under back pressure the session is unsubscribed from the topic.
 
+**Priority.** A topic's PRIORITY gives its messages a lane: when several
+messages are queued, those of ``high`` topics leave first, then the default
+lane, then ``low`` topics'; within a lane the order is the order queued. A
+topic's subscription notifications (and any control message about it) are
+queued in its lane too (:meth:`OutboundQueue.push_control` with the
+priority), so they still come before and after its values as queued.
+Everything else (responses, errors) goes in the default lane, so a low
+topic's notifications may leave after a response queued later. Until a
+session's first ``high`` or ``low`` message the queue has only its default
+lane and works as a plain FIFO.
+
 Control messages (responses, subscribed/unsubscribed notifications) are
 never dropped or merged and do not count towards the limit; the limit and
 the back-pressure threshold count pending *values*. Every message counts
@@ -33,7 +44,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from sessions.deliveries import size_of
-from topics.properties import Conflation
+from topics.properties import Conflation, Priority
 
 __all__ = ["OutboundQueue", "Outcome"]
 
@@ -48,14 +59,15 @@ class Outcome(enum.Enum):
 _ALWAYS, _CONFLATE, _UNSUBSCRIBE = Conflation.ALWAYS, Conflation.CONFLATE, Conflation.UNSUBSCRIBE
 _QUEUED, _CONFLATED = Outcome.QUEUED, Outcome.CONFLATED
 _UNSUBSCRIBE_NOW, _OVERFLOW = Outcome.UNSUBSCRIBE, Outcome.OVERFLOW
+_HIGH, _LOW = Priority.HIGH, Priority.LOW
 
 
 class OutboundQueue:
     """Pending messages for one session. Not thread-safe; one owner."""
 
     __slots__ = (
-        "limit", "backpressure", "max_bytes", "bytes", "_size", "_items", "_pending", "_values", "_per_topic",
-        "conflated", "last_outcome",
+        "limit", "backpressure", "max_bytes", "bytes", "_size", "_items", "_high", "_low", "_lanes", "_pending",
+        "_values", "_per_topic", "conflated", "last_outcome",
     )
 
     def __init__(
@@ -76,6 +88,10 @@ class OutboundQueue:
         # items are [topic, message]: topic is None for control messages;
         # a message of None is a value that was dropped after queueing
         self._items: deque[list[object]] = deque()
+        # the high and low lanes, made on first use; _lanes: every lane, in the order they drain
+        self._high: deque[list[object]] | None = None
+        self._low: deque[list[object]] | None = None
+        self._lanes: tuple[deque[list[object]], ...] = (self._items,)
         self._pending: dict[object, list[object]] = {}
         self._values = 0
         self._per_topic: dict[object, int] = {}  # values queued per topic
@@ -83,7 +99,26 @@ class OutboundQueue:
         self.last_outcome = Outcome.QUEUED
 
     def __len__(self) -> int:
-        return len(self._items)
+        if len(self._lanes) == 1:
+            return len(self._items)
+        return sum(len(lane) for lane in self._lanes)
+
+    def _lane(self, priority: Priority | None) -> deque[list[object]]:
+        """The lane of ``priority`` (``None`` or DEFAULT: the default lane), made if need be."""
+        if priority is _HIGH:
+            if self._high is None:
+                self._high = deque()
+                self._relane()
+            return self._high
+        if priority is _LOW:
+            if self._low is None:
+                self._low = deque()
+                self._relane()
+            return self._low
+        return self._items
+
+    def _relane(self) -> None:
+        self._lanes = tuple(lane for lane in (self._high, self._items, self._low) if lane is not None)
 
     @property
     def pending_values(self) -> int:
@@ -91,21 +126,24 @@ class OutboundQueue:
 
     def messages(self) -> Iterator[object]:
         """The messages queued, oldest first (those dropped after queueing left out)."""
-        return (item[1] for item in self._items if item[1] is not None)
+        return (item[1] for lane in self._lanes for item in lane if item[1] is not None)
 
     @property
     def under_backpressure(self) -> bool:
         return self._values >= self.backpressure
 
-    def push_control(self, message: object) -> bool:
-        """Queue a control message; ``False`` when the queue is now over its byte budget."""
-        self._items.append([None, message])
+    def push_control(self, message: object, priority: Priority | None = None) -> bool:
+        """Queue a control message (about a topic of ``priority``: in its lane); ``False``
+        when the queue is now over its byte budget."""
+        (self._items if priority is None else self._lane(priority)).append([None, message])
         self.bytes += self._size(message)
         return self.max_bytes is None or self.bytes <= self.max_bytes
 
-    def push_value(self, topic: object, message: object, policy: Conflation) -> Outcome:
-        """Queue a topic value under the topic's conflation policy (the
-        outcome is also kept in :attr:`last_outcome`)."""
+    def push_value(
+        self, topic: object, message: object, policy: Conflation, priority: Priority | None = None
+    ) -> Outcome:
+        """Queue a topic value under the topic's conflation policy, in the lane of its
+        ``priority`` (the outcome is also kept in :attr:`last_outcome`)."""
         size = self._size(message)
         if policy is _ALWAYS or (policy is _CONFLATE and self._values >= self.backpressure):
             item = self._pending.get(topic)
@@ -122,7 +160,7 @@ class OutboundQueue:
             self.last_outcome = _OVERFLOW
             return _OVERFLOW
         item = [topic, message]
-        self._items.append(item)
+        (self._items if priority is None else self._lane(priority)).append(item)
         self._values += 1
         self.bytes += size
         per_topic = self._per_topic
@@ -137,14 +175,20 @@ class OutboundQueue:
         if not self._per_topic.pop(topic, 0):
             return 0
         dropped = 0
-        for item in self._items:
-            if item[0] == topic and item[1] is not None:
-                self.bytes -= self._size(item[1])
-                item[1] = None
-                dropped += 1
+        for lane in self._lanes:
+            for item in lane:
+                if item[0] == topic and item[1] is not None:
+                    self.bytes -= self._size(item[1])
+                    item[1] = None
+                    dropped += 1
         self._values -= dropped
         self._pending.pop(topic, None)
         return dropped
+
+    def seal_topic(self, topic: object) -> None:
+        """Let no later value of ``topic`` replace one already queued (conflation): the
+        session was unsubscribed from it, and what follows belongs to a new subscription."""
+        self._pending.pop(topic, None)
 
     def take(self, max_bytes: int = 64 * 1024) -> list[object]:
         """Pop messages from the front, at least one and up to ~``max_bytes``."""
@@ -152,24 +196,27 @@ class OutboundQueue:
         out: list[object] = []
         append = out.append
         total = taken_values = 0
-        items, per_topic, pending = self._items, self._per_topic, self._pending
-        popleft = items.popleft
-        while items and (not out or total < max_bytes):
-            item = popleft()
-            topic, message = item
-            if topic is not None:
-                if message is None:
-                    continue
-                taken_values += 1
-                left = per_topic[topic] - 1
-                if left:
-                    per_topic[topic] = left
-                else:
-                    del per_topic[topic]
-                if pending and pending.get(topic) is item:
-                    del pending[topic]
-            append(message)
-            total += size(message)
+        per_topic, pending = self._per_topic, self._pending
+        for items in self._lanes:  # one lane unless some topic has a PRIORITY
+            popleft = items.popleft
+            while items and (not out or total < max_bytes):
+                item = popleft()
+                topic, message = item
+                if topic is not None:
+                    if message is None:
+                        continue
+                    taken_values += 1
+                    left = per_topic[topic] - 1
+                    if left:
+                        per_topic[topic] = left
+                    else:
+                        del per_topic[topic]
+                    if pending and pending.get(topic) is item:
+                        del pending[topic]
+                append(message)
+                total += size(message)
+            if out and total >= max_bytes:
+                break
         self._values -= taken_values
         self.bytes -= total
         return out

@@ -31,7 +31,11 @@ subscribed). Changes to the tables, to a session's properties, or to the
 security store re-evaluate the affected sessions: views they no longer have
 are unsubscribed (reason ``BRANCH_MAPPINGS`` or ``AUTHORIZATION``) and new
 ones subscribed, without the client doing anything. Other reasons:
-``REQUESTED``, ``REMOVED``, ``BACK_PRESSURE`` (see the queue).
+``REQUESTED``, ``REMOVED``, ``BACK_PRESSURE`` (see the queue). The values
+still queued for a view it leaves go out before its ``Unsubscribed``, unless
+the topic has TIDY_ON_UNSUBSCRIBE ``true`` (or back pressure is the reason):
+then they are dropped from the queue. A topic's PRIORITY is the lane of the
+queue its values and notifications go in.
 
 The driver (the gateway actor) sends the registrations these methods return
 to the partitions, feeds partition events (:mod:`topics.protocol`) to
@@ -59,7 +63,7 @@ from sessions.limits import Limits
 from sessions.queue import Outcome, OutboundQueue
 from sessions.security import PathPermission, PermissionDenied, SecurityStore
 from sessions.trees import Resolution, SessionTrees, group_key
-from topics.properties import Conflation
+from topics.properties import Conflation, Priority
 from topics.selectors import Selector
 from topics.specification import TopicSpecification
 from topics.protocol import Added, Appended, Changed, End, Removed, Snapshot, TopicEvent
@@ -138,6 +142,8 @@ class _TopicState:
     path: str
     spec: TopicSpecification
     policy: Conflation
+    #: the queue lane of its messages: None for PRIORITY default (the common case)
+    priority: Priority | None = None
     views: dict[str, _View] = field(default_factory=dict)
     #: a TIME_SERIES topic's newest events, what a new subscriber gets first
     window: EventWindow | None = None
@@ -341,11 +347,12 @@ class SessionRegistry:
                 continue  # cannot happen: a view goes from session.views when its topic goes
             topic = self.cache.get(topic_path)
             value = topic.value if topic is not None else None
-            self._control(session, view.subscribed(value, self.attributes.get(topic_path, b"") if value else b""))
+            self._control(session, view.subscribed(value, self.attributes.get(topic_path, b"") if value else b""),
+                          state.priority)
             count += 1
             if state.window is not None:
                 for event in state.window.events():
-                    self._control(session, SeriesUpdate(alias, event))
+                    self._control(session, SeriesUpdate(alias, event), state.priority)
                     count += 1
         self._dirty.add(session_id)
         return count
@@ -383,9 +390,10 @@ class SessionRegistry:
         if session is not None:
             self._control(session, message)
 
-    def _control(self, session: Session, message: object) -> None:
-        """Queue a control message; a session over its byte budget is closed."""
-        if not session.queue.push_control(message):
+    def _control(self, session: Session, message: object, priority: Priority | None = None) -> None:
+        """Queue a control message (about a topic of ``priority``); a session over its byte
+        budget is closed."""
+        if not session.queue.push_control(message, priority):
             self._overflowed(session, "")
         self._dirty.add(session.id)
 
@@ -405,17 +413,22 @@ class SessionRegistry:
 
     # -- subscriptions ------------------------------------------------------------------
 
-    def subscribe(self, session_id: str, selector: Selector) -> tuple[list[Registration], list[int]]:
+    def subscribe(
+        self, session_id: str, selector: Selector, *, controlled: bool = False
+    ) -> tuple[list[Registration], list[int]]:
         """Add a selector to a session.
 
         Returns the registrations the driver must send and the tokens the
         subscription must wait for. Raises :class:`PermissionDenied` without
-        SELECT_TOPIC on the selector's path prefix.
+        SELECT_TOPIC on the selector's path prefix, unless the subscription is
+        ``controlled``: made by another session, which was checked instead
+        (READ_TOPIC still decides what this one receives).
         """
         session = self.sessions[session_id]
         group = session.group
         assert group is not None
-        self.permissions.check(group.roles, PathPermission.SELECT_TOPIC, selector.path_prefix)
+        if not controlled:
+            self.permissions.check(group.roles, PathPermission.SELECT_TOPIC, selector.path_prefix)
         session.selectors.add(selector)
         if session.suppressed:
             session.suppressed = {p for p in session.suppressed if not selector.matches(p)}
@@ -521,6 +534,15 @@ class SessionRegistry:
                 session.properties[key] = value
         return self._regroup([session], BRANCH_MAPPINGS, rebuild=False)
 
+    def set_roles(self, session_id: str, roles: frozenset[str]) -> tuple[list[Registration], list[Selector]]:
+        """Give a session other roles (``$Roles`` follows) and re-evaluate it at once: views it
+        may no longer read are unsubscribed (``AUTHORIZATION``), views it now may are subscribed,
+        and its later requests are checked against the new roles."""
+        session = self.sessions[session_id]
+        session.roles = frozenset(roles)
+        session.properties["$Roles"] = roles_text(session.roles)
+        return self._regroup([session], AUTHORIZATION, rebuild=False)
+
     def _regroup(
         self, sessions: list[Session], reason: str, *, rebuild: bool = True
     ) -> tuple[list[Registration], list[Selector]]:
@@ -600,17 +622,18 @@ class SessionRegistry:
         if self._held and self._held_at(session.id, topic_path):
             # what it missed comes first (replay), then this value if the replay had none (finish)
             self._withheld.setdefault(session.id, set()).add(topic_path)
-            self._control(session, view.subscribed(None))
+            self._control(session, view.subscribed(None), state.priority)
             self._dirty.add(session.id)
             return
         attributes = self.attributes
-        self._control(session, view.subscribed(value, attributes.get(topic_path, b"") if attributes and value else b""))
+        self._control(session, view.subscribed(value, attributes.get(topic_path, b"") if attributes and value else b""),
+                      state.priority)
         if state.window is not None:
             for event in state.window.events():
-                self._control(session, SeriesUpdate(view.alias, event))
+                self._control(session, SeriesUpdate(view.alias, event), state.priority)
         self._dirty.add(session.id)
 
-    def _drop_view(self, session: Session, session_path: str) -> tuple[int, _View | None] | None:
+    def _drop_view(self, session: Session, session_path: str) -> tuple[int, _TopicState | None] | None:
         entry = session.views.pop(session_path, None)
         if entry is None:
             return None
@@ -621,16 +644,22 @@ class SessionRegistry:
             view.sessions.discard(session.id)
             if not view.sessions:
                 del state.views[session_path]
-            return alias, view
+            return alias, state
         return alias, None
 
     def _unsubscribe_view(self, session: Session, session_path: str, reason: str) -> None:
+        """Unsubscribe a session from a view. The values still queued for it are dropped when
+        its topic has TIDY_ON_UNSUBSCRIBE true, or when back pressure is the reason (that is
+        what unsubscribing is for); otherwise they go out before the UNSUBSCRIBED."""
         dropped = self._drop_view(session, session_path)
         if dropped is None:
             return
-        alias, view = dropped
-        session.queue.drop_topic(alias)
-        self._control(session, Unsubscribed(alias, reason))
+        alias, state = dropped
+        if reason == BACK_PRESSURE or state is None or state.spec.tidy_on_unsubscribe:
+            session.queue.drop_topic(alias)
+        else:  # what is queued stays; a later value (a new subscription's) may not merge into it
+            session.queue.seal_topic(alias)
+        self._control(session, Unsubscribed(alias, reason), state.priority if state is not None else None)
         self._dirty.add(session.id)
 
     # -- partition events ----------------------------------------------------------------
@@ -673,6 +702,17 @@ class SessionRegistry:
                 counts[name] = counts.get(name, 0) + sum(len(v.sessions) for v in state.views.values())
         return counts
 
+    def subscribers(self, topic_path: str) -> int:
+        """How many of this gateway's sessions are subscribed to the topic (once each, however
+        many session paths show it to them): what a removal policy's ``subscriptions <`` counts."""
+        state = self._topics.get(topic_path)
+        if state is None:
+            return 0
+        views = list(state.views.values())
+        if len(views) == 1:
+            return len(views[0].sessions)
+        return len(set().union(*(v.sessions for v in views)))
+
     def _spec(self, type_name: str, props: list[list[str]]) -> TopicSpecification:
         key = (type_name, tuple((k, v) for k, v in props))
         spec = self._specs.get(key)
@@ -708,7 +748,10 @@ class SessionRegistry:
         if state is None:
             spec = self._spec(type_name, props)
             self.cache.add(path, spec)
-            state = self._topics[path] = _TopicState(path, spec, spec.conflation)
+            priority = spec.priority
+            state = self._topics[path] = _TopicState(
+                path, spec, spec.conflation, None if priority is Priority.DEFAULT else priority
+            )
             if spec.event_type is not None:
                 state.window = EventWindow(spec.subscription_range or DEFAULT_SUBSCRIPTION_RANGE)
             if value is not None and not spec.dont_retain_value:
@@ -747,6 +790,7 @@ class SessionRegistry:
             elif self.attributes:
                 self.attributes.pop(path, None)
         sessions, dirty, policy, mark, skip = self.sessions, self._dirty, state.policy, self.mark, self._skip
+        priority = state.priority
         for view in list(state.views.values()):
             alias = view.alias
             message = Update(alias, value, attributes, retained, mark)
@@ -758,7 +802,7 @@ class SessionRegistry:
                     continue
                 # the common outcome inline; the others (which may unsubscribe,
                 # changing view.sessions) after the loop, in _queue_value
-                if session.queue.push_value(alias, message, policy) is _QUEUED:
+                if session.queue.push_value(alias, message, policy, priority) is _QUEUED:
                     dirty.add(session_id)
                 else:
                     others.append(session)
@@ -881,7 +925,8 @@ class SessionRegistry:
         self, session: Session, state: _TopicState, view: _View, message: object, *, pushed: bool = False
     ) -> None:
         queue = session.queue
-        outcome = queue.last_outcome if pushed else queue.push_value(view.alias, message, state.policy)
+        outcome = queue.last_outcome if pushed else queue.push_value(view.alias, message, state.policy,
+                                                                     state.priority)
         if outcome is Outcome.QUEUED or outcome is Outcome.CONFLATED:
             self._dirty.add(session.id)
         elif outcome is Outcome.UNSUBSCRIBE:

@@ -52,9 +52,11 @@ from topics.constraints import NO_LOCKS, Constraint, LockLookup, decide_locks, f
 from topics.errors import InvalidValueError
 from topics.patch import PatchSyntaxError, parse_patch
 from topics.pointer import nests_deeper_than
+from topics.properties import REMOVAL
+from topics.removal import parse_policy
 from topics.protocol import AddTopic, AppendEvent, EditEvent, FetchTopics, PatchJson, QueryEvents, SetValue
 from topics.selectors import Selector
-from topics.specification import TopicSpecification
+from topics.specification import TopicSpecification, check_honoured
 from topics.types import MAX_JSON_DEPTH, TEXT, TopicType
 
 __all__ = [
@@ -98,7 +100,13 @@ def selector(r: SessionRegistry, text: Any) -> Selector:
 def add_topic(r: SessionRegistry, sid: str, path: Any, type_name: Any, properties: Any = None) -> AddTopic:
     path = r.limits.path(path)
     spec = TopicSpecification.of(expect(type_name, str, "type"), expect(properties or {}, dict, "properties"))
-    return AddTopic(path, spec.type.value, spec.properties)
+    check_honoured(spec)
+    policy = spec.get(REMOVAL)
+    if policy is None:
+        return AddTopic(path, spec.type.value, spec.properties)
+    parse_policy(policy, parse_filter)  # a bad session filter, refused where it is in the policy
+    # the partition watches the creating session and removes with the roles it has now
+    return AddTopic(path, spec.type.value, spec.properties, sid, sorted(r.sessions[sid].roles))
 
 
 def set_value(

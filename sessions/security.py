@@ -20,7 +20,10 @@ MODIFY_SECURITY, READ_TOPIC_VIEWS, MODIFY_TOPIC_VIEWS, SERVER_LINK (held by the
 principals other servers' fan-out links and remote server connections log in
 as: it lets them pass on their sessions' requests). Path permissions:
 READ_TOPIC, UPDATE_TOPIC, MODIFY_TOPIC, SELECT_TOPIC, EXPOSE_BRANCH,
-EDIT_TIME_SERIES_EVENTS, EDIT_OWN_TIME_SERIES_EVENTS.
+EDIT_TIME_SERIES_EVENTS, EDIT_OWN_TIME_SERIES_EVENTS, SEND_TO_MESSAGE_HANDLER (send a
+request on a path to whichever session handles it), SEND_TO_SESSION (send a
+request on a path to a session named by id or filter), ACQUIRE_LOCK (acquire the
+session lock whose name is the path).
 
 Changes are commands (lists, as they travel on the wire)::
 
@@ -91,6 +94,9 @@ class PathPermission(enum.Enum):
     EXPOSE_BRANCH = "EXPOSE_BRANCH"
     EDIT_TIME_SERIES_EVENTS = "EDIT_TIME_SERIES_EVENTS"
     EDIT_OWN_TIME_SERIES_EVENTS = "EDIT_OWN_TIME_SERIES_EVENTS"
+    SEND_TO_MESSAGE_HANDLER = "SEND_TO_MESSAGE_HANDLER"
+    SEND_TO_SESSION = "SEND_TO_SESSION"
+    ACQUIRE_LOCK = "ACQUIRE_LOCK"
 
 
 class SecurityCommandError(ValueError):

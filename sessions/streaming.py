@@ -1,4 +1,5 @@
-"""Delta streaming: a session's new values sent as differences from the values it has (pure).
+"""Delta streaming and per-message compression: a session's new values sent as differences from
+the values it has, or deflated (pure).
 
 A client that says it understands deltas (the HELLO's ``deltas`` option) is sent, for a STRING,
 JSON or BINARY topic, the binary difference (:mod:`topics.deltas`) between the value it was last
@@ -20,17 +21,28 @@ Two objects share the work, so that one diff serves every session:
 What is sent whole: the first value after a SUBSCRIBED without one, a value shorter than
 :data:`MIN_SIZE` (a delta's header alone is up to ~20 bytes), a value not retained (it is still
 the basis afterwards, on both sides), and any value whose delta is not smaller than it.
+
+**Compression.** A client whose HELLO says ``compression`` is sent a value that still goes whole,
+is retained and is at least :data:`MIN_COMPRESSED` bytes, of a topic whose COMPRESSION is not
+``off`` (the reference system's default is ``low``; DOUBLE, INT64 and TIME_SERIES topics are
+never compressed), deflated with zlib at the topic's level (:data:`LEVELS`), when that is smaller.
+The gateway's cache deflates each value object once for every session. Deltas, being small, are
+not compressed. A compressed value is the basis for the next delta like any value.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 
-from sessions.deliveries import DeltaUpdate, Subscribed, Unsubscribed, Update
+from sessions.deliveries import CompressedUpdate, DeltaUpdate, Subscribed, Unsubscribed, Update
 from topics.deltas import diff
-from topics.properties import PUBLISH_VALUES_ONLY
+from topics.properties import COMPRESSION, PUBLISH_VALUES_ONLY
 
-__all__ = ["DELTA_TYPES", "MIN_SIZE", "DeltaCache", "DeltaStream", "accepts_deltas"]
+__all__ = [
+    "DELTA_TYPES", "LEVELS", "MIN_COMPRESSED", "MIN_SIZE", "DeltaCache", "DeltaStream", "accepts_deltas",
+    "compression_level",
+]
 
 #: the topic types whose values may travel as deltas
 DELTA_TYPES = frozenset({"STRING", "JSON", "BINARY"})
@@ -38,6 +50,22 @@ DELTA_TYPES = frozenset({"STRING", "JSON", "BINARY"})
 MIN_SIZE = 64
 #: the cache forgets everything when it holds this many topics (each entry holds two values)
 MAX_CACHED = 65_536
+#: values shorter than this are never compressed
+MIN_COMPRESSED = 512
+#: zlib's level for each COMPRESSION value (``true`` is the reference system's old name for medium)
+LEVELS = {"off": 0, "false": 0, "low": 1, "medium": 6, "true": 6, "high": 9}
+#: the topic types whose values may be compressed
+COMPRESSED_TYPES = DELTA_TYPES
+
+
+def compression_level(subscribed: Subscribed) -> int:
+    """zlib's level for a topic's values (0: not compressed); a topic without COMPRESSION is ``low``."""
+    if subscribed.type not in COMPRESSED_TYPES:
+        return 0
+    for name, value in subscribed.properties:
+        if name == COMPRESSION:
+            return LEVELS.get(value.lower(), 1)
+    return LEVELS["low"]
 
 
 def accepts_deltas(subscribed: Subscribed) -> bool:
@@ -53,13 +81,15 @@ def accepts_deltas(subscribed: Subscribed) -> bool:
 class DeltaCache:
     """The delta last made per topic alias, shared by a gateway's delta streams."""
 
-    __slots__ = ("_last", "made", "saved", "deltas")
+    __slots__ = ("_last", "_deflated", "made", "saved", "deltas", "compressed", "compressed_saved")
 
     def __init__(self) -> None:
         self._last: dict[int, tuple[bytes, bytes, DeltaUpdate | Update]] = {}
+        self._deflated: dict[int, tuple[bytes, CompressedUpdate | Update]] = {}
         #: diffs computed (the rest were found here); of every stream sharing the cache: the
-        #: bytes of values not sent thanks to deltas, and the deltas sent
-        self.made = self.saved = self.deltas = 0
+        #: bytes of values not sent thanks to deltas, and the deltas sent; values sent
+        #: compressed and the bytes that saved
+        self.made = self.saved = self.deltas = self.compressed = self.compressed_saved = 0
 
     def encode(self, basis: bytes, update: Update) -> DeltaUpdate | Update:
         """``update`` as a delta from ``basis`` if that is smaller, else ``update`` itself."""
@@ -75,20 +105,38 @@ class DeltaCache:
         self._last[alias] = (basis, value, out)  # holding both keeps their identities unique
         return out
 
+    def deflate(self, update: Update, level: int) -> CompressedUpdate | Update:
+        """``update`` deflated at ``level`` if that is smaller, else ``update`` itself."""
+        alias, value = update.alias, update.value
+        cached = self._deflated.get(alias)
+        if cached is not None and cached[0] is value:
+            return cached[1]
+        data = zlib.compress(value, level)
+        out: CompressedUpdate | Update = CompressedUpdate(alias, data, len(value)) if len(data) < len(value) else update
+        if len(self._deflated) >= MAX_CACHED and alias not in self._deflated:
+            self._deflated.clear()
+        self._deflated[alias] = (value, out)
+        return out
+
     def forget(self, alias: int) -> None:
         self._last.pop(alias, None)
+        self._deflated.pop(alias, None)
 
 
 class DeltaStream:
-    """One connection's bases: what it was last sent of each topic that may take deltas."""
+    """One connection's bases — what it was last sent of each topic that may take deltas — and
+    the compression level of each topic it may get compressed values of. ``deltas`` and
+    ``compression``: what the client said it understands."""
 
-    __slots__ = ("_cache", "_basis", "_eligible", "saved", "deltas")
+    __slots__ = ("_cache", "_basis", "_eligible", "_levels", "_deltas_on", "_compression_on", "saved", "deltas")
 
-    def __init__(self, cache: DeltaCache) -> None:
+    def __init__(self, cache: DeltaCache, deltas: bool = True, compression: bool = False) -> None:
         self._cache = cache
         self._basis: dict[int, bytes] = {}
         self._eligible: set[int] = set()
-        #: bytes of values not sent thanks to deltas, and how many deltas were sent
+        self._levels: dict[int, int] = {}
+        self._deltas_on, self._compression_on = deltas, compression
+        #: bytes of values not sent thanks to deltas and compression, and how many deltas were sent
         self.saved = 0
         self.deltas = 0
 
@@ -97,27 +145,46 @@ class DeltaStream:
         deltas. Call it with everything written to the connection, in the order written."""
         out: list[object] = []
         append = out.append
-        basis, eligible, cache = self._basis, self._eligible, self._cache
+        basis, eligible, cache, levels = self._basis, self._eligible, self._cache, self._levels
         for item in items:
             kind = type(item)
             if kind is Update:
-                alias = item.alias  # type: ignore[attr-defined]
+                update: Update = item  # type: ignore[assignment]
+                alias, value = update.alias, update.value
+                sent: object = update
                 if alias in eligible:
-                    value = item.value  # type: ignore[attr-defined]
                     previous = basis.get(alias)
                     basis[alias] = value
-                    if previous is not None and item.retained and len(value) >= MIN_SIZE:  # type: ignore[attr-defined]
-                        sent = cache.encode(previous, item)  # type: ignore[arg-type]
-                        if sent is not item:
-                            saved = len(value) - len(sent.delta)  # type: ignore[union-attr]
+                    if previous is not None and update.retained and len(value) >= MIN_SIZE:
+                        delta = cache.encode(previous, update)
+                        if type(delta) is DeltaUpdate:
+                            saved = len(value) - len(delta.delta)
                             self.saved += saved
                             self.deltas += 1
                             cache.saved += saved
                             cache.deltas += 1
-                            item = sent
-            elif kind is Subscribed:
+                            sent = delta
+                if sent is update and levels and update.retained and len(value) >= MIN_COMPRESSED:
+                    level = levels.get(alias)
+                    if level:  # still whole: deflated if that is smaller
+                        packed = cache.deflate(update, level)
+                        if type(packed) is CompressedUpdate:
+                            saved = len(value) - len(packed.data)
+                            self.saved += saved
+                            cache.compressed += 1
+                            cache.compressed_saved += saved
+                            sent = packed
+                append(sent)
+                continue
+            if kind is Subscribed:
                 alias = item.alias  # type: ignore[attr-defined]
-                if accepts_deltas(item):  # type: ignore[arg-type]
+                if self._compression_on:
+                    level = compression_level(item)  # type: ignore[arg-type]
+                    if level:
+                        levels[alias] = level
+                    else:
+                        levels.pop(alias, None)
+                if self._deltas_on and accepts_deltas(item):  # type: ignore[arg-type]
                     eligible.add(alias)
                     if item.value is None:  # type: ignore[attr-defined]
                         basis.pop(alias, None)
@@ -130,5 +197,6 @@ class DeltaStream:
                 alias = item.alias  # type: ignore[attr-defined]
                 eligible.discard(alias)
                 basis.pop(alias, None)
+                levels.pop(alias, None)
             append(item)
         return out

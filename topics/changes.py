@@ -28,12 +28,12 @@ after the state was taken, rebuild the store.
 Each kind has exactly one encoder and one decoder here (to plain lists of
 msgpack-able values); nobody else indexes into the encoded lists::
 
-    TopicAdded     [1, path, type, properties, value | None (, attributes)]
+    TopicAdded     [1, path, type, properties, value | None (, attributes (, removal))]
     ValueSet       [2, path, type, value (, attributes)]
     TopicRemoved   [3, path]
     EventAppended  [4, path, type, sequence, timestamp, author, value,
                     original_sequence, original_timestamp, original_author]
-    TopicState     [path, type, properties, value | None, events | None, next_sequence (, attributes)]
+    TopicState     [path, type, properties, value | None, events | None, next_sequence (, attributes (, removal))]
                    events: [[sequence, timestamp, author, value,
                              original_sequence, original_timestamp, original_author], ...]
 
@@ -41,6 +41,10 @@ msgpack-able values); nobody else indexes into the encoded lists::
 specification's items); values are the stored bytes. ``attributes`` (left off when empty)
 are what a retained value was published with (MQTT 5 message properties: see
 :mod:`mqtt.attributes`), kept with it so that a later subscriber receives them too.
+``removal`` (left off when ``None``) is what a topic with a REMOVAL policy keeps for its
+watch (:meth:`topics.removal_tracker.RemovalTracker.kept`): ``[created_ms, creator,
+roles, last_update_ms]``, so a store rebuilt from a journal, a snapshot or a backup's
+prime never finds a policy due earlier than the original would have.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ class TopicAdded(NamedTuple):
     properties: Properties
     value: bytes | None
     attributes: bytes = b""
+    removal: list[Any] | None = None
 
     def specification(self) -> TopicSpecification:
         return TopicSpecification.of(self.type, dict(_pairs(self.properties)))
@@ -108,6 +113,7 @@ class TopicState(NamedTuple):
     events: tuple[Event, ...] | None = None
     next_sequence: int = 0
     attributes: bytes = b""
+    removal: list[Any] | None = None
 
     def specification(self) -> TopicSpecification:
         return TopicSpecification.of(self.type, dict(_pairs(self.properties)))
@@ -158,7 +164,9 @@ def encode_change(change: Change) -> list[Any]:
         assert isinstance(change, EventAppended)
         return [_APPENDED, change.path, change.type, *_event_wire(change.event)]
     if kind is TopicAdded:
-        return [_ADDED, *change] if change.attributes else [_ADDED, *change[:4]]  # type: ignore[union-attr]
+        if change.removal is not None:  # type: ignore[union-attr]
+            return [_ADDED, *change]
+        return [_ADDED, *change[:5]] if change.attributes else [_ADDED, *change[:4]]  # type: ignore[union-attr]
     if kind is TopicRemoved:
         return [_REMOVED, *change]
     raise TypeError(f"not a change: {change!r}")
@@ -178,12 +186,14 @@ def decode_change(item: Any) -> Change:
     elif code == _APPENDED and n == 10:
         if isinstance(item[1], str) and isinstance(item[2], str):
             return EventAppended(item[1], item[2], _event_of(item[3:]))
-    elif code == _ADDED and n in (5, 6):
+    elif code == _ADDED and n in (5, 6, 7):
         path, type_name, properties, value = item[1:5]
-        attributes = item[5] if n == 6 else b""
+        attributes = item[5] if n >= 6 else b""
+        removal = item[6] if n == 7 else None
         if (isinstance(path, str) and isinstance(type_name, str) and _is_properties(properties)
-                and (value is None or isinstance(value, bytes)) and isinstance(attributes, bytes)):
-            return TopicAdded(path, type_name, properties, value, attributes)
+                and (value is None or isinstance(value, bytes)) and isinstance(attributes, bytes)
+                and _is_removal(removal)):
+            return TopicAdded(path, type_name, properties, value, attributes, removal)
     elif code == _REMOVED and n == 2:
         if isinstance(item[1], str):
             return TopicRemoved(item[1])
@@ -194,27 +204,44 @@ def encode_state(state: TopicState) -> list[Any]:
     events = state.events
     out = [state.path, state.type, state.properties, state.value,
            None if events is None else [_event_wire(e) for e in events], state.next_sequence]
-    if state.attributes:
+    if state.attributes or state.removal is not None:
         out.append(state.attributes)
+    if state.removal is not None:
+        out.append(state.removal)
     return out
 
 
 def decode_state(item: Any) -> TopicState:
     """The topic state an encoded list stands for; :class:`ChangeFormatError` if none."""
-    if not isinstance(item, list) or len(item) not in (6, 7):
-        raise ChangeFormatError(f"a topic state is a list of 6 or 7, got {item!r}")
+    if not isinstance(item, list) or len(item) not in (6, 7, 8):
+        raise ChangeFormatError(f"a topic state is a list of 6 to 8, got {item!r}")
     path, type_name, properties, value, events, next_sequence = item[:6]
-    attributes = item[6] if len(item) == 7 else b""
+    attributes = item[6] if len(item) >= 7 else b""
+    removal = item[7] if len(item) == 8 else None
     if not (isinstance(path, str) and isinstance(type_name, str) and _is_properties(properties)
             and (value is None or isinstance(value, bytes)) and _is_int(next_sequence)
-            and (events is None or isinstance(events, list)) and isinstance(attributes, bytes)):
+            and (events is None or isinstance(events, list)) and isinstance(attributes, bytes)
+            and _is_removal(removal)):
         raise ChangeFormatError(f"not a topic state: {item!r}")
     return TopicState(path, type_name, properties, value,
-                      None if events is None else tuple(_event_of(e) for e in events), next_sequence, attributes)
+                      None if events is None else tuple(_event_of(e) for e in events), next_sequence, attributes,
+                      removal)
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_removal(value: Any) -> bool:
+    """``None`` or ``[created_ms, creator | None, roles | None, last_update_ms | None]``."""
+    if value is None:
+        return True
+    if not (isinstance(value, list) and len(value) == 4):
+        return False
+    created, creator, roles, updated = value
+    return (_is_int(created) and (creator is None or isinstance(creator, str))
+            and (roles is None or (isinstance(roles, list) and all(isinstance(r, str) for r in roles)))
+            and (updated is None or _is_int(updated)))
 
 
 def _is_properties(value: Any) -> bool:

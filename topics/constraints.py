@@ -45,8 +45,9 @@ A constraint nests ``and`` and ``or`` at most :data:`MAX_DEPTH` deep, has at mos
 
 Session locks are decided where the session is known: the gateway calls :func:`decide_locks`
 with its lookup before it sends the constraint on, and a partition evaluates what remains
-with :data:`NO_LOCKS`. Session locks do not exist yet, so every lookup is :data:`NO_LOCKS`
-and a ``locked`` term never holds: an update that needs one fails ``UNSATISFIED_CONSTRAINT``.
+with :data:`NO_LOCKS`. The gateway's lookup reads the session lock table the controller
+pushed to it (``actors/locks.py``): a ``locked`` term holds when the updating session owns
+the lock at that sequence.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ LockLookup = Callable[[str, int], bool]
 
 
 def NO_LOCKS(name: str, sequence: int) -> bool:  # noqa: N802 (a constant lookup)
-    """The lookup while session locks do not exist: no session holds any."""
+    """The lookup of a place that knows no session: no session holds any lock."""
     return False
 
 
@@ -410,7 +411,7 @@ class _Evaluation:
 def _lock_failure(c: Locked, locks: LockLookup) -> str | None:
     if locks(c.name, c.sequence):
         return None
-    why = " (this server has no session locks yet)" if locks is NO_LOCKS else ""
+    why = " (no session is known here: the gateway decides locks)" if locks is NO_LOCKS else ""
     return f"the session does not hold lock {c.name!r} at sequence {c.sequence}{why}"
 
 

@@ -50,12 +50,16 @@ operation              ``Ok`` payload
 :class:`QueryEvents`   :class:`QueryAnswer`
 :class:`ReadRecent`    :class:`RecentAnswer`
 :class:`CountTopics`   per selector, ``{type: topics}`` (a metric collector's figure)
+:class:`RemovalFacts`  :class:`RemovalWatch` (what removal policies need next)
 :class:`RefPut` ...    ``None`` (:class:`RefDropView`: claims dropped)
 =====================  ================================================
 
 Events: :class:`Snapshot` (a registration's current state, per topic),
 :class:`End` (that snapshot is complete), :class:`Added`, :class:`Changed`,
-:class:`Removed` and :class:`Appended` (a time series event or edit).
+:class:`Removed` and :class:`Appended` (a time series event or edit); for a
+*structure* registration (:attr:`Register.structure`: topic notifications, which
+need the tree's shape and no value) :class:`Present` and :class:`Absent` instead,
+and never a value.
 """
 
 from __future__ import annotations
@@ -71,10 +75,10 @@ from topics.errors import ConstraintError
 from topics.timeseries import Event
 
 __all__ = [
-    "AddTopic", "Added", "AppendEvent", "Appended", "Batch", "Changed", "CountTopics", "Done", "EditEvent",
+    "Absent", "AddTopic", "Added", "AppendEvent", "Appended", "Batch", "Changed", "CountTopics", "Done", "EditEvent",
     "EditMeta", "End", "EventMeta", "Events", "Failed", "FetchTopics", "Follow", "FrameReader", "Hello", "MOVED", "Ok",
-    "PatchJson", "Prime", "ProtocolError", "QueryAnswer", "QueryEvents", "RefDrop", "RefDropView", "RefEvent", "RefPut",
-    "RefReserve", "Register", "Removed", "RemoveTopics", "Replicate", "Replicated", "SetValue", "Snapshot",
+    "PatchJson", "Present", "Prime", "ProtocolError", "QueryAnswer", "QueryEvents", "RefDrop", "RefDropView", "RefEvent", "RefPut",
+    "RefReserve", "Register", "RemovalFacts", "RemovalWatch", "Removed", "RemoveTopics", "Replicate", "Replicated", "SetValue", "Snapshot",
     "Superseded",
     "TopicRow", "Unregister",
     "decode_event", "decode_operation", "decode_result", "encode_event", "encode_frame",
@@ -98,9 +102,14 @@ class ProtocolError(ValueError):
 
 
 class AddTopic(NamedTuple):
+    """Add a topic. A topic with a REMOVAL policy carries who created it (the session id and
+    its roles then: :mod:`topics.removal_tracker` watches the session and removes with the roles)."""
+
     path: str
     type: str
     properties: dict[str, str] | None = None
+    creator: str | None = None
+    roles: list[str] | None = None
 
 
 class SetValue(NamedTuple):
@@ -143,14 +152,21 @@ class FetchTopics(NamedTuple):
 
 
 class Register(NamedTuple):
-    """Stream this link the events of ``selector``, starting with a snapshot tagged ``token``."""
+    """Stream this link the events of ``selector``, starting with a snapshot tagged ``token``.
+
+    With ``structure`` the registration hears of topics only, never of values: its snapshot
+    is :class:`Present` events, then a :class:`Present` (token 0) for each topic added and an
+    :class:`Absent` for each removed; no value, no :class:`Changed` or :class:`Appended`
+    travels for it. A link's structure and value registrations of one selector are two."""
 
     selector: str
     token: int
+    structure: bool = False
 
 
 class Unregister(NamedTuple):
     selector: str
+    structure: bool = False
 
 
 class AppendEvent(NamedTuple):
@@ -228,6 +244,18 @@ class ReadRecent(NamedTuple):
     since: int
 
 
+class RemovalFacts(NamedTuple):
+    """A gateway's report on what the partition's removal policies need
+    (:class:`~topics.removal_tracker.RemovalTracker`), answering the interest of ``version``:
+    per watched path, how many of its sessions are subscribed; per session filter, how many of
+    its sessions match; per creator session id, whether it is open here."""
+
+    version: int
+    subscriptions: dict[str, int]
+    sessions: dict[str, int]
+    creators: dict[str, bool]
+
+
 class CountTopics(NamedTuple):
     """How many of the partition's topics each of ``selectors`` selects, by topic type
     (:meth:`topics.store.TopicStore.count`): one ``{type: count}`` per selector, in order."""
@@ -238,11 +266,13 @@ class CountTopics(NamedTuple):
 Operation = (
     AddTopic | SetValue | RemoveTopics | FetchTopics | Register | Unregister | AppendEvent | EditEvent
     | QueryEvents | RefPut | RefReserve | RefDrop | RefDropView | ReadRecent | CountTopics | PatchJson
+    | RemovalFacts
 )
 
 _OPERATIONS: tuple[type[Any], ...] = (
     AddTopic, SetValue, RemoveTopics, FetchTopics, Register, Unregister, AppendEvent, EditEvent,
     QueryEvents, RefPut, RefReserve, RefDrop, RefDropView, ReadRecent, CountTopics, PatchJson,
+    RemovalFacts,
 )
 _OP_CODE: dict[type[Any], int] = {cls: code for code, cls in enumerate(_OPERATIONS, 1)}
 _SET = _OP_CODE[SetValue]
@@ -251,6 +281,8 @@ _PATCH = _OP_CODE[PatchJson]
 
 def encode_operation(op: Operation) -> list[Any]:
     kind = type(op)
+    if (kind is Register or kind is Unregister) and not op.structure:  # type: ignore[union-attr]
+        return [_OP_CODE[kind], *op[:-1]]  # the common registration: its default stays off the wire
     if kind is SetValue:
         assert isinstance(op, SetValue)
         if op.constraint is not None:
@@ -350,6 +382,19 @@ class QueryAnswer(NamedTuple):
     event_type: str
 
 
+class RemovalWatch(NamedTuple):
+    """What a partition answers a :class:`RemovalFacts`: the interest its removal policies
+    have now (``version``; the paths, filters and creator sessions to report on) and the
+    ``removals`` it hands this gateway to carry out across partitions: ``[selector, roles]``
+    pairs, the roles ``None`` when the creator's are unknown (nothing is checked)."""
+
+    version: int
+    paths: list[str]
+    filters: list[str]
+    creators: list[str]
+    removals: list[list[Any]]
+
+
 class RecentAnswer(NamedTuple):
     """What :class:`ReadRecent` found: the positions of the oldest and the newest message
     the partition keeps, and the chosen messages (events), oldest first."""
@@ -367,6 +412,8 @@ def encode_result(result: Result) -> list[Any]:
         value = [value.selected_count, [_event_wire(e) for e in value.events], value.event_type]
     elif type(value) is RecentAnswer:
         value = [value.first, value.last, [encode_event(e) for e in value.events]]
+    elif type(value) is RemovalWatch:
+        value = list(value)
     return [0, value]
 
 
@@ -392,6 +439,10 @@ def decode_result(op: Operation, item: Any) -> Result:
         if not isinstance(value, list) or len(value) != 3 or not isinstance(value[2], list):
             raise ProtocolError(f"recent messages are [first, last, events], got {value!r}")
         value = RecentAnswer(value[0], value[1], [decode_event(e) for e in value[2]])
+    elif kind is RemovalFacts:
+        if not isinstance(value, list) or len(value) != 5:
+            raise ProtocolError(f"a removal watch is [version, paths, filters, creators, removals], got {value!r}")
+        value = RemovalWatch(*value)
     return Ok(value)
 
 
@@ -442,8 +493,24 @@ class Appended(NamedTuple):
     event: Event
 
 
-TopicEvent = Snapshot | End | Added | Changed | Removed | Appended
-_EVENTS: tuple[type[Any], ...] = (Snapshot, End, Added, Changed, Removed, Appended)
+class Present(NamedTuple):
+    """For a structure registration (:attr:`Register.structure`): a topic is bound at
+    ``path``, found by the registration's snapshot (its ``token``) or just added (token 0)."""
+
+    token: int
+    path: str
+    type: str
+    properties: Properties
+
+
+class Absent(NamedTuple):
+    """For a structure registration: the topic at ``path`` was removed."""
+
+    path: str
+
+
+TopicEvent = Snapshot | End | Added | Changed | Removed | Appended | Present | Absent
+_EVENTS: tuple[type[Any], ...] = (Snapshot, End, Added, Changed, Removed, Appended, Present, Absent)
 _EV_CODE: dict[type[Any], int] = {cls: code for code, cls in enumerate(_EVENTS, 1)}
 _APPENDED = _EV_CODE[Appended]
 _CHANGED = _EV_CODE[Changed]

@@ -74,9 +74,10 @@ without them rebuilds with :meth:`RemovalState.start` from what the journal give
 creation time and the last update time make ``time after`` and ``no updates for`` exact;
 the tracked terms (subscription counts, sessions, the creator) start counting at the
 first observation after the rebuild. Every term's instant can then only be later than
-the old primary's, never earlier, and no later than its ``for`` period after the rebuild;
-``and``/``or`` keep both bounds: a rebuilt state never removes a topic early, and late
-only until the longest ``for`` period after the rebuild. A since time from another
+the old primary's, never earlier, and, while the facts hold still, no later than its ``for``
+period after the rebuild; ``and``/``or`` keep both bounds: a rebuilt state never removes a
+topic early, and late only until the longest ``for`` period after the rebuild (a fact that
+changes within that period starts the count again, as it would have on the old primary). A since time from another
 node's clock that lies in the future only delays its term the same way.
 
 Errors (:class:`~topics.errors.SpecificationError` is the topic property error, code

@@ -11,6 +11,10 @@ Rules beyond the single property values:
   ``TIME_SERIES_*`` properties are refused on any other type.
 * CONFLATION ``conflate`` and ``always`` are refused for TIME_SERIES topics:
   conflating would drop events of the series.
+
+:func:`check_honoured` refuses, when a topic is created, the properties canopy
+accepts in the reference system's syntax but does not act on (SCHEMA, OWNER),
+so that none is silently ignored.
 """
 
 from __future__ import annotations
@@ -25,7 +29,31 @@ from topics.errors import SpecificationError
 from topics.properties import Conflation, TimeSeriesRange
 from topics.types import TopicType
 
-__all__ = ["TopicSpecification"]
+__all__ = ["TopicSpecification", "check_honoured", "check_honoured_property"]
+
+#: why a property (with any value but those listed) is refused on a topic being created
+_NOT_HONOURED: dict[str, tuple[frozenset[str], str]] = {
+    P.SCHEMA: (frozenset(), "SCHEMA belongs to RecordV2 topics, which canopy does not have; "
+               "use a JSON topic with VALIDATE_VALUES true"),
+    P.OWNER: (frozenset(), "canopy does not yet grant an owner principal READ_TOPIC, UPDATE_TOPIC and "
+              "MODIFY_TOPIC on its topic; give the principal a role with those path permissions instead"),
+}
+
+
+def check_honoured(spec: TopicSpecification) -> None:
+    """Raise :class:`SpecificationError` if ``spec`` has a property canopy would not honour.
+
+    Call it where a topic is created from a client's specification (an add); a topic already
+    stored (restored from a journal) is not checked again."""
+    for name, value in spec.items:
+        check_honoured_property(name, value)
+
+
+def check_honoured_property(name: str, value: str) -> None:
+    """:func:`check_honoured` for one property's normal value."""
+    refused = _NOT_HONOURED.get(name)
+    if refused is not None and value not in refused[0]:
+        raise SpecificationError(f"property {name}={value!r} is not supported: {refused[1]}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +134,19 @@ class TopicSpecification:
     @property
     def publish_values_only(self) -> bool:
         return self._flag(P.PUBLISH_VALUES_ONLY)
+
+    @property
+    def validate_values(self) -> bool:
+        """VALIDATE_VALUES: a value must be plain (:func:`topics.types.check_plain`)."""
+        return self._flag(P.VALIDATE_VALUES)
+
+    @property
+    def tidy_on_unsubscribe(self) -> bool:
+        return self._flag(P.TIDY_ON_UNSUBSCRIBE)
+
+    @property
+    def priority(self) -> P.Priority:
+        return P.Priority(self.get(P.PRIORITY, "default"))
 
     @property
     def persistent(self) -> bool:

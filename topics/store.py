@@ -14,7 +14,11 @@ match; they accumulate until :meth:`TopicStore.drain_events` hands them out,
 one list per link, so a partition writes each link once per batch.
 
 A registration's snapshot of a TIME_SERIES topic is followed by the events
-its TIME_SERIES_SUBSCRIPTION_RANGE selects (default: the newest event).
+its TIME_SERIES_SUBSCRIPTION_RANGE selects (default: the newest event). A
+*structure* registration (topic notifications) is kept in an index of its own
+(:attr:`TopicStore.outline`) and hears of topics added and removed only
+(:class:`~topics.protocol.Present`, :class:`~topics.protocol.Absent`): a value
+costs it nothing, and with no structure registration a value costs one test.
 
 Appends and edits without a timestamp take the injected clock's time, or
 the newest event's if the clock is behind it, so they never go backwards.
@@ -42,6 +46,11 @@ constraint (:mod:`topics.constraints`), evaluated against the topic as it is in 
 as the update; when it does not hold the operation fails ``UNSATISFIED_CONSTRAINT`` and nothing
 changes. A patch's result is recorded and announced as a set of that value would be.
 
+Values: every value set, appended or edited must read as the topic's (event) type
+(:func:`topics.types.accept`); a topic with VALIDATE_VALUES ``true`` also refuses a value that
+is not plain CBOR of the type (:func:`topics.types.check_plain`: no tags, no simple values but
+booleans and null, no byte strings), with ``INVALID_VALUE`` and nothing changed.
+
 Durability (:mod:`topics.changes`): a store made with ``record_changes=True``
 records every change it applies to a persistent topic (PERSISTENT not
 ``false``; never a reference topic) until :meth:`TopicStore.drain_changes`
@@ -50,6 +59,18 @@ is every persistent topic as it is now: take it right after draining, so it
 holds exactly the changes drained so far. A fresh store rebuilds the
 original with :meth:`TopicStore.load` of a state and :meth:`TopicStore.replay`
 of the changes drained after it; neither emits events nor records changes.
+
+Removal policies (:mod:`topics.removal_tracker`): a normal topic whose specification has a
+REMOVAL policy is watched from its creation (the clock's time, the creating session and its
+roles, which :class:`~topics.protocol.AddTopic` carries) and every update (sets, values not
+retained, appends and edits). What the watch needs is kept in the topic's
+:class:`~topics.changes.TopicAdded` and :class:`~topics.changes.TopicState`; :meth:`TopicStore.replay`
+and :meth:`TopicStore.extend_recent` take the times their changes were recorded as last updates,
+so a rebuilt store watches with times at or after the original's. Gateways report the facts
+about sessions (:meth:`TopicStore.removal_facts`); the owner calls :meth:`TopicStore.expire`
+when :meth:`RemovalTracker.next_check_ms <topics.removal_tracker.RemovalTracker.next_check_ms>`
+says: a due policy removes its topic here as a ``remove`` would (events, changes), or hands
+its ``remove`` clause to the next gateway that reports.
 
 Recent messages: every event that carries a value to subscribers (a :class:`Changed`, an
 :class:`Appended`, an :class:`Added` with a value) takes the next *position* of the store and
@@ -94,8 +115,10 @@ from topics.errors import (
     TopicModelError,
 )
 from topics.patch import PatchFailed, PatchSyntaxError, apply_patch, parse_patch
+from topics.properties import REMOVAL
+from topics.removal_tracker import Due, RemovalTracker
 from topics.selectors import Selector, parse_selector
-from topics.specification import TopicSpecification
+from topics.specification import TopicSpecification, check_honoured
 from topics.sublist import SubscriptionIndex
 from topics.timeseries import (
     DEFAULT_SUBSCRIPTION_RANGE,
@@ -106,6 +129,7 @@ from topics.timeseries import (
     ViewKind,
 )
 from topics.protocol import (
+    Absent,
     Added,
     AddTopic,
     AppendEvent,
@@ -121,6 +145,7 @@ from topics.protocol import (
     Ok,
     Operation,
     PatchJson,
+    Present,
     QueryAnswer,
     QueryEvents,
     ReadRecent,
@@ -131,6 +156,8 @@ from topics.protocol import (
     RefPut,
     RefReserve,
     Register,
+    RemovalFacts,
+    RemovalWatch,
     Removed,
     RemoveTopics,
     Result,
@@ -236,22 +263,29 @@ class TopicStore:
         self.attributes: dict[str, bytes] = {}
         self._shared_attributes: dict[bytes, bytes] = {}
         self._registrations: dict[str, set[Selector]] = {}
+        #: structure registrations (topic notifications: topics added and removed, no values)
+        self.outline: SubscriptionIndex[str] = SubscriptionIndex()
+        self._outlines: dict[str, set[Selector]] = {}
         self._events: dict[str, list[TopicEvent]] = {}
         #: path -> precedence -> claim of a view on that path
         self.claims: dict[str, dict[int, _Claim]] = {}
         #: path -> precedence of the claim whose reference topic is bound there
         self.references: dict[str, int] = {}
+        #: the topics with a REMOVAL policy (see the module's "removal policies")
+        self.removals = RemovalTracker()
+        #: due ``remove`` clauses not yet handed to a gateway (:meth:`removal_facts`)
+        self.removal_outbox: list[Due] = []
         self._handlers: dict[type[Any], Callable[[str, Any], Any]] = {
             SetValue: lambda _, op: self.set(
                 op.path, op.data, op.raw, op.type, op.add_if_missing, op.retain, op.author, op.attributes,
                 op.constraint,
             ),
             PatchJson: lambda _, op: self.patch(op.path, op.patch, op.constraint),
-            AddTopic: lambda _, op: self.add(op.path, op.type, op.properties),
+            AddTopic: lambda _, op: self.add(op.path, op.type, op.properties, op.creator, op.roles),
             RemoveTopics: lambda _, op: self.remove(op.selector),
             FetchTopics: lambda _, op: self.fetch(op.selector, op.with_values, op.with_properties, op.types, op.limit),
-            Register: lambda link, op: self.register(link, op.selector, op.token),
-            Unregister: lambda link, op: self.unregister(link, op.selector),
+            Register: lambda link, op: self.register(link, op.selector, op.token, op.structure),
+            Unregister: lambda link, op: self.unregister(link, op.selector, op.structure),
             AppendEvent: lambda _, op: self.append(op.path, op.data, op.raw, op.timestamp, op.author),
             EditEvent: lambda _, op: self.edit(op.path, op.original_sequence, op.data, op.raw, op.author, op.own_only),
             QueryEvents: lambda _, op: self.query(
@@ -265,6 +299,7 @@ class TopicStore:
             RefDropView: lambda _, op: self.ref_drop_view(op.precedence),
             ReadRecent: lambda _, op: RecentAnswer(*self.recent_since(op.since, op.selectors)),
             CountTopics: lambda _, op: self.count(op.selectors),
+            RemovalFacts: self.removal_facts,
         }
 
     # -- batches -----------------------------------------------------------
@@ -322,8 +357,22 @@ class TopicStore:
         changes.append(change)
 
     def _emit(self, path: str, event: TopicEvent) -> None:
+        """Emit an :class:`Added` (without a value) or a :class:`Removed`."""
         for gateway in self.index.match(path):
             self._events.setdefault(gateway, []).append(event)
+        if self._outlines:
+            self._outline(path, event)
+
+    def _outline(self, path: str, event: TopicEvent) -> None:
+        """Tell the structure registrations of ``path`` of an :class:`Added` or :class:`Removed`."""
+        links = self.outline.match(path)
+        if links:
+            shaped: TopicEvent = (
+                Present(0, path, event.type, event.properties) if isinstance(event, Added)
+                else Absent(path)
+            )
+            for link in links:
+                self._events.setdefault(link, []).append(shaped)
 
     def _message(self, path: str, event: TopicEvent) -> None:
         """Emit an event that carries a value: it takes the next position and joins the
@@ -334,6 +383,8 @@ class TopicStore:
             self._fresh.append(event)
         for gateway in self.index.match(path):
             self._events.setdefault(gateway, []).append(event)
+        if self._outlines and type(event) is Added:
+            self._outline(path, event)
 
     # -- recent messages ---------------------------------------------------
 
@@ -346,10 +397,15 @@ class TopicStore:
         self._fresh = []
         return fresh
 
-    def extend_recent(self, messages: Iterable[TopicEvent], position: int) -> None:
-        """Take a primary's messages, the last of them at ``position`` (a backup)."""
+    def extend_recent(self, messages: Iterable[TopicEvent], position: int, at_ms: int | None = None) -> None:
+        """Take a primary's messages, the last of them at ``position`` (a backup), made at or
+        before ``at_ms`` (the last update of a topic with a REMOVAL policy: values not
+        retained are in no change)."""
+        watched = self.removals.watched
         for event in messages:
             self._keep_recent(event)
+            if watched and at_ms is not None and event.path in watched:  # type: ignore[union-attr]
+                self.removals.updated(event.path, at_ms)  # type: ignore[union-attr]
         self.position = position
 
     def _keep_recent(self, event: TopicEvent) -> None:
@@ -395,16 +451,24 @@ class TopicStore:
     # -- topics ------------------------------------------------------------
 
     def add(
-        self, path: str, type_name: str, properties: dict[str, Any] | None = None
+        self, path: str, type_name: str, properties: dict[str, Any] | None = None,
+        creator: str | None = None, roles: list[str] | None = None,
     ) -> str:
+        """Add a topic; one with a REMOVAL policy is watched from now (the clock's time), for
+        the session ``creator`` with ``roles`` (see :mod:`topics.removal_tracker`)."""
         spec = TopicSpecification.of(type_name, properties)
+        check_honoured(spec)
         self._writable(path)
         topic, created = self.tree.add(path, spec)
         if not created:
             return EXISTS
         wire = _spec_wire(spec)
+        policy = spec.get(REMOVAL)
+        if policy is not None:
+            self.removals.added(topic.path, policy, self.clock(), creator, roles)
         if self._changes is not None:
-            self._record(TopicAdded(topic.path, spec.type.value, wire, None), spec.persistent)
+            self._record(TopicAdded(topic.path, spec.type.value, wire, None, b"", self.removals.kept(topic.path)),
+                         spec.persistent)
         self._emit(topic.path, Added(topic.path, spec.type.value, wire, None))
         return CREATED
 
@@ -467,7 +531,7 @@ class TopicStore:
                 raise InvalidValueError(
                     f"topic {topic.path!r} is a TIME_SERIES topic: append events instead of setting a value"
                 )
-            stored = _accepted(spec.type, data, raw)
+            stored = _accepted(spec.type, data, raw, spec.validate_values)
         if created:
             changes = self._changes
             kept = stored if retain else None
@@ -486,15 +550,22 @@ class TopicStore:
                 self._emit(topic.path, Added(topic.path, spec.type.value, wire, kept))
             return CREATED
         if not retain:
+            self._touched(topic.path)
             self._message(topic.path, Changed(topic.path, stored, False, attributes))
             return None
         self._changed(topic, stored, attributes)
         return None
 
+    def _touched(self, path: str) -> None:
+        """The topic at ``path`` was updated now (for its removal policy, if it has one)."""
+        if path in self.removals.watched:
+            self.removals.updated(path, self.clock())
+
     def _changed(self, topic: Topic, stored: bytes, attributes: bytes = b"") -> None:
         """Make ``stored`` the value of ``topic`` (a topic already there): kept, recorded, announced."""
         spec = topic.specification
         self._store(topic, stored, attributes)
+        self._touched(topic.path)
         changes = self._changes
         if changes is not None:
             if spec.persistent:
@@ -533,7 +604,7 @@ class TopicStore:
             patched = apply_patch(values.decode(TopicType.JSON, topic.value), operations)
         except PatchFailed as e:
             raise PatchFailedError(f"the JSON patch does not apply to {topic.path!r}: {e}") from None
-        self._changed(topic, values.encode(TopicType.JSON, patched))
+        self._changed(topic, values.encode(TopicType.JSON, patched))  # encode() makes plain CBOR
 
     def _current(self, topic: Topic | None) -> Current:
         """What an update constraint is evaluated against (a TIME_SERIES topic: its newest event)."""
@@ -572,6 +643,7 @@ class TopicStore:
         for topic in removed:
             self.tree.remove(topic.path)
             self._forget(topic.path)
+            self.removals.removed(topic.path)
             if self._changes is not None:
                 self._record(TopicRemoved(topic.path), topic.specification.persistent)
             self._emit(topic.path, Removed(topic.path))
@@ -661,10 +733,11 @@ class TopicStore:
         self, path: str, data: bytes, raw: bool | str, timestamp: int | None = None, author: str = ""
     ) -> EventMeta:
         topic, log, event_type = self._series(path)
-        stored = _accepted(event_type, data, raw)
+        stored = _accepted(event_type, data, raw, topic.specification.validate_values)
         if timestamp is None:
             timestamp = self._now(log)
         event = log.append(stored, timestamp, author)
+        self._touched(topic.path)
         if self._changes is not None:
             self._record(EventAppended(topic.path, event_type.value, event), topic.specification.persistent)
         self._message(topic.path, Appended(topic.path, event))
@@ -688,8 +761,9 @@ class TopicStore:
                 f"permission EDIT_TIME_SERIES_EVENTS is needed on {path!r}: event {original_sequence} "
                 "was written by another principal"
             )
-        stored = values.accept(event_type, data, raw=raw)
+        stored = _accepted(event_type, data, raw, topic.specification.validate_values)
         event = log.edit(original_sequence, stored, self._now(log), author)
+        self._touched(topic.path)
         if self._changes is not None:
             self._record(EventAppended(topic.path, event_type.value, event), topic.specification.persistent)
         self._message(topic.path, Appended(topic.path, event))
@@ -731,11 +805,13 @@ class TopicStore:
             if wire is None:
                 wire = wires[id(spec)] = _spec_wire(spec)
             log = topic.log
+            removal = self.removals.kept(topic.path) if self.removals.watched else None
             if log is None:
                 out.append(TopicState(topic.path, spec.type.value, wire, topic.value, None, 0,
-                                      self.attributes.get(topic.path, b"")))
+                                      self.attributes.get(topic.path, b""), removal))
             else:
-                out.append(TopicState(topic.path, spec.type.value, wire, None, log.events(), log.next_sequence))
+                out.append(TopicState(topic.path, spec.type.value, wire, None, log.events(), log.next_sequence,
+                                      b"", removal))
         return out
 
     def load(self, states: Iterable[TopicState]) -> int:
@@ -750,12 +826,15 @@ class TopicStore:
                 continue
             if topic.log is not None:
                 topic.log = EventLog.restored(spec.retained_range, state.events or (), state.next_sequence)
+            self._rewatch(topic.path, spec, state.removal)
             n += 1
         return n
 
-    def replay(self, changes: Iterable[Change]) -> int:
+    def replay(self, changes: Iterable[Change], times: Iterable[int] | int | None = None) -> int:
         """Apply recorded changes in order, as they were applied to the
         original; return how many did not apply. No events, no changes.
+        ``times``: when each change was recorded (one time for them all, or one per change;
+        at or after the change was made): the last update of a topic with a REMOVAL policy.
 
         On the state they were recorded after, every change applies. Replaying
         changes a state already holds is harmless (an add replaces the topic,
@@ -765,8 +844,13 @@ class TopicStore:
         skipped = 0
         tree = self.tree
         specification = _SpecificationCache()
+        watched = self.removals.watched
+        at = itertools.repeat(times) if times is None or isinstance(times, int) else iter(times)
         for change in changes:
             kind = type(change)
+            when = next(at)
+            if watched and when is not None and kind is not TopicRemoved and change.path in watched:
+                self.removals.updated(change.path, when)
             if kind is ValueSet:
                 assert isinstance(change, ValueSet)
                 topic = tree.get(change.path)
@@ -791,14 +875,54 @@ class TopicStore:
                 spec = specification(change.type, change.properties)
                 if self._restore_topic(change.path, spec, change.value, change.attributes) is None:
                     skipped += 1
+                else:
+                    self._rewatch(change.path, spec, change.removal)
             elif kind is TopicRemoved:
                 if change.path in self.references or tree.remove(change.path) is None:
                     skipped += 1
                 else:
                     self._forget(change.path)
+                    self.removals.removed(change.path)
             else:
                 raise TypeError(f"not a change: {change!r}")
         return skipped
+
+    def _rewatch(self, path: str, spec: TopicSpecification, kept: list[Any] | None) -> None:
+        """Watch a restored topic's REMOVAL policy again from what was ``kept`` (without it,
+        as if created now: later, never earlier)."""
+        policy = spec.get(REMOVAL)
+        if policy is None:
+            return
+        if kept is None:
+            self.removals.added(path, policy, self.clock())
+        else:
+            created, creator, roles, updated = kept
+            self.removals.added(path, policy, created, creator, roles, updated)
+
+    # -- removal policies --------------------------------------------------
+
+    def removal_facts(self, link: str, op: RemovalFacts) -> RemovalWatch:
+        """A gateway's report (:class:`~topics.protocol.RemovalFacts`): kept when it answers the
+        interest of now; the answer is the interest, with the due ``remove`` clauses handed
+        to this gateway to carry out."""
+        tracker = self.removals
+        watch = tracker.watch()
+        if op.version == watch.version:
+            tracker.report(link, self.clock(), op.subscriptions, op.sessions, op.creators)
+        removals, self.removal_outbox = [[d.selector, d.roles] for d in self.removal_outbox], []
+        return RemovalWatch(watch.version, list(watch.paths), list(watch.filters), list(watch.creators), removals)
+
+    def expire(self, now_ms: int) -> int:
+        """Remove what the removal policies due at ``now_ms`` say (a policy topic itself here;
+        a ``remove`` clause waits in :attr:`removal_outbox` for a gateway); how many topics
+        were removed here."""
+        removed = 0
+        for due in self.removals.due(now_ms):
+            if due.local:
+                removed += self.remove(due.selector)
+            else:
+                self.removal_outbox.append(due)
+        return removed
 
     def _restore_topic(
         self, path: str, spec: TopicSpecification, value: bytes | None, attributes: bytes = b""
@@ -809,6 +933,7 @@ class TopicStore:
             return None
         self.tree.remove(path)
         self._forget(path)
+        self.removals.removed(path)
         topic, _ = self.tree.add(path, spec)
         if value is not None and topic.log is None:
             self._store(topic, value, attributes)
@@ -920,8 +1045,16 @@ class TopicStore:
 
     # -- registrations -----------------------------------------------------
 
-    def register(self, gateway: str, selector: str, token: int) -> None:
+    def register(self, gateway: str, selector: str, token: int, structure: bool = False) -> None:
         sel = parse_selector(selector)
+        if structure:
+            self.outline.add(sel, gateway)
+            self._outlines.setdefault(gateway, set()).add(sel)
+            shapes = self._events.setdefault(gateway, [])
+            for topic in self.tree.select(sel):
+                shapes.append(Present(token, topic.path, topic.specification.type.value, _spec_wire(topic.specification)))
+            shapes.append(End(token))
+            return
         self.index.add(sel, gateway)
         self._registrations.setdefault(gateway, set()).add(sel)
         out = self._events.setdefault(gateway, [])
@@ -936,29 +1069,38 @@ class TopicStore:
                     out.append(Appended(topic.path, event))
         out.append(End(token))
 
-    def unregister(self, gateway: str, selector: str) -> None:
+    def unregister(self, gateway: str, selector: str, structure: bool = False) -> None:
         sel = parse_selector(selector)
-        self.index.remove(sel, gateway)
-        registered = self._registrations.get(gateway)
+        index, by_link = (self.outline, self._outlines) if structure else (self.index, self._registrations)
+        index.remove(sel, gateway)
+        registered = by_link.get(gateway)
         if registered is not None:
             registered.discard(sel)
             if not registered:
-                del self._registrations[gateway]
+                del by_link[gateway]
 
     def drop_gateway(self, gateway: str) -> int:
         """Forget every registration of a gateway that went away."""
         selectors = self._registrations.pop(gateway, set())
         for sel in selectors:
             self.index.remove(sel, gateway)
+        outlines = self._outlines.pop(gateway, set())
+        for sel in outlines:
+            self.outline.remove(sel, gateway)
         self._events.pop(gateway, None)
-        return len(selectors)
+        self.removals.forget(gateway)
+        return len(selectors) + len(outlines)
 
     def gateways(self) -> list[str]:
-        return sorted(self._registrations)
+        return sorted(self._registrations.keys() | self._outlines.keys())
 
 
-def _accepted(value_type: TopicType, data: bytes, raw: bool | str) -> bytes:
-    """What to store of a value received in the form ``raw`` says (see :meth:`TopicStore.set`)."""
+def _accepted(value_type: TopicType, data: bytes, raw: bool | str, plain: bool = False) -> bytes:
+    """What to store of a value received in the form ``raw`` says (see :meth:`TopicStore.set`);
+    with ``plain`` (VALIDATE_VALUES) it must also be :func:`~topics.types.check_plain`."""
     if raw == values.TEXT:
-        return values.from_text(value_type, data)
-    return values.accept(value_type, data, raw=bool(raw))
+        return values.from_text(value_type, data)  # makes plain CBOR
+    stored = values.accept(value_type, data, raw=bool(raw))
+    if plain:
+        values.check_plain(value_type, stored)
+    return stored

@@ -209,6 +209,22 @@ class TopicTree:
         if node is not None:
             yield from _subtree(node, include_self=False)
 
+    def first_below(self, path: str) -> Iterator[Topic]:
+        """The first topic on each branch strictly below ``path`` (``""``: the root): for
+        topics a/b, a/c, a/c/d and a/e/f/g, those below a are a/b, a/c and a/e/f/g."""
+        node = self._node(path)
+        if node is None or isinstance(node, Topic):
+            return
+        stack = [node]
+        while stack:
+            for child in stack.pop().children.values():
+                if isinstance(child, Topic):
+                    yield child
+                elif child.topic is not None:
+                    yield child.topic
+                else:
+                    stack.append(child)
+
     def _node(self, path: str) -> _Node | Topic | None:
         node: _Node | Topic = self._root
         if path:

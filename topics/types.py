@@ -16,6 +16,13 @@ reference system; a JSON value may be ``null`` like any other JSON value.
 :func:`encode` turns a Python value into the stored bytes, :func:`decode`
 does the reverse and :func:`validate` checks stored or received bytes.
 Each raises :class:`~topics.errors.InvalidValueError` saying what is wrong.
+
+What a value must be to be accepted at all is what :func:`decode` can read
+as the type (cbor2's reading: a bignum or a self-described item that comes
+out as an ``int`` or ``str`` will do). A topic with VALIDATE_VALUES ``true``
+asks more, :func:`check_plain`: one CBOR item of exactly the type's shape,
+with no tags, no ``undefined`` or other simple values and, except in BINARY,
+no byte strings, so that every client's codec reads it as the type says.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ __all__ = [
     "validate",
     "accept",
     "check_json_text_depth",
+    "check_plain",
     "encode_any",
     "infer",
 ]
@@ -78,6 +86,11 @@ class TopicType(enum.Enum):
                 return cls[name.strip().upper()]
             except KeyError:
                 pass
+            if name.strip().upper().replace("_", "") in _REFUSED_TYPES:
+                raise TopicTypeError(
+                    f"{name.strip().upper()} topics are not supported: RecordV2 is the reference system's "
+                    "legacy record model; use a JSON topic (with VALIDATE_VALUES true to refuse malformed values)"
+                )
         raise TopicTypeError(
             f"unknown topic type {name!r}; expected one of "
             + ", ".join(t.value for t in cls)
@@ -86,6 +99,9 @@ class TopicType(enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+
+#: types of the reference system canopy refuses by name, with a reason (compared without ``_``)
+_REFUSED_TYPES = frozenset({"RECORDV2", "RECORD"})
 
 #: the types a time series event may have
 EVENT_VALUE_TYPES = frozenset(
@@ -285,6 +301,89 @@ def accept(value_type: TopicType, data: bytes, *, raw: bool) -> bytes:
     if t is TopicType.DOUBLE and value is not None and not _is_cbor_float(data):
         return _dumps(float(value))
     return bytes(data)
+
+
+# the major types of a CBOR initial byte's top three bits
+_UINT, _NINT, _BYTES, _TEXT, _ARRAY, _MAP, _TAG, _SIMPLE = range(8)
+_FALSE, _TRUE, _NULL = 20, 21, 22
+_FLOATS = (25, 26, 27)
+
+
+def check_plain(value_type: TopicType, data: bytes) -> None:
+    """Raise :class:`InvalidValueError` unless ``data`` (which :func:`accept` took as the
+    type) is plain: see the module's docstring. BINARY values are always plain.
+
+    It walks the encoded item once, without decoding it again."""
+    t = _value_type(value_type)
+    if t is TopicType.BINARY:
+        return
+    end = _plain_item(t, data, 0, 0)
+    if end != len(data):  # cannot happen after accept(): one item, nothing after it
+        raise InvalidValueError("trailing bytes after the CBOR data item")
+    shape = {
+        TopicType.STRING: (_TEXT,),
+        TopicType.INT64: (_UINT, _NINT),
+        TopicType.DOUBLE: (_UINT, _NINT),
+    }.get(t)
+    major = data[0] >> 5 if data else None
+    if shape is not None and data != b"\xf6" and major not in shape and not (
+        t is TopicType.DOUBLE and data[:1] in (b"\xf9", b"\xfa", b"\xfb")
+    ):
+        raise InvalidValueError(
+            f"a {t.value} value must be one plain CBOR "
+            + {TopicType.STRING: "text string", TopicType.INT64: "integer"}.get(t, "number")
+            + f" (VALIDATE_VALUES), got {_shown_bytes(data)}"
+        )
+
+
+def _argument(data: bytes, pos: int, info: int) -> tuple[int, int]:
+    """The argument of the head at ``pos`` whose low bits are ``info``, and where it ends."""
+    if info < 24:
+        return info, pos + 1
+    width = 1 << (info - 24)
+    return int.from_bytes(data[pos + 1:pos + 1 + width], "big"), pos + 1 + width
+
+
+def _plain_item(t: TopicType, data: bytes, pos: int, depth: int) -> int:
+    """Check the item at ``pos`` (well formed: :func:`accept` read it); return where it ends."""
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidValueError(f"CBOR data item nested deeper than {MAX_JSON_DEPTH} levels")
+    head = data[pos]
+    major, info = head >> 5, head & 0x1F
+    if major == _TAG:
+        tag, _ = _argument(data, pos, info)
+        raise InvalidValueError(f"a {t.value} value may not carry CBOR tag {tag} (VALIDATE_VALUES)")
+    if major == _SIMPLE:
+        if info in (_FALSE, _TRUE, _NULL):
+            return pos + 1
+        if info in _FLOATS:
+            return pos + 1 + (1 << (info - 24))
+        raise InvalidValueError(
+            f"a {t.value} value may not hold the CBOR simple value {_shown_bytes(data[pos:pos + 2])} "
+            "(VALIDATE_VALUES)"
+        )
+    if major == _BYTES:
+        raise InvalidValueError(f"a {t.value} value may not hold a CBOR byte string (VALIDATE_VALUES)")
+    if info == 31:  # indefinite length: items (or chunks) up to the break byte
+        pos += 1
+        count = 0
+        while data[pos] != 0xFF:
+            if major == _MAP and count % 2 == 0 and data[pos] >> 5 != _TEXT:
+                raise InvalidValueError("a JSON object's keys must be text strings (VALIDATE_VALUES)")
+            pos = _plain_item(t, data, pos, depth + 1)
+            count += 1
+        return pos + 1
+    argument, pos = _argument(data, pos, info)
+    if major in (_UINT, _NINT):
+        return pos
+    if major == _TEXT:
+        return pos + argument
+    count = argument * 2 if major == _MAP else argument
+    for i in range(count):
+        if major == _MAP and i % 2 == 0 and data[pos] >> 5 != _TEXT:
+            raise InvalidValueError("a JSON object's keys must be text strings (VALIDATE_VALUES)")
+        pos = _plain_item(t, data, pos, depth + 1)
+    return pos
 
 
 def _is_cbor_float(data: bytes) -> bool:

@@ -41,6 +41,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from topics.errors import SelectorError, SpecificationError, TopicTypeError, excerpt
 from topics.properties import validate_property
+from topics.specification import check_honoured_property
 from topics.selectors import parse_selector
 from topics.types import TopicType
 from views.patch import PatchSyntaxError, parse_patch
@@ -350,6 +351,7 @@ class _Builder:
                 raise self.error(f"property {name} is set twice", where)
             try:
                 pairs[name] = validate_property(name, self.free(value_token).value)[1]
+                check_honoured_property(name, pairs[name])
             except SpecificationError as e:
                 raise self.error(str(e), value_token.start_pos or 0) from None
         return {"properties": tuple(pairs.items())}

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.requests import (
-    cluster, metrics, missing_topics, security, servers, session_trees, sessions, time_series, topics, views,
+    client_control, cluster, locks, messaging, metrics, missing_topics, notifications, security, servers, session_trees,
+    sessions, time_series, topics, views,
 )
 from actors.requests.context import Context, Routed
 
@@ -31,11 +32,15 @@ HANDLERS: dict[str, Handler] = {
     **security.HANDLERS,
     **session_trees.HANDLERS,
     **sessions.HANDLERS,
+    **client_control.HANDLERS,
     **views.HANDLERS,
     **cluster.HANDLERS,
     **missing_topics.HANDLERS,
     **servers.HANDLERS,
     **metrics.HANDLERS,
+    **messaging.HANDLERS,
+    **locks.HANDLERS,
+    **notifications.HANDLERS,
 }
 
 __all__ = ["HANDLERS", "Context", "Handler", "Routed"]

@@ -47,6 +47,14 @@ class Context:
     tracer: Tracer = field(default_factory=Tracer)
     #: missing-topic handlers (:class:`actors.missing_topics.MissingTopics`)
     missing: Any = None
+    #: request/response messaging (:class:`actors.messaging.Messaging`)
+    messaging: Any = None
+    #: client control: roles, subscriptions and session event listeners (:class:`actors.client_control.ClientControl`)
+    clients: Any = None
+    #: session locks: the table the controller pushed, waiting requests (:class:`actors.locks.GatewayLocks`)
+    locks: Any = None
+    #: topic notification listeners (:class:`actors.notifications.TopicNotifications`)
+    notifications: Any = None
     #: sets, appends and edits of this gateway's sessions (MQTT publishes too) sent on to the partitions
     updates_received: int = 0
 

@@ -8,14 +8,18 @@ from typing import Any
 
 from actors.requests.context import Context
 from sessions import requests as check
+from sessions.client_control import property_keys
 
 
-def session_get(ctx: Context, sid: str, target: Any) -> Any:
+def session_get(ctx: Context, sid: str, target: Any, keys: Any = None) -> Any:
+    """The properties of the sessions a target names on every gateway: those ``keys`` name
+    (see :func:`sessions.client_control.pick`), or all when nil."""
     kind, value = check.session_target(target)
+    wanted = list(property_keys(keys)) if keys is not None else None
 
     async def gathered() -> dict[str, dict[str, str]]:
         found: dict[str, dict[str, str]] = {}
-        for part in await asyncio.gather(*(p.session_properties.remote(kind, value) for p in ctx.peers)):
+        for part in await asyncio.gather(*(p.session_properties.remote(kind, value, wanted) for p in ctx.peers)):
             found.update(part)
         return found
 

@@ -11,7 +11,7 @@ from actors.tracing import DEFAULT_LIMIT
 from sessions import requests as check
 from actors.missing_topics import MAX_MATCHED
 from sessions.missing_topics import CANCEL
-from topics.constraints import NO_LOCKS
+from topics.constraints import NO_LOCKS, LockLookup
 from topics.protocol import FetchTopics, RemoveTopics, Result
 from topics.selectors import Selector, parse_selector
 
@@ -24,19 +24,20 @@ def add(ctx: Context, sid: str, path: Any, type_name: Any, properties: Any = Non
     return Routed(op.path, op)
 
 
-#: whether a session holds a session lock: none does until session locks exist, so an update
-#: constraint's ``locked`` term never holds (UNSATISFIED_CONSTRAINT)
-LOCKS = NO_LOCKS
+def _locks(ctx: Context, sid: str) -> LockLookup:
+    """Whether the session holds a session lock at a sequence: an update constraint's ``locked``
+    terms are decided here, from the lock table the controller pushed (actors/locks.py)."""
+    return NO_LOCKS if ctx.locks is None else ctx.locks.lookup(sid)  # type: ignore[no-any-return]
 
 
 def set_(ctx: Context, sid: str, *args: Any) -> Routed:
-    op = check.set_value(ctx.registry, sid, *args, max_size=ctx.config["max_frame_size"], locks=LOCKS)
+    op = check.set_value(ctx.registry, sid, *args, max_size=ctx.config["max_frame_size"], locks=_locks(ctx, sid))
     ctx.updates_received += 1
     return Routed(op.path, op)
 
 
 def json_patch(ctx: Context, sid: str, *args: Any) -> Routed:
-    op = check.json_patch(ctx.registry, sid, *args, max_size=ctx.config["max_frame_size"], locks=LOCKS)
+    op = check.json_patch(ctx.registry, sid, *args, max_size=ctx.config["max_frame_size"], locks=_locks(ctx, sid))
     ctx.updates_received += 1
     return Routed(op.path, op)
 

@@ -32,6 +32,10 @@
     canopy metrics collector add NAME --topics SELECTOR [--group-by-type]
     canopy metrics collector add NAME --sessions FILTER [--group-by PROPERTY]... [--remove-metrics-with-no-matches]
     canopy metrics collector (list [--json] | remove NAME)
+    canopy lock list [--json]
+    canopy lock hold NAME [--seconds S] [--scope session|connection] [--wait S]
+    canopy message send PATH VALUE [--type T] [--response-type T] [--session ID | --filter F] [--timeout S] [--json]
+    canopy message handle PATH [--count N] [--reply-with VALUE [--type T] | --echo] [--json]
     canopy demo
 
 Client commands authenticate with ``--principal``/``--password`` (or
@@ -75,8 +79,8 @@ which passes them to :func:`main` as an extension of this parser.
 The package holds one module per verb group, each with its sub-parser builder
 (``add_commands``) beside its handler: :mod:`~canopy.cli.topics`, ``timeseries``
 (``ts``), ``hub``, ``security``, ``trees`` (``tree``), ``views`` (``view``),
-``sessions`` (``session``), ``cluster``, ``missing_topics``, ``fanout``,
-``remote_servers`` (``server``) and ``metrics``; :mod:`~canopy.cli.common` holds
+``sessions`` (``session``), ``cluster``, ``missing_topics``, ``messaging`` (``message``), ``fanout``,
+``remote_servers`` (``server``), ``metrics`` and ``locks`` (``lock``); :mod:`~canopy.cli.common` holds
 what they share (the connection options, :func:`urls`, reading VALUE, ``--json``
 output). This module puts them together: :func:`build_parser` and :func:`main`.
 """
@@ -93,7 +97,9 @@ from canopy.cli import (
     cluster,
     fanout,
     hub,
+    locks,
     metrics,
+    messaging,
     missing_topics,
     remote_servers,
     security,
@@ -112,8 +118,8 @@ from canopy.errors import CanopyError
 
 __all__ = ["MAX_PAUSE", "Extension", "build_parser", "format_status", "main", "urls"]
 #: the client verb groups, in the order ``canopy --help`` lists them (after ``demo``)
-_GROUPS = (topics, timeseries, security, trees, views, sessions, cluster, missing_topics, fanout, remote_servers,
-           metrics, hub)
+_GROUPS = (topics, timeseries, security, trees, views, sessions, cluster, missing_topics, messaging, fanout,
+           remote_servers, metrics, locks, hub)
 
 
 def _demo(args: argparse.Namespace) -> int:

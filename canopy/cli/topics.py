@@ -1,10 +1,11 @@
 """``canopy topic``: add, set (under a constraint: ``--if-value``, ``--if-no-value``,
 ``--if-no-topic``, ``--if-json POINTER=JSON``, ``--if-no-json POINTER``), patch (an RFC 6902 JSON
-patch), remove, fetch, subscribe."""
+patch), remove, fetch, subscribe, watch (topic notifications: topics coming and going, no values)."""
 
 from __future__ import annotations
 
 import argparse
+import queue
 from typing import Any
 
 from canopy.cli.common import (
@@ -89,9 +90,30 @@ def _topic(args: argparse.Namespace) -> int:
                 else:
                     extra = f" {row.properties}" if args.properties else ""
                     print(f"{row.path} {row.type.value} {_text(row.value)}{extra}")
+        elif args.action == "watch":
+            _watch(t, args)
         else:  # closing the session ends the subscription: no unsubscribe to wait for
             _follow(t.subscribe(args.selector), args.count, args.json, hub=False)
     return 0
+
+
+def _watch(t: Any, args: argparse.Namespace) -> None:
+    """Print a selector's topic notifications (and, with ``--descendants``, its descendant
+    notifications) until ``--count`` of them; closing the session ends the listener."""
+    if args.count == 0:
+        return
+    notifications: queue.Queue[Any] = queue.Queue()
+    t.notifications(args.selector, notifications.put,
+                    descendants=notifications.put if args.descendants else None)
+    seen = 0
+    while args.count is None or seen < args.count:
+        n = notifications.get()
+        if args.json:
+            print(_json_line({"notification": n.type.value, "path": n.path, "type": n.topic_type,
+                              "descendant": n.descendant}), flush=True)
+        else:
+            print(f"{n.type.value} {n.path} {'descendant' if n.descendant else n.topic_type}", flush=True)
+        seen += 1
 
 
 def add_commands(
@@ -137,5 +159,13 @@ def add_commands(
     sub.add_argument("--count", type=int, help="stop after N values")
     sub.add_argument("--json", action="store_true")
     _reconnect_option(sub)
-    for p in (add, set_, patch, remove, fetch, sub):
+    watch = topic.add_parser("watch", parents=[client],
+                             help="print the topics a selector selects coming and going (topic notifications)")
+    watch.add_argument("selector")
+    watch.add_argument("--count", type=int, help="stop after N notifications")
+    watch.add_argument("--json", action="store_true")
+    watch.add_argument("--descendants", action="store_true",
+                       help="also the immediate descendants of the selected paths that are not selected")
+    _reconnect_option(watch)
+    for p in (add, set_, patch, remove, fetch, sub, watch):
         p.set_defaults(run=_topic)

@@ -42,22 +42,51 @@ The modules, by concern (each name is re-exported here: import from
 * :mod:`~canopy.client.events`: the values handed out (:class:`TopicEvent`,
   :class:`TimeSeriesEvent`, :class:`FetchedTopic`...);
 * one module per API area of a session: ``topics``, ``timeseries``, ``hub``,
-  ``security``, ``session_trees``, ``sessions``, ``views``, ``server``,
-  ``missing_topics``, ``fanout`` (with the remote servers) and ``metrics``.
+  ``security``, ``session_trees``, ``sessions``, ``clients``, ``views``, ``server``,
+  ``missing_topics``, ``messaging``, ``fanout`` (with the remote servers), ``metrics``,
+  ``locks`` and ``notifications`` (topic notifications, ``session.topics.notifications``).
 """
 
 from __future__ import annotations
 
+from canopy.client.clients import (
+    ALL_FIXED_PROPERTIES,
+    ALL_USER_PROPERTIES,
+    Clients,
+    SessionEvent,
+    SessionEventCallback,
+    SessionListener,
+)
 from canopy.client.dialer import DEFAULT_URL, connect
 from canopy.client.events import AddResult, EventMetadata, FetchedTopic, RangeResult, TimeSeriesEvent, TopicEvent
 from canopy.client.fanout import Fanout, RemoteServers
 from canopy.client.hub import Hub
+from canopy.client.locks import (
+    UNLOCK_ON_CONNECTION_LOSS,
+    UNLOCK_ON_SESSION_LOSS,
+    Locks,
+    SessionLock,
+    SessionLockScope,
+)
+from canopy.client.messaging import (
+    FilteredResponseCallback,
+    Messaging,
+    RequestContext,
+    RequestHandler,
+    RequestHandlerRegistration,
+)
 from canopy.client.metrics import Metrics
 from canopy.client.missing_topics import (
     HandlerRegistration,
     MissingTopicHandler,
     MissingTopicNotification,
     MissingTopics,
+)
+from canopy.client.notifications import (
+    NotificationCallback,
+    NotificationListener,
+    NotificationType,
+    TopicNotification,
 )
 from canopy.client.security import Security
 from canopy.client.server import Server
@@ -78,6 +107,12 @@ from canopy.client.topics import Topics, UpdateStream
 from canopy.client.views import TopicView, TopicViews
 
 __all__ = [
+    "ALL_FIXED_PROPERTIES",
+    "ALL_USER_PROPERTIES",
+    "Clients",
+    "SessionEvent",
+    "SessionEventCallback",
+    "SessionListener",
     "DEFAULT_URL",
     "FINAL_CLOSE_CODES",
     "GONE_WHILE_DISCONNECTED",
@@ -91,10 +126,24 @@ __all__ = [
     "FetchedTopic",
     "HandlerRegistration",
     "Hub",
+    "Locks",
+    "SessionLock",
+    "SessionLockScope",
+    "UNLOCK_ON_CONNECTION_LOSS",
+    "UNLOCK_ON_SESSION_LOSS",
     "Metrics",
+    "FilteredResponseCallback",
+    "Messaging",
+    "RequestContext",
+    "RequestHandler",
+    "RequestHandlerRegistration",
     "MissingTopicHandler",
     "MissingTopicNotification",
     "MissingTopics",
+    "NotificationCallback",
+    "NotificationListener",
+    "NotificationType",
+    "TopicNotification",
     "RangeResult",
     "RemoteServers",
     "Security",

@@ -42,8 +42,9 @@ class _Dialer:
     context: ssl.SSLContext | None  # for wss:// URLs
     reconnect_timeout: float
     retry_delay: float
-    #: whether the server may send new values as deltas (delta streaming)
+    #: whether the server may send new values as deltas (delta streaming), and deflated
     deltas: bool = True
+    compression: bool = True
 
     async def dial(
         self, url: str, protocol: wire.ClientProtocol, timeout: float, resume: wire.Resume | None = None
@@ -54,8 +55,8 @@ class _Dialer:
         or does not answer in ``timeout`` seconds; the error the server
         answered the HELLO with (``AuthenticationError``...) when it refused.
         """
-        hello = protocol.hello(self.principal, self.password, self.properties, resume,
-                               {"deltas": True} if self.deltas else None)
+        options = {name: True for name, on in (("deltas", self.deltas), ("compression", self.compression)) if on}
+        hello = protocol.hello(self.principal, self.password, self.properties, resume, options or None)
         secure = url.lower().startswith("wss:")
         try:
             stream = await asyncio.wait_for(
@@ -123,6 +124,7 @@ def connect(
     reconnect_timeout: float = 60.0,
     retry_delay: float = 0.5,
     deltas: bool = True,
+    compression: bool = True,
 ) -> _Connect:
     """Open a session: ``async with canopy.connect(url) as session: ...``.
 
@@ -140,7 +142,9 @@ def connect(
     whole value as ever. ``session.delta_bytes_saved`` counts the bytes that
     saved; a delta that does not apply is counted in ``deltas_failed``, logged
     and answered by fetching the topic's value. ``deltas=False`` asks for
-    whole values only.
+    whole values only. Likewise the server may send a large value of a topic
+    whose COMPRESSION is not ``off`` deflated (``compression_bytes_saved``);
+    ``compression=False`` asks it not to.
 
     **Reconnecting.** When the connection drops, the session reconnects for
     up to ``reconnect_timeout`` seconds (0: never; the session ends with the
@@ -195,7 +199,7 @@ def connect(
             raise errors.ConnectError(f"cannot use the CA file {os.fspath(ca_file)}: {problem}") from None
     dialer = _Dialer(
         urls, principal, password, dict(properties or {}), float(timeout), context,
-        float(reconnect_timeout), float(retry_delay), bool(deltas),
+        float(reconnect_timeout), float(retry_delay), bool(deltas), bool(compression),
     )
     return _Connect(dialer, hub_root)
 

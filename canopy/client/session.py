@@ -14,6 +14,7 @@ import functools
 import itertools
 import logging
 import random
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,10 +22,14 @@ from typing import TYPE_CHECKING, Any
 from canopy import errors
 from canopy import protocol as wire
 from canopy.client.events import EventMetadata, TimeSeriesEvent, TopicEvent, _local, _new_event
+from canopy.client.clients import Clients
 from canopy.client.fanout import Fanout, RemoteServers
 from canopy.client.hub import Hub
+from canopy.client.locks import Locks
 from canopy.client.metrics import Metrics
+from canopy.client.messaging import Messaging
 from canopy.client.missing_topics import MissingTopics
+from canopy.client.notifications import Notifications
 from canopy.client.security import Security
 from canopy.client.server import Server
 from canopy.client.session_trees import SessionTrees
@@ -115,12 +120,17 @@ class Session(Handler):
         self.security = Security(self)
         self.session_trees = SessionTrees(self)
         self.sessions = Sessions(self)
+        self.clients = Clients(self)
         self.views = TopicViews(self)
         self.server = Server(self)
         self.missing_topics = MissingTopics(self)
+        self.messaging = Messaging(self)
         self.fanout = Fanout(self)
         self.remote_servers = RemoteServers(self)
         self.metrics = Metrics(self)
+        self.locks = Locks(self)
+        #: topic notification listeners (``session.topics.notifications``)
+        self._notifications = Notifications(self)
         self.closed = False
         self._closing = False
         self.close_reason: errors.CanopyError | None = None
@@ -130,6 +140,8 @@ class Session(Handler):
         self._subscriptions: list[Subscription] = []
         self._aliases: dict[int, _Topic] = {}
         self._routes: dict[int, list[Subscription]] = {}  # alias -> subscriptions matching it
+        #: where topics no subscription matches go (other sessions subscribed this one: clients.unrequested)
+        self._unrequested: Subscription | None = None
         #: path -> topic, every topic the subscriptions were told of (and not told it went)
         self._known: dict[str, _Topic] = {}
         self._server_close: wire.Close | None = None
@@ -144,6 +156,9 @@ class Session(Handler):
         #: not apply (each followed by a fetch of the topic's value)
         self.delta_bytes_saved = 0
         self.deltas_failed = 0
+        #: bytes the server did not send thanks to compression (a value that does not inflate
+        #: counts in ``deltas_failed`` too)
+        self.compression_bytes_saved = 0
 
     @property
     def connected(self) -> bool:
@@ -368,6 +383,9 @@ class Session(Handler):
             if not selectors:
                 self._resynced(resync)
             self.missing_topics._register_again()
+            self.messaging._register_again()
+            self.clients._register_again()
+        self._notifications._register_again(resumed)
         stream.handler = self
         for m in opened.rest:
             if self._stream is stream:
@@ -450,6 +468,8 @@ class Session(Handler):
         for sub in self._subscriptions:
             sub._end(None if ended_by_client else error)
         self._subscriptions.clear()
+        if self._unrequested is not None:
+            self._unrequested._end(None if ended_by_client else error)
 
     # -- what the server sends ------------------------------------------------------------
 
@@ -471,7 +491,10 @@ class Session(Handler):
             self._dispatch(wire.decode_item(item))
 
     def _route(self, alias: int, path: str) -> None:
-        self._routes[alias] = [s for s in self._subscriptions if s.selector.matches(path)]
+        routes = [s for s in self._subscriptions if s.selector.matches(path)]
+        if not routes and self._unrequested is not None:
+            routes = [self._unrequested]
+        self._routes[alias] = routes
 
     def _reroute(self) -> None:
         for alias, topic in self._aliases.items():
@@ -488,6 +511,8 @@ class Session(Handler):
                 self._fan_out(TopicEvent("value", topic.path, topic.spec.type, value, topic.spec, retained=m.retained))
         elif isinstance(m, wire.Delta):
             self._delta(m)
+        elif isinstance(m, wire.Compressed):
+            self._compressed(m)
         elif isinstance(m, wire.Response):
             pending = self._pending.pop(m.cid, None)
             if pending is not None and not pending[0].done():
@@ -522,6 +547,14 @@ class Session(Handler):
         elif isinstance(m, wire.Notify):
             if m.kind == "missing_topic":
                 self.missing_topics._notified(m.body)
+            elif m.kind == "session_event":
+                self.clients._notified(m.body)
+            elif m.kind == "request":
+                self.messaging._requested(m.body)
+            elif m.kind == "response":
+                self.messaging._responded(m.body)
+            elif m.kind == "topic_notification":
+                self._notifications._notified(m.body)
             else:
                 log.info("ignoring a %r notification (a newer server?)", m.kind)
         elif isinstance(m, wire.Malformed):
@@ -541,6 +574,25 @@ class Session(Handler):
             self._delta_failed(m.alias, topic, e)
             return
         self.delta_bytes_saved += len(data) - len(m.delta)
+        self._value(m.alias, topic, data)
+
+    def _compressed(self, m: wire.Compressed) -> None:
+        """A new value deflated: inflated, never past the maximum frame size."""
+        topic = self._aliases.get(m.alias)
+        if topic is None:
+            return
+        inflater = zlib.decompressobj()
+        try:
+            data = inflater.decompress(m.data, self.max_frame_size)
+            if inflater.unconsumed_tail or not inflater.eof:
+                raise DeltaError(f"a compressed value inflates past {self.max_frame_size} bytes or is cut short")
+        except zlib.error as e:
+            self._delta_failed(m.alias, topic, DeltaError(f"a compressed value does not inflate: {e}"))
+            return
+        except DeltaError as e:
+            self._delta_failed(m.alias, topic, e)
+            return
+        self.compression_bytes_saved += len(data) - len(m.data)
         self._value(m.alias, topic, data)
 
     def _value(self, alias: int, topic: _Topic, data: bytes) -> None:
@@ -630,9 +682,13 @@ class Session(Handler):
         return values.decode(spec.type, data)
 
     def _fan_out(self, event: TopicEvent) -> None:
+        matched = False
         for sub in self._subscriptions:
             if sub.selector.matches(event.path):
+                matched = True
                 sub._put(event)
+        if not matched and self._unrequested is not None:
+            self._unrequested._put(event)
 
     async def _subscribe(
         self, selector: Selector, hub_root: str | None = None, callback: Callable[[TopicEvent], Any] | None = None

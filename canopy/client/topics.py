@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from canopy import errors
 from canopy.client.events import AddResult, FetchedTopic, TopicEvent, _local
+from canopy.client.notifications import NotificationCallback, NotificationListener
 from canopy.client.subscriptions import SubscribeRequest
 from topics import types as values
 from topics.constraints import Constraint
@@ -155,6 +156,19 @@ class Topics:
             self._s._subscriptions.remove(sub)
             sub._end()
         self._s._reroute()
+
+    async def notifications(
+        self, selector: str | Selector | None, callback: NotificationCallback, *,
+        descendants: NotificationCallback | None = None,
+    ) -> NotificationListener:
+        """A topic notification listener (:mod:`canopy.client.notifications`): ``callback``
+        hears of the topics ``selector`` selects coming and going (path and specification,
+        never a value; ``SELECTED`` for those there now, before this returns), ``descendants``
+        (if given) of the immediate descendants of the selected paths that are not selected.
+        More selectors with :meth:`~NotificationListener.select`; ``None``: none yet."""
+        return await self._s._notifications.listen(
+            None if selector is None else str(selector), callback, descendants
+        )
 
 
 class UpdateStream:

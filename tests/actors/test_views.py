@@ -221,7 +221,7 @@ async def test_separator_and_properties(admin: canopy.Session, views: Any, prefi
     await views("sep", f"map ?{p}/a/path/ to {p}/c/<scalar(/markets/name)> separator '%'")
     await until(admin, f"?{p}/b//", {f"{p}/b/Gold/Silver": {"markets": {"name": "Gold/Silver"}}})
     await until(admin, f"?{p}/c//", {f"{p}/c/Gold%Silver": {"markets": {"name": "Gold/Silver"}}})
-    await admin.topics.add(f"{p}/props/x", "STRING", {"CONFLATION": "always", "OWNER": "$Principal is 'fred'"})
+    await admin.topics.add(f"{p}/props/x", "STRING", {"CONFLATION": "always", "TIDY_ON_UNSUBSCRIBE": "true"})
     await views("props", f"map ?{p}/props// to {p}/propped/<path(3)> with properties CONFLATION:off, COMPRESSION:false")
     async def properties() -> dict[str, str] | None:
         found = await admin.topics.fetch(f"?{p}/propped//", with_properties=True)
@@ -229,7 +229,7 @@ async def test_separator_and_properties(admin: canopy.Session, views: Any, prefi
 
     props = await await_for(properties, 20, what="the reference topic")
     assert props["CONFLATION"] == "off" and props["COMPRESSION"] == "false"
-    assert props["OWNER"] == "$Principal is 'fred'"  # copied from the source
+    assert props["TIDY_ON_UNSUBSCRIBE"] == "true"  # copied from the source
 
 
 async def test_type_conversions(admin: canopy.Session, views: Any, prefix: str) -> None:

@@ -23,12 +23,16 @@ from typing import Any
 import pytest
 
 import canopy
+from canopy import errors
 from replication.config_log import ConfigLogStore
 from tests.checking import Workload, check, finish, progressed
 from tests.conftest import free_port, wait_for
 from tests.e2e.conftest import ADMIN, Server, cli
 from cluster import processes
+from cluster.partitioning import partition_of
 
+#: seconds of no updates after which the failover test's policy topic goes
+IDLE_S = 15
 FAILOVER = 90.0  # seconds: Ray declares a node dead in ~5 s here; two busy cores make the rest slow
 
 
@@ -209,6 +213,18 @@ class TestAHealthyCluster:
         assert all(os.path.exists(f"/proc/{n['raylet_pid']}") for n in info["local_nodes"])
         assert os.path.isdir(healthy.data_dir / "nodes" / "node-1")
 
+    def test_client_control_reaches_a_session_on_another_gateway(self, healthy: Server) -> None:
+        now = wait_for(lambda: (s := status(healthy))["healthy"] and s, 60, "a healthy cluster")
+        asyncio.run(client_control_across_gateways(gateway_url(now, "node-1"), gateway_url(now, "node-2")))
+
+    def test_a_request_reaches_a_handler_on_another_gateway(self, healthy: Server) -> None:
+        now = wait_for(lambda: (s := status(healthy))["healthy"] and s, 60, "a healthy cluster")
+        asyncio.run(messaging_across_gateways(gateway_url(now, "node-1"), gateway_url(now, "node-2")))
+
+
+    def test_a_session_lock_is_one_lock_across_gateways(self, healthy: Server) -> None:
+        now = wait_for(lambda: (s := status(healthy))["healthy"] and s, 60, "a healthy cluster")
+        asyncio.run(locks_across_gateways(gateway_url(now, "node-1"), gateway_url(now, "node-2")))
 
     async def test_a_killed_controller_comes_back_and_every_change_was_made_or_refused(self, healthy: Server) -> None:
         """Scenario 4: the controller's process is SIGKILLed while views are created and
@@ -320,6 +336,40 @@ async def missing_topics_across_gateways(handler_url: str, user_url: str) -> Non
         assert asyncio.get_running_loop().time() - started < 5
 
 
+async def waiters(session: canopy.Session, name: str, count: int, timeout: float = 20) -> None:
+    """Wait until lock ``name`` is held with ``count`` sessions waiting, as ``session``'s gateway knows it."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (found := [lock["waiting"] for lock in await session.locks.list() if lock["name"] == name]) != [count]:
+        assert asyncio.get_running_loop().time() < deadline, f"lock {name}: waiting {found}, not {count}"
+        await asyncio.sleep(0.05)
+
+
+async def locks_across_gateways(one: str, other: str) -> None:
+    """Sessions on two gateways contend for one lock: the second waits until the first unlocks,
+    then holds it at a higher sequence; each gateway decides an update constraint on it from
+    the same table; the owner's session closing hands it to a waiter on the other gateway."""
+    from canopy import constraints as c
+
+    async with canopy.connect(one, *ADMIN) as a, canopy.connect(other, *ADMIN) as b:
+        first = await a.locks.lock("cluster/lock")
+        waiting = asyncio.ensure_future(b.locks.lock("cluster/lock"))
+        await waiters(b, "cluster/lock", 1)
+        await a.topics.add_and_set("cluster/fenced", "a", "STRING", constraint=c.locked(first))
+        with pytest.raises(errors.UnsatisfiedConstraintError):
+            await b.topics.set("cluster/fenced", "b", constraint=c.locked(first))
+        assert await first.unlock()
+        second = await asyncio.wait_for(waiting, 20)
+        assert second.sequence > first.sequence
+        await b.topics.set("cluster/fenced", "b", constraint=c.locked(second))
+        with pytest.raises(errors.UnsatisfiedConstraintError):
+            await a.topics.set("cluster/fenced", "a", constraint=c.locked(first))
+        again = asyncio.ensure_future(a.locks.lock("cluster/lock"))
+        await waiters(a, "cluster/lock", 1)
+        await b.close()
+        third = await asyncio.wait_for(again, 20)
+        assert third.sequence > second.sequence and await third.unlock()
+
+
 async def _registrations(url: str) -> list[tuple[str, str, str]]:
     async with canopy.connect(url, *ADMIN) as session:
         return await session.missing_topics.list()
@@ -344,12 +394,15 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
     partitions back, while they still write. The cluster is also a fan-out secondary
     of another server: its link runs once, on node-1, and moves. node-0's gateway says
     it is not ready (``/readyz``: 503 naming node-1's partitions) until their backups took
-    over, and ready again after."""
+    over, and ready again after. Session locks: one held on node-0's gateway is kept; one held
+    on node-1's is released with its node, to a waiter on node-2's gateway, and node-1's
+    session's wait for the first goes."""
     loop = asyncio.get_running_loop()
     primary = Server(tmp_path / "primary", "--partitions", "1")
     home, work, roaming = two_workloads(cluster, topics=6)
     await work.start()
     await roaming.start()
+    lockers: list[canopy.Session] = []
     try:
         await loop.run_in_executor(None, primary.wait_ready)
         async with canopy.connect(primary.url, *ADMIN) as up:
@@ -366,9 +419,27 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
             lambda: (s := status(cluster))["healthy"] and s["balanced"] and s, FAILOVER, "a balanced cluster"))
         held = {p["partition"] for p in spread["partitions"] if p["primary"] == "node-1"}
         assert held, spread["partitions"]  # balanced: 4 primaries on 3 nodes, one at least on each
+        # a topic with a removal policy whose primary is on node-1: its backup takes the policy over
+        count = len(spread["partitions"])
+        idle = next(p for p in (f"removal/failover/{i}" for i in range(1000)) if partition_of(p, count) in held)
+        async with canopy.connect(home, *ADMIN) as admin:
+            await admin.topics.add(idle, "STRING", {"REMOVAL": f"when no updates for {IDLE_S}s"})
+            updated = time.time()
+            await admin.topics.set(idle, "the last update")
+        keeper = await canopy.connect(home, *ADMIN)
+        doomed = await canopy.connect(roaming.urls[0], *ADMIN, reconnect_timeout=0)  # on node-1: ends with it
+        heir = await canopy.connect(roaming.urls[1], *ADMIN)
+        lockers += [keeper, doomed, heir]
+        kept = await keeper.locks.lock("failover/kept")
+        lost = await doomed.locks.lock("failover/lost")
+        inheriting = asyncio.ensure_future(heir.locks.lock("failover/lost"))
+        hopeless = asyncio.ensure_future(doomed.locks.lock("failover/kept"))
+        await waiters(keeper, "failover/kept", 1)
+        await waiters(keeper, "failover/lost", 1)
         readiness = Readiness(home[0])  # node-0's gateway, which loses its streams to node-1's primaries
         try:
             await loop.run_in_executor(None, crash_node, cluster, "node-1")
+            assert time.time() < updated + IDLE_S, "node-1 took too long to crash to test the removal's failover"
             after = await loop.run_in_executor(
                 None, lambda: wait_for(lambda: healthy_without("node-1")(cluster), FAILOVER,
                                        "every partition on node-0 and node-2, with a backup"))
@@ -380,6 +451,13 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
         finally:
             readiness.stop()
         print(f"[cluster] node-0's /readyz around the crash: {unready} ... {ready}")
+        inherited = await asyncio.wait_for(inheriting, FAILOVER)
+        assert inherited.sequence > lost.sequence and inherited.owned
+        await waiters(keeper, "failover/kept", 0, FAILOVER)  # node-1's session waits no more
+        assert [(lock["sequence"], lock["session_id"]) for lock in await keeper.locks.list()
+                if lock["name"] == "failover/kept"] == [(kept.sequence, keeper.session_id)] and kept.owned
+        with pytest.raises(canopy.CanopyError):
+            await hopeless
         async with canopy.connect(home, *ADMIN) as admin:  # configuration changes without node-1
             await admin.security.add_principal("during-failover", "during-failover-1", ["CLIENT"])
             await admin.topics.set("src/x", 2)
@@ -399,6 +477,11 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
             await up.topics.set("F/a", 2)
         async with canopy.connect(home, *ADMIN) as admin:
             await fanned(admin, 2)  # the fan-out link came back on another node
+            deadline = loop.time() + FAILOVER
+            while await admin.topics.fetch(">" + idle):  # the new primary evaluates the policy
+                assert loop.time() < deadline, f"{idle} was never removed after the failover"
+                await asyncio.sleep(0.2)
+            assert time.time() >= updated + IDLE_S, "removed before its policy allowed"
         moved = status(cluster)["services"]
         assert moved["views"] in ("node-0", "node-2") and moved["session-trees"] in ("node-0", "node-2"), moved
         assert moved["fanout-up"] in ("node-0", "node-2"), moved
@@ -420,6 +503,8 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
     finally:
         await work.close()
         await roaming.close()
+        for locker in lockers:
+            await locker.close()
         await loop.run_in_executor(None, primary.stop)
     report, moved = check(work.history), check(roaming.history)
     print(f"[cluster] node-1 crashed and rejoined: {report}; its gateway's clients: {moved}; "
@@ -593,3 +678,55 @@ async def test_soak_nodes_crashed_and_paused_in_turn_lose_nothing_acknowledged(c
     print(f"[cluster] soak, 6 rounds of node crashes and pauses: {report}; roaming clients: {moved}")
     assert report.valid and moved.valid, (report, moved)
     assert not work.ended and not roaming.ended, (work.ended, roaming.ended)
+
+
+async def messaging_across_gateways(handler_url: str, sender_url: str) -> None:
+    """A request made on one node's gateway reaches the handler registered on another's, by
+    path and by session id, and the responses come back; the handler's session closing
+    removes its handler there too."""
+    async with canopy.connect(sender_url, *ADMIN) as sender:
+        async with canopy.connect(handler_url, *ADMIN) as handler:
+            await handler.messaging.add_request_handler("across-msg", lambda request, context: [request, context.path])
+            handler.messaging.set_request_stream("direct", lambda request, context: request * 2)
+            deadline = asyncio.get_running_loop().time() + 20
+            while True:  # until the registration reached the sender's gateway
+                try:
+                    answer = await sender.messaging.send_request("across-msg/a", 1)
+                    break
+                except errors.UnhandledMessageError:
+                    assert asyncio.get_running_loop().time() < deadline, "the handler never reached node-2's gateway"
+                    await asyncio.sleep(0.05)
+            assert answer == [1, "across-msg/a"]
+            assert await sender.messaging.send_request_to_session(handler.session_id, "direct", 21) == 42
+        deadline = asyncio.get_running_loop().time() + 20
+        while True:  # its session closed: its handler goes from every gateway
+            try:
+                await sender.messaging.send_request("across-msg/a", 1, timeout=2)
+            except errors.UnhandledMessageError:
+                break
+            except errors.CanopyError:
+                pass
+            assert asyncio.get_running_loop().time() < deadline, "the closed session's handler stayed"
+            await asyncio.sleep(0.05)
+
+
+async def client_control_across_gateways(control_url: str, target_url: str) -> None:
+    """A session on one gateway hears of a session opened on another, subscribes it to a
+    selector, and that session receives the topic's values."""
+    async with canopy.connect(control_url, *ADMIN) as control:
+        heard: list[Any] = []
+        listener = await control.clients.listen(heard.append, "cc is 'across'")
+        async with canopy.connect(target_url, properties={"cc": "across"}) as target:
+            deadline = asyncio.get_running_loop().time() + 20
+            while not any(e.is_open and e.session_id == target.session_id for e in heard):
+                assert asyncio.get_running_loop().time() < deadline, f"no open event from the other gateway: {heard}"
+                await asyncio.sleep(0.02)
+            await control.topics.add_and_set("across-cc/a", "first", "STRING")
+            caught = target.clients.unrequested()
+            assert await control.clients.subscribe(target.session_id, "?across-cc//") == 1
+            event = await caught.next(20)
+            assert (event.kind, event.path, event.value) == ("subscribed", "across-cc/a", "first")
+            await control.topics.set("across-cc/a", "second")
+            event = await caught.next(20)
+            assert (event.kind, event.value) == ("value", "second")
+        await listener.close()

@@ -9,7 +9,7 @@
 //   │     INVALID_FANOUT, INVALID_REMOTE_SERVER, INVALID_COLLECTOR, FRAME_TOO_LARGE, INVALID_VIEW (VIEW_SYNTAX)
 //   ├── TimeSeriesError (TIME_SERIES_ERROR, TIMESTAMP_ORDER, UNKNOWN_SEQUENCE)
 //   ├── PermissionDeniedError, AuthenticationError, TopicExistsMismatchError, NoSuchTopicError,
-//   │   UnknownOperationError, ProtocolViolationError, UnavailableError, NoSuchNodeError,
+//   │   UnknownOperationError, ProtocolViolationError, UnavailableError, NoSuchNodeError, NoSuchSessionError,
 //   │   RefusedError, RequestCancelledError, LimitExceededError, ReferenceTopicError
 //   ├── SessionClosedError (SESSION_CLOSED, or why the session ended)
 //   ├── ConnectionInterruptedError (CONNECTION_INTERRUPTED: the request was in flight when the
@@ -61,6 +61,7 @@ export const UnknownOperationError = kind('UnknownOperationError', 'UNKNOWN_OPER
 export const ProtocolViolationError = kind('ProtocolViolationError', 'PROTOCOL_ERROR');
 export const UnavailableError = kind('UnavailableError', 'UNAVAILABLE');
 export const NoSuchNodeError = kind('NoSuchNodeError', 'NO_SUCH_NODE');
+export const NoSuchSessionError = kind('NoSuchSessionError', 'NO_SUCH_SESSION');
 export const RefusedError = kind('RefusedError', 'REFUSED');
 export const RequestCancelledError = kind('RequestCancelledError', 'CANCELLED');
 export const LimitExceededError = kind('LimitExceededError', 'LIMIT_EXCEEDED');
@@ -75,8 +76,8 @@ const BY_CODE = new Map([
   InvalidSecurityCommandError, InvalidFanoutError, InvalidRemoteServerError, InvalidCollectorError, InvalidViewError,
   ViewSyntaxError, ReferenceTopicError, TimeSeriesError, TimestampOrderError, UnknownSequenceError,
   PermissionDeniedError, AuthenticationError, TopicExistsMismatchError, NoSuchTopicError,
-  UnknownOperationError, ProtocolViolationError, UnavailableError, NoSuchNodeError, RefusedError,
-  RequestCancelledError, LimitExceededError, SessionClosedError, ConnectionInterruptedError, ConnectError,
+  UnknownOperationError, ProtocolViolationError, UnavailableError, NoSuchNodeError, NoSuchSessionError,
+  RefusedError, RequestCancelledError, LimitExceededError, SessionClosedError, ConnectionInterruptedError, ConnectError,
 ].map((cls) => [cls.code, cls]));
 BY_CODE.set('UNSUPPORTED_VERSION', ProtocolViolationError);
 BY_CODE.set('CONVERSION_FAILED', InvalidValueError);

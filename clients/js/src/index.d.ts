@@ -126,6 +126,8 @@ export declare class Session {
     fetch(selector: string, options?: { withValues?: boolean; withProperties?: boolean; types?: TopicTypeName[] | null; limit?: number | null }): Promise<FetchedTopic[]>;
     subscribe(selector: string, callback: (event: TopicEvent) => void): Promise<Subscription>;
     unsubscribe(selector: string): Promise<void>;
+    /** Topics another session subscribed this one to that no subscription of its own matches. */
+    unrequested(callback: (event: TopicEvent) => void): { close(): void };
   };
   timeSeries: {
     append(path: string, value: Value, options?: { timestamp?: number | null }): Promise<EventMetadata>;
@@ -208,6 +210,7 @@ export declare class UnknownOperationError extends CanopyError {}
 export declare class ProtocolViolationError extends CanopyError {}
 export declare class UnavailableError extends CanopyError {}
 export declare class NoSuchNodeError extends CanopyError {}
+export declare class NoSuchSessionError extends CanopyError {}
 export declare class RefusedError extends CanopyError {}
 export declare class RequestCancelledError extends CanopyError {}
 export declare class LimitExceededError extends CanopyError {}

@@ -15,11 +15,12 @@ export const CLOSE = 8;
 export const EVENT = 9;
 export const NOTIFY = 10;
 export const DELTA = 11;
+export const COMPRESSED = 12;
 
 /** Each message type's fields, after its code (how many a message of that type has). */
 export const FIELDS = {
   HELLO: 6, WELCOME: 9, REQUEST: 3, RESPONSE: 2, ERROR: 3, SUBSCRIBED: 5, VALUE: 2,
-  UNSUBSCRIBED: 2, CLOSE: 2, EVENT: 8, NOTIFY: 2, DELTA: 2,
+  UNSUBSCRIBED: 2, CLOSE: 2, EVENT: 8, NOTIFY: 2, DELTA: 2, COMPRESSED: 2,
 };
 
 /** The largest msgpack array header: what a frame adds to the messages it holds. */

@@ -271,6 +271,7 @@ export class Session extends Emitter {
     this.aliases = new Map(); // alias -> topic {path, spec, value, sequence}
     this.routes = new Map(); // alias -> [Subscription]
     this.known = new Map(); // path -> topic the subscriptions were told of
+    this.unrequested = null; // topics no subscription matches (another session subscribed this one)
     this.resync = null;
     this.reconnecting = null;
     this.serverClose = null;
@@ -528,6 +529,7 @@ export class Session extends Emitter {
     this.outgoing = [];
     for (const sub of this.subscriptions) sub.ended = true;
     this.subscriptions = [];
+    if (this.unrequested) this.unrequested.ended = true;
     this.emit('closed', { error: this.closing ? null : this.closeReason });
   }
 
@@ -728,7 +730,8 @@ export class Session extends Emitter {
   }
 
   route(alias, path) {
-    this.routes.set(alias, this.subscriptions.filter((s) => s.matches(path)));
+    const subs = this.subscriptions.filter((s) => s.matches(path));
+    this.routes.set(alias, subs.length || !this.unrequested ? subs : [this.unrequested]);
   }
 
   reroute() {
@@ -736,7 +739,14 @@ export class Session extends Emitter {
   }
 
   fanOut(event) {
-    for (const sub of this.subscriptions) if (sub.matches(event.path)) sub.put(event);
+    let matched = false;
+    for (const sub of this.subscriptions) {
+      if (sub.matches(event.path)) {
+        matched = true;
+        sub.put(event);
+      }
+    }
+    if (!matched && this.unrequested) this.unrequested.put(event);
   }
 
   endSubscription(sub) {
@@ -809,6 +819,38 @@ class Topics {
 
   /** Subscribe: `callback` gets every event (see the module's comment); resolves to the subscription. */
   subscribe(selector, callback) { return this.s.subscribe(selector, callback); }
+
+  /**
+   * Topics this session receives that none of its own subscriptions match: those another session
+   * subscribed it to (client control). `callback` gets their events; one at a time (a second call
+   * replaces the first); `close()` stops it. Without one they are kept and replayed to a later
+   * subscription that matches.
+   */
+  unrequested(callback) {
+    if (typeof callback !== 'function') throw new InvalidRequestError('unrequested needs a callback function');
+    const s = this.s;
+    if (s.unrequested) s.unrequested.ended = true;
+    const catchAll = {
+      ended: false,
+      put(event) {
+        if (this.ended) return;
+        try { callback(event); } catch (e) { reportCallbackError(e); }
+      },
+      close() {
+        this.ended = true;
+        if (s.unrequested === catchAll) {
+          s.unrequested = null;
+          s.reroute();
+        }
+      },
+    };
+    s.unrequested = catchAll;
+    for (const topic of s.known.values()) {
+      if (!s.subscriptions.some((x) => x.matches(topic.path))) catchAll.put(topicEvent('subscribed', topic, topic.value));
+    }
+    s.reroute();
+    return catchAll;
+  }
 
   async unsubscribe(selector) {
     await this.s.sendAgain('unsubscribe', [selector]);

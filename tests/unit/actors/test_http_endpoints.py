@@ -47,7 +47,8 @@ def _gateway(up: list[bool]) -> Any:
                                      subscriptions=lambda selector: {"STRING": 3})
     connections = types.SimpleNamespace(internal=set(), opened=5, closed_count=4, streams=set(), bytes_received=10,
                                         bytes_sent=20, session_metrics=SessionMetrics(),
-                                        delta_cache=types.SimpleNamespace(saved=11, deltas=3, made=2),
+                                        delta_cache=types.SimpleNamespace(saved=11, deltas=3, made=2, compressed=4,
+                                                                         compressed_saved=5),
                                         logins=types.SimpleNamespace(stats=lambda: {"login_failures": 1,
                                                                                     "login_refused": 2}))
     mqtt = types.SimpleNamespace(stats=lambda: {"mqtt_connections": 1, "mqtt_publishes_received": 7}, bytes_received=30,

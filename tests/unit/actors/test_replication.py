@@ -11,6 +11,7 @@ against what the replicas hold, never by eye.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -334,5 +335,37 @@ async def test_recent_messages_read_in_a_batch_include_the_whole_batch(replicas:
         answer, written = await asyncio.gather(read, write)
         assert link.channels[0].batches == batches + 1 and written == p.Ok(None)
         assert isinstance(answer, p.Ok) and [cbor2.loads(e.value) for e in answer.value.events] == [1], answer
+    finally:
+        link.close()
+
+
+async def test_a_promoted_backup_takes_over_the_removal_policies_and_removes_no_earlier(
+    replicas: dict[str, PartitionActor],
+) -> None:
+    """The backup has each policy topic's creation and last update from its primary (times at
+    or after the primary's), evaluates it once it is the primary, and removes the topic as a
+    journaled, replicated change; a report of a creator's session closing removes its topic."""
+    primary, backup = await pair(replicas)
+    link, routes = await linked(primary, 1)
+    try:
+        policies = {"idle": "when no updates for 1s", "mine": "when this session closes"}
+        for path, policy in policies.items():
+            assert await link.request(0, p.AddTopic(path, "STRING", {"REMOVAL": policy}, "s1", ["R"])) == p.Ok("CREATED")
+        updated = time.time()
+        assert await link.request(0, p.SetValue("idle", cb("x"), False)) == p.Ok(None)
+        assert backup.core is not None
+        assert backup.core.store.removals.kept("mine") == primary.core.store.removals.kept("mine")  # type: ignore[union-attr]
+        await crash(primary)
+        await backup.become_primary(2, None)
+        routes.route = Route(2, Handle(backup))
+        await until(lambda: "idle" not in backup.core.store.tree, "the idle topic to go")  # type: ignore[union-attr]
+        assert time.time() >= updated + 1.0
+        assert "mine" in backup.core.store.tree
+        watch = await link.request(0, p.RemovalFacts(0, {}, {}, {}))
+        assert isinstance(watch, p.Ok) and watch.value.creators == ["s1"]
+        assert await link.request(0, p.RemovalFacts(watch.value.version, {}, {}, {"s1": False})) == p.Ok(
+            p.RemovalWatch(watch.value.version, [], [], ["s1"], []))
+        await until(lambda: "mine" not in backup.core.store.tree, "the creator's topic to go")  # type: ignore[union-attr]
+        assert backup.core.removed_by_policy == 2
     finally:
         link.close()

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from sessions.queue import OutboundQueue, Outcome
-from topics.properties import Conflation
+from topics.properties import Conflation, Priority
 
 
 def drain(q: OutboundQueue) -> list[bytes]:
@@ -122,3 +122,60 @@ def test_counts_stay_true_whatever_happens(ops: list[tuple[object, ...]], polici
             assert taken == [m for _, m in live]
             live = []
         assert q.pending_values == len(live)
+
+
+# -- PRIORITY: lanes -------------------------------------------------------------------------
+
+H, L = Priority.HIGH, Priority.LOW
+
+
+def test_without_priorities_the_queue_is_one_fifo_lane() -> None:
+    q = OutboundQueue(limit=10, backpressure=5)
+    q.push_control(b"c", Priority.DEFAULT)
+    q.push_value("t", b"v", Conflation.OFF, Priority.DEFAULT)
+    assert q._lanes == (q._items,) and q._high is None and q._low is None
+    assert drain(q) == [b"c", b"v"]
+
+
+def test_high_values_leave_before_default_and_default_before_low() -> None:
+    q = OutboundQueue(limit=100, backpressure=50)
+    q.push_value("l", b"l1", Conflation.OFF, L)
+    q.push_value("d", b"d1", Conflation.OFF)
+    q.push_value("h", b"h1", Conflation.OFF, H)
+    q.push_control(b"answer")
+    q.push_value("l", b"l2", Conflation.OFF, L)
+    q.push_value("h", b"h2", Conflation.OFF, H)
+    assert len(q) == 6 and list(q.messages()) == [b"h1", b"h2", b"d1", b"answer", b"l1", b"l2"]
+    assert drain(q) == [b"h1", b"h2", b"d1", b"answer", b"l1", b"l2"]
+    assert q.pending_values == 0 and q.bytes == 0 and len(q) == 0
+
+
+def test_a_topics_notifications_keep_their_place_among_its_values_in_its_lane() -> None:
+    q = OutboundQueue(limit=100, backpressure=50)
+    q.push_value("d", b"d1", Conflation.OFF)
+    q.push_control(b"SUBSCRIBED h", H)
+    q.push_value("h", b"h1", Conflation.OFF, H)
+    q.push_control(b"UNSUBSCRIBED h", H)
+    q.push_control(b"SUBSCRIBED l", L)
+    q.push_value("l", b"l1", Conflation.OFF, L)
+    assert drain(q) == [b"SUBSCRIBED h", b"h1", b"UNSUBSCRIBED h", b"d1", b"SUBSCRIBED l", b"l1"]
+
+
+def test_lanes_conflate_drop_and_take_within_the_byte_limit() -> None:
+    q = OutboundQueue(limit=100, backpressure=1)
+    q.push_value("d", b"d1", Conflation.CONFLATE)
+    q.push_value("h", b"h1", Conflation.CONFLATE, H)
+    assert q.push_value("h", b"h2", Conflation.CONFLATE, H) is Outcome.CONFLATED
+    q.push_value("l", b"l1", Conflation.OFF, L)
+    q.push_value("l", b"l2", Conflation.OFF, L)
+    assert q.drop_topic("l") == 2 and q.pending_values == 2
+    assert q.take(max_bytes=1) == [b"h2"]  # the first message always, then the byte limit
+    assert q.take() == [b"d1"] and q.take() == [] and q.bytes == 0
+
+
+def test_a_sealed_topic_takes_no_later_value_into_what_is_queued() -> None:
+    q = OutboundQueue(limit=100, backpressure=1)
+    q.push_value("t", b"t1", Conflation.ALWAYS)
+    q.seal_topic("t")
+    assert q.push_value("t", b"t2", Conflation.ALWAYS) is Outcome.QUEUED
+    assert drain(q) == [b"t1", b"t2"]

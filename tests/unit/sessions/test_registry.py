@@ -454,3 +454,68 @@ def test_a_held_session_subscribing_gets_values_only_after_what_it_missed() -> N
     r.hold("held", {1})
     assert r.finish("held", 1, None, (1, 22)) == 2  # a gap: every topic of the partition, current
     assert sorted(summary(r, "held")) == [("val", "a/x", 5), ("val", "a/y", 2)]
+
+
+# -- TIDY_ON_UNSUBSCRIBE and PRIORITY ---------------------------------------------------------
+
+
+def _two_topics(r: SessionRegistry, properties: dict[str, list[list[str]]]) -> None:
+    r.open("s", "", {})
+    regs, _ = r.subscribe("s", sel("?t/"))
+    token = regs[0][1]
+    r.on_events([Snapshot(token, path, "INT64", props, cb(0)) for path, props in properties.items()] + [End(token)])
+    messages(r, "s")
+
+
+@pytest.mark.parametrize("tidy, kept", [("true", []), ("false", [("val", "t/a", 1), ("val", "t/a", 2)])])
+def test_tidy_on_unsubscribe_drops_what_is_still_queued_for_the_topic(tidy: str, kept: list[Any]) -> None:
+    r = SessionRegistry()
+    _two_topics(r, {"t/a": [["CONFLATION", "off"], ["TIDY_ON_UNSUBSCRIBE", tidy]], "t/b": []})
+    r.on_events([Changed("t/a", cb(1)), Changed("t/b", cb(1)), Changed("t/a", cb(2))])
+    r.unsubscribe("s", sel("?t/"))
+    assert summary(r, "s") == [
+        *kept[:1], ("val", "t/b", 1), *kept[1:], ("unsub", "t/a", "REQUESTED"), ("unsub", "t/b", "REQUESTED"),
+    ]
+
+
+def test_tidy_on_unsubscribe_applies_when_the_topic_is_removed_or_the_session_loses_it() -> None:
+    r = SessionRegistry()
+    _two_topics(r, {"t/a": [["TIDY_ON_UNSUBSCRIBE", "true"]], "t/b": [["TIDY_ON_UNSUBSCRIBE", "true"]]})
+    r.on_events([Changed("t/a", cb(1)), Changed("t/b", cb(1)), Removed("t/a")])
+    assert summary(r, "s") == [("val", "t/b", 1), ("unsub", "t/a", "REMOVED")]
+
+
+def test_a_resubscription_after_an_untidy_unsubscription_keeps_the_order() -> None:
+    r = SessionRegistry(backpressure=1)
+    _two_topics(r, {"t/a": [["CONFLATION", "always"]]})
+    r.open("o", "", {})
+    r.subscribe("o", sel("?t/"))  # keeps the topic and its view (so its alias) at this gateway
+    r.on_events([Changed("t/a", cb(1))])
+    r.unsubscribe("s", sel("?t/"))
+    r.subscribe("s", sel("?t/"))
+    r.on_events([Changed("t/a", cb(2))])
+    assert summary(r, "s") == [
+        ("val", "t/a", 1), ("unsub", "t/a", "REQUESTED"), ("sub", "t/a", 1), ("val", "t/a", 2),
+    ]
+
+
+def test_priority_orders_a_backlog_and_a_topics_subscription_comes_before_its_values() -> None:
+    r = SessionRegistry()
+    r.open("s", "", {})
+    regs, _ = r.subscribe("s", sel("?t/"))
+    token = regs[0][1]
+    r.on_events([
+        Snapshot(token, "t/low", "INT64", [["PRIORITY", "low"]], cb(0)),
+        Snapshot(token, "t/mid", "INT64", [], cb(0)),
+        Snapshot(token, "t/high", "INT64", [["PRIORITY", "high"]], cb(0)),
+        End(token),
+        Changed("t/low", cb(1)), Changed("t/mid", cb(1)), Changed("t/high", cb(1)),
+    ])
+    assert summary(r, "s") == [
+        ("sub", "t/high", 0), ("val", "t/high", 1),
+        ("sub", "t/mid", 0), ("val", "t/mid", 1),
+        ("sub", "t/low", 0), ("val", "t/low", 1),
+    ]
+    r.on_events([Changed("t/low", cb(2)), Removed("t/high")])
+    r.send("s", "answer")
+    assert summary(r, "s") == [("unsub", "t/high", "REMOVED"), ("str",), ("val", "t/low", 2)]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from sessions.deliveries import DeltaUpdate, SeriesUpdate, Subscribed, Unsubscribed, Update
-from sessions.streaming import MIN_SIZE, DeltaCache, DeltaStream, accepts_deltas
+from sessions.deliveries import CompressedUpdate, DeltaUpdate, SeriesUpdate, Subscribed, Unsubscribed, Update
+from sessions.streaming import MIN_COMPRESSED, MIN_SIZE, DeltaCache, DeltaStream, accepts_deltas, compression_level
 from topics.deltas import apply
 from topics.timeseries import Event
 
@@ -105,3 +105,43 @@ def test_accepts_deltas_reads_the_type_and_the_property() -> None:
     assert accepts_deltas(Subscribed(1, "a", "JSON", [["PUBLISH_VALUES_ONLY", "false"]], None))
     assert not accepts_deltas(Subscribed(1, "a", "JSON", [["PUBLISH_VALUES_ONLY", "TRUE"]], None))
     assert not accepts_deltas(Subscribed(1, "a", "DOUBLE", [], None))
+
+
+def test_a_large_value_that_goes_whole_is_deflated_once_for_every_session() -> None:
+    import zlib
+
+    cache = DeltaCache()
+    compressing = [DeltaStream(cache, deltas=False, compression=True) for _ in range(3)]
+    plain = DeltaStream(cache, deltas=False, compression=False)
+    big = _doc(1)
+    items = [Subscribed(1, "a", "JSON", [], None), Update(1, big)]
+    outs = [s.outgoing(items)[1] for s in compressing]
+    assert all(o is outs[0] for o in outs) and isinstance(outs[0], CompressedUpdate)
+    assert zlib.decompress(outs[0].data) == big and len(outs[0].data) < len(big) // 3
+    assert cache.compressed == 3 and compressing[0].saved == len(big) - len(outs[0].data)
+    assert plain.outgoing(items)[1] == Update(1, big)
+
+
+def test_what_is_not_compressed() -> None:
+    stream = DeltaStream(DeltaCache(), deltas=True, compression=True)
+    big, big2 = _doc(1), _doc(2)
+    items = [
+        Subscribed(1, "off", "JSON", [["COMPRESSION", "off"]], None), Update(1, big),
+        Subscribed(2, "int", "INT64", [], None), Update(2, big),
+        Subscribed(3, "small", "STRING", [], None), Update(3, b"x" * (MIN_COMPRESSED - 1)),
+        Subscribed(4, "transient", "BINARY", [], None), Update(4, big, retained=False),
+    ]
+    assert stream.outgoing(items) == items
+    # a value that can go as a delta goes as one; the first value of a topic, deflated
+    out = stream.outgoing([Subscribed(5, "both", "JSON", [["COMPRESSION", "high"]], None), Update(5, big),
+                           Update(5, big2)])
+    assert isinstance(out[1], CompressedUpdate) and isinstance(out[2], DeltaUpdate)
+    assert apply(out[2].delta, big) == big2
+
+
+def test_compression_levels_follow_the_property() -> None:
+    levels = {value: compression_level(Subscribed(1, "a", "JSON", [["COMPRESSION", value]], None))
+              for value in ("off", "false", "low", "medium", "true", "high")}
+    assert levels == {"off": 0, "false": 0, "low": 1, "medium": 6, "true": 6, "high": 9}
+    assert compression_level(Subscribed(1, "a", "BINARY", [], None)) == 1  # the reference system's default
+    assert compression_level(Subscribed(1, "a", "DOUBLE", [["COMPRESSION", "high"]], None)) == 0

@@ -212,7 +212,7 @@ STRING_X = Current(TopicType.STRING, cb("x"))
         (JsonWithoutValue(("items", "0")), JSON_TOPIC, "json_without_value: a value is at '/items/0'"),
         (JsonWithoutValue(("x",)), NONE, "no topic is at the path"),
         (Locked("door", 1), JSON_TOPIC, "locked: the session does not hold lock 'door' at sequence 1 "
-                                        "(this server has no session locks yet)"),
+                                        "(no session is known here: the gateway decides locks)"),
     ],
 )
 def test_each_kind_holds_exactly_when_documented(
@@ -396,7 +396,7 @@ def test_a_set_not_retained_is_conditional_too() -> None:
 def test_a_partition_decides_no_lock() -> None:
     store = _store()
     refused = failed(store.apply_one("g", SetValue("s", cb("y"), False, constraint=Locked("l", 1))))
-    assert refused.code == "UNSATISFIED_CONSTRAINT" and "no session locks yet" in refused.message
+    assert refused.code == "UNSATISFIED_CONSTRAINT" and "the gateway decides locks" in refused.message
 
 
 # -- the topic store: JSON patches ----------------------------------------------------------

@@ -579,7 +579,7 @@ def test_the_state_machine_sees_the_policy_due_exactly_when_the_oracle_does(
 
 @given(conditions, st.builds(Change, st.just(0), st.integers(0, 3), st.integers(0, 3), st.just(False),
        st.booleans(), st.tuples(st.integers(0, 1), st.integers(0, 1))), changes, st.integers(0, 12))
-def test_a_state_rebuilt_from_the_journal_is_never_earlier_and_late_by_at_most_the_longest_period(
+def test_a_state_rebuilt_from_the_journal_is_never_earlier_and_late_by_at_most_the_longest_period_of_still_facts(
     condition: Condition, first: Change, later: list[Change], failover: int
 ) -> None:
     policy = RemovalPolicy(condition)
@@ -596,9 +596,13 @@ def test_a_state_rebuilt_from_the_journal_is_never_earlier_and_late_by_at_most_t
     late = _detect(rebuilt, f_ms, timeline[failover + 1 :])
     if original is None:
         assert late is None
-    else:
-        longest = max((getattr(t, "for_ms", 0) for t in policy.terms), default=0)
-        assert late is not None and original <= late <= max(original, f_ms + longest)
+        return
+    assert late is None or original <= late  # never earlier
+    longest = max((getattr(t, "for_ms", 0) for t in policy.terms), default=0)
+    if all(t > f_ms + longest or f == f_facts for t, f in timeline[failover + 1 :]):
+        # the facts held still while the rebuilt state counted its periods again: late by at most
+        # the longest of them (when they change meanwhile, the count starts again, as any would)
+        assert late is not None and late <= max(original, f_ms + longest)
 
 
 @given(conditions, st.one_of(st.none(), st.sampled_from([">a/b", "?x//", "*a/.*"])))

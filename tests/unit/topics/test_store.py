@@ -374,3 +374,84 @@ def test_the_recent_window_is_bounded_in_bytes_and_an_answer_too_large_says_it_i
     monkeypatch.setattr(module, "MAX_RECENT_ANSWER", 3_000)
     first, last, chosen = store.recent_since(last - 5, ["t"])
     assert first > last - 5 + 1 and len(chosen) == 3  # cut short: the reader treats it as a gap
+
+
+# -- properties the store honours: VALIDATE_VALUES, and those refused at creation ----------------
+
+TAGGED_TEXT = bytes(cbor2.dumps(cbor2.CBORTag(55799, "x")))  # self-described: cbor2 reads "x"
+BIGNUM_ONE = b"\xc2\x41\x01"  # tag 2: the integer 1 as a bignum
+
+
+@pytest.mark.parametrize("type_name, good, bad", [
+    ("STRING", cb("x"), TAGGED_TEXT),
+    ("INT64", cb(1), BIGNUM_ONE),
+    ("JSON", cb({"a": [1, "b", None, True, 1.5]}), cb({"a": cbor2.CBORTag(55799, 1)})),
+    ("JSON", cb([1]), b"\xa1\x61a" + BIGNUM_ONE),
+])
+def test_validate_values_refuses_a_value_not_plain_for_the_type_and_changes_nothing(
+    type_name: str, good: bytes, bad: bytes
+) -> None:
+    store = TopicStore()
+    store.apply("g", [AddTopic("strict", type_name, {"VALIDATE_VALUES": "true"}), AddTopic("lax", type_name, None)])
+    r = store.apply("g", [
+        SetValue("strict", good, False), SetValue("strict", bad, False), SetValue("lax", bad, False),
+    ])
+    assert ok(r[0]) is None and failed(r[1]) == "INVALID_VALUE"
+    assert store.tree.get("strict").value == good  # type: ignore[union-attr]
+    assert ok(r[2]) is None  # without it what cbor2 reads as the type will do, as before
+
+
+def test_validate_values_applies_to_time_series_events_and_edits() -> None:
+    store = TopicStore(clock=lambda: 1000)
+    store.apply("g", [AddTopic("ts", "TIME_SERIES", {**TS, "VALIDATE_VALUES": "true"})])
+    r = store.apply("g", [
+        AppendEvent("ts", cb(1.5), False, None, "a"),
+        AppendEvent("ts", b"\xfa\x3f\xc0\x00\x00", False, None, "a"),  # float32 1.5: plain
+        AppendEvent("ts", b"\xf7", False, None, "a"),  # undefined
+        EditEvent("ts", 0, b"\xc1\x01", False, "a"),  # tag 1 (a date) around 1
+    ])
+    assert [type(x) for x in r[:2]] == [Ok, Ok]
+    assert [failed(x) for x in r[2:]] == ["INVALID_VALUE", "INVALID_VALUE"]
+
+
+@pytest.mark.parametrize("properties, refused", [
+    ({"SCHEMA": '{"records": []}'}, "SCHEMA"),
+    ({"OWNER": "$Principal is 'fred'"}, "OWNER"),
+])
+def test_properties_canopy_does_not_honour_are_refused_at_creation(properties: dict[str, str], refused: str) -> None:
+    store = TopicStore()
+    r = store.apply("g", [AddTopic("t", "JSON", properties), AddTopic("u", "JSON", {"COMPRESSION": "off"})])
+    assert failed(r[0]) == "INVALID_SPECIFICATION" and refused in r[0].message  # type: ignore[union-attr]
+    assert store.tree.get("t") is None and ok(r[1]) == CREATED
+
+
+def test_a_structure_registration_hears_of_topics_and_never_of_values() -> None:
+    from topics.protocol import Absent, Present
+
+    store = TopicStore()
+    store.apply("g", [SetValue("a/x", cb(1), False, None, True)])
+    store.drain_events()
+    store.apply("g", [Register("?a//", 4, True)])
+    assert store.drain_events() == {"g": [Present(4, "a/x", "INT64", []), End(4)]}
+    store.apply("w", [
+        SetValue("a/x", cb(2), False, None, False),  # a value: nothing for a structure registration
+        SetValue("a/y", cb(3), False, None, True),  # added with a value: the topic, not the value
+        AddTopic("a/z", "STRING", None),
+        RemoveTopics(">a/x"),
+    ])
+    assert store.drain_events() == {"g": [
+        Present(0, "a/y", "INT64", []), Present(0, "a/z", "STRING", []), Absent("a/x"),
+    ]}
+    # a value registration of the same selector beside it: each hears what it registered for
+    store.apply("g", [Register("?a//", 5)])
+    store.drain_events()
+    store.apply("w", [SetValue("a/y", cb(4), False, None, False), AddTopic("a/w", "STRING", None)])
+    assert store.drain_events() == {"g": [
+        Changed("a/y", cb(4)), Added("a/w", "STRING", [], None), Present(0, "a/w", "STRING", []),
+    ]}
+    store.apply("g", [Unregister("?a//", True)])
+    store.apply("w", [AddTopic("a/v", "STRING", None)])
+    assert store.drain_events() == {"g": [Added("a/v", "STRING", [], None)]}
+    store.apply("g", [Register(">b", 6, True)])
+    assert store.gateways() == ["g"] and store.drop_gateway("g") == 2
+    assert len(store.outline) == 0

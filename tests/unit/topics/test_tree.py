@@ -164,3 +164,24 @@ def test_select_after_removals_agrees_with_brute_force(
     assert sorted(t.path for t in tree.select(selector)) == sorted(
         p for p in left if selector.matches(p)
     )
+
+
+def test_first_below_is_the_first_topic_on_each_branch() -> None:
+    tree = tree_of("a/b", "a/c", "a/c/d", "a/e/f/g", "x")
+    assert sorted(t.path for t in tree.first_below("a")) == ["a/b", "a/c", "a/e/f/g"]
+    assert sorted(t.path for t in tree.first_below("")) == ["a/b", "a/c", "a/e/f/g", "x"]
+    assert [t.path for t in tree.first_below("a/c")] == ["a/c/d"]
+    assert list(tree.first_below("a/b")) == [] and list(tree.first_below("nowhere")) == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(TOPIC_PATHS, max_size=20, unique=True))
+def test_first_below_agrees_with_its_definition(paths: list[str]) -> None:
+    tree = tree_of(*paths)
+    for top in {""} | {p.rsplit("/", 1)[0] for p in paths if "/" in p}:
+        def between(path: str) -> bool:
+            parts = path.split("/")
+            start = len(top.split("/")) if top else 0
+            return any("/".join(parts[:k]) in tree for k in range(start + 1, len(parts)))
+        below = [p for p in paths if (not top or p.startswith(top + "/")) and p != top]
+        assert sorted(t.path for t in tree.first_below(top)) == sorted(p for p in below if not between(p))

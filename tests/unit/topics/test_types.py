@@ -16,6 +16,7 @@ from topics.types import (
     TopicType,
     accept,
     check_json_text_depth,
+    check_plain,
     decode,
     encode,
     encode_any,
@@ -280,5 +281,39 @@ def test_type_names_parse(name: Any) -> None:
 
 
 def test_unknown_type_name() -> None:
-    with pytest.raises(TopicTypeError, match="unknown topic type 'RECORD_V2'"):
-        TopicType.parse("RECORD_V2")
+    with pytest.raises(TopicTypeError, match="unknown topic type 'RECORDS'"):
+        TopicType.parse("RECORDS")
+
+
+@pytest.mark.parametrize("name", ["RECORD_V2", "recordv2"])
+def test_record_v2_is_refused_with_a_reason(name: str) -> None:
+    with pytest.raises(TopicTypeError, match="not supported.*legacy record model.*JSON topic"):
+        TopicType.parse(name)
+
+
+@pytest.mark.parametrize("value_type, data", [
+    (TopicType.STRING, b"\xf6"),
+    (TopicType.STRING, b"\x7f\x61a\x61b\xff"),  # an indefinite-length text string
+    (TopicType.DOUBLE, b"\xf9\x3c\x00"),
+    (TopicType.JSON, b"\xbf\x61a\x9f\x01\xf5\xff\xff"),  # indefinite map and array
+    (TopicType.BINARY, b"\xc1\xf7"),
+])
+def test_plain_values(value_type: TopicType, data: bytes) -> None:
+    check_plain(value_type, accept(value_type, data, raw=value_type is TopicType.BINARY))
+
+
+@pytest.mark.parametrize("value_type, data, why", [
+    (TopicType.STRING, bytes(cbor2.dumps(cbor2.CBORTag(256, "x"))), "tag 256"),
+    (TopicType.INT64, b"\xc2\x41\x01", "tag 2"),
+    (TopicType.JSON, b"\x82\x01\xd9\xd9\xf7\x02", "tag 55799"),
+    (TopicType.JSON, b"\xbf\x61a\xc2\x41\x01\xff", "tag 2"),
+])
+def test_values_read_as_the_type_but_not_plain(value_type: TopicType, data: bytes, why: str) -> None:
+    accept(value_type, data, raw=False)  # cbor2 reads them as the type
+    with pytest.raises(InvalidValueError, match=why):
+        check_plain(value_type, data)
+
+
+@pytest.mark.parametrize("value_type, value", [rt for rt in ROUND_TRIPS if rt[0] is not T.BINARY])
+def test_what_encode_makes_is_plain(value_type: TopicType, value: Any) -> None:
+    check_plain(value_type, encode(value_type, value))
