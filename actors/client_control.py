@@ -29,6 +29,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from actors.background import Background
 from actors.missing_topics import PEER_TIMEOUT
 from canopy import protocol as wire
 from sessions.client_control import Listener, Listeners, RoleChange, SessionEvent, State
@@ -75,7 +76,7 @@ class ClientControl:
         self._send_to = send
         self.listeners = Listeners()
         self._serial = itertools.count(1)
-        self._tasks: set[asyncio.Future[Any]] = set()
+        self._background = Background(log)
         #: session events sent to listeners (here or elsewhere)
         self.events_sent = 0
 
@@ -235,16 +236,5 @@ class ClientControl:
         self._send_to(listener.session_id, wire.encode(wire.Notify(KIND, body)))
 
     def _track(self, ref: Any) -> None:
-        future = asyncio.ensure_future(_awaited(ref))
-        self._tasks.add(future)
-        future.add_done_callback(self._done)
-
-    def _done(self, future: asyncio.Future[Any]) -> None:
-        self._tasks.discard(future)
-        if not future.cancelled() and future.exception() is not None:
-            log.warning("could not tell a gateway of session events: %s", future.exception())
-
-
-async def _awaited(ref: Any) -> Any:
-    return await ref
+        self._background.track(ref, "tell a gateway of session events")
 

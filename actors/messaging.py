@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from actors.background import Background
 from canopy import protocol as wire
 from sessions.messaging import (
     MAX_FILTER_SESSIONS,
@@ -108,7 +109,7 @@ class Messaging:
         #: request id -> (the sender's tag) for requests to a filter
         self._tags: dict[str, Any] = {}
         self._serial = itertools.count(1)
-        self._tasks: set[asyncio.Future[Any]] = set()
+        self._background = Background(log)
         self._sweep: asyncio.TimerHandle | None = None
         #: requests sent from here, delivered to sessions here, answered in time, timed out
         self.sent = self.delivered = self.responded = self.timed_out = 0
@@ -160,7 +161,7 @@ class Messaging:
 
     def _broadcast(self, added: list[list[Any]], removed: list[str]) -> None:
         for peer in self._peers().values():
-            self._track(peer.message_handlers_changed.remote(added, removed), "tell a gateway of request handlers")
+            self._background.track(peer.message_handlers_changed.remote(added, removed), "tell a gateway of request handlers")
 
     def session_closed(self, session_id: str) -> None:
         """A session of this gateway ended: its handlers go everywhere, what it owed fails
@@ -329,7 +330,7 @@ class Messaging:
             return
         peer = self._peers().get(delivery.origin)
         if peer is not None:  # else the origin is gone, and its request with it
-            self._track(peer.message_answered.remote(delivery.request, delivery.recipient, outcome),
+            self._background.track(peer.message_answered.remote(delivery.request, delivery.recipient, outcome),
                         "answer a request")
 
     def answered(self, request_id: str, responder: str, outcome: Outcome) -> None:
@@ -373,17 +374,6 @@ class Messaging:
         self.deliveries.expire(time.monotonic())
         if len(self.deliveries):
             self._sweep = asyncio.get_running_loop().call_later(self.max_timeout_ms / 1000, self._forget_late)
-
-    def _track(self, awaitable: Any, what: str) -> None:
-        task = asyncio.ensure_future(awaitable)
-        self._tasks.add(task)
-
-        def done(t: asyncio.Future[Any]) -> None:
-            self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.warning("could not %s: %s", what, t.exception())
-
-        task.add_done_callback(done)
 
     def stats(self) -> dict[str, int]:
         return {"message_handlers": len(self.handlers), "message_requests_waiting": len(self.pending),

@@ -40,6 +40,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from actors.background import Background
 from canopy import protocol as wire
 from sessions.missing_topics import (
     CANCEL,
@@ -108,7 +109,7 @@ class MissingTopics:
         #: notification id -> (origin gateway id, registration token, when to forget it) for those
         #: out to this gateway's sessions (forgotten after twice the timeout: the origin has gone on)
         self._out: dict[str, tuple[str, str, float]] = {}
-        self._tasks: set[asyncio.Future[Any]] = set()
+        self._background = Background(log)
         #: the fan-out connections: name, FanoutLinkActor, its links' selectors
         self.fanouts: list[tuple[str, Any, list[Selector]]] = []
         #: remote servers with a missing-topic notification filter: name, filter
@@ -177,7 +178,7 @@ class MissingTopics:
 
     def _broadcast(self, added: list[list[Any]], removed: list[str]) -> None:
         for peer in self.peers.values():
-            self._track(peer.missing_topic_handlers_changed.remote(added, removed), "tell a gateway of handlers")
+            self._background.track(peer.missing_topic_handlers_changed.remote(added, removed), "tell a gateway of handlers")
 
     # -- requests that match nothing ------------------------------------------------------
 
@@ -231,7 +232,7 @@ class MissingTopics:
         for name, handle in links:
             offer = handle.missing.remote(notification.selector, session_id, properties, list(notification.servers),
                                           onward)
-            self._track(self._offer(wait.id, f"fanout/{name}", offer, notification), "offer to a primary")
+            self._background.track(self._offer(wait.id, f"fanout/{name}", offer, notification), "offer to a primary")
         views = self.views() if remotes else None
         for name in remotes:
             if views is None:
@@ -239,7 +240,7 @@ class MissingTopics:
                 continue
             offer = views.missing.remote(name, notification.selector, session_id, properties,
                                          list(notification.servers), onward)
-            self._track(self._offer(wait.id, f"server/{name}", offer, notification), "offer to a remote server")
+            self._background.track(self._offer(wait.id, f"server/{name}", offer, notification), "offer to a remote server")
         try:
             outcome = await future
         finally:
@@ -297,7 +298,7 @@ class MissingTopics:
             self.answered(notification.id.rsplit(":", 1)[1], registration.token, PROCEED)
             return
         reply = peer.missing_topic_notify.remote(body, registration.token, self.gateway_id)
-        self._track(self._delivered(reply, notification.id, registration.token), "notify a handler's gateway")
+        self._background.track(self._delivered(reply, notification.id, registration.token), "notify a handler's gateway")
 
     async def _delivered(self, reply: Any, notification_id: str, token: str) -> None:
         try:
@@ -347,7 +348,7 @@ class MissingTopics:
             return
         peer = self.peers.get(origin)
         if peer is not None:  # else the origin is gone, and its request with it
-            self._track(peer.missing_topic_answered.remote(wait_id, token, response), "answer a notification")
+            self._background.track(peer.missing_topic_answered.remote(wait_id, token, response), "answer a notification")
 
     def answered(self, wait_id: str, handler: str, response: str) -> None:
         """A handler's answer reached the request's gateway."""
@@ -365,17 +366,6 @@ class MissingTopics:
             future = self._futures.get(wait_id)
             if future is not None and not future.done():
                 future.set_result(PROCEED)
-
-    def _track(self, awaitable: Any, what: str) -> None:
-        task = asyncio.ensure_future(awaitable)
-        self._tasks.add(task)
-
-        def done(t: asyncio.Future[Any]) -> None:
-            self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.warning("could not %s: %s", what, t.exception())
-
-        task.add_done_callback(done)
 
     def stats(self) -> dict[str, int]:
         return {"missing_topic_handlers": len(self.handlers), "missing_topic_waits": len(self.waits),

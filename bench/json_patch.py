@@ -12,7 +12,7 @@ documents of 10 and 200 members (scalars, small objects and small arrays):
 
 Each operation is run by:
 
-* ``views`` (baseline): :mod:`views.pointer` / :mod:`views.patch`, pointers
+* ``views`` (baseline): :mod:`topics.pointer` / :mod:`topics.patch`, pointers
   and patches parsed once as a view definition is;
 * ``library``: jsonpointer/jsonpatch as documented, also parsed once: a
   ``JsonPointer`` for each pointer, ``JsonPointer.set(..., inplace=False)``
@@ -55,8 +55,8 @@ import jsonpointer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from views.patch import PatchFailed, apply_patch, parse_patch  # noqa: E402
-from views.pointer import MISSING, InsertError, insert_at, parse_pointer, resolve  # noqa: E402
+from topics.patch import PatchFailed, apply_patch, parse_patch  # noqa: E402
+from topics.pointer import MISSING, InsertError, insert_at, parse_pointer, resolve  # noqa: E402
 
 SIZES = (10, 200)
 

@@ -67,8 +67,8 @@ from topics.properties import (
 )
 from topics.specification import TopicSpecification
 from topics.types import MAX_JSON_DEPTH, TopicType
-from views.patch import PatchFailed, apply_patch
-from views.pointer import MISSING, InsertError, insert_at, is_scalar, nests_deeper_than, resolve
+from topics.patch import PatchFailed, apply_patch
+from topics.pointer import MISSING, InsertError, insert_at, is_scalar, nests_deeper_than, resolve
 from views.spec import NO_DEFAULT, Expand, Insert, Patch, PathPart, Scalar, Template, ValueStep, ViewSpec
 
 __all__ = ["Output", "Source", "derive"]

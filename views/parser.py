@@ -44,8 +44,8 @@ from topics.properties import validate_property
 from topics.specification import check_honoured_property
 from topics.selectors import parse_selector
 from topics.types import TopicType
-from views.patch import PatchSyntaxError, parse_patch
-from views.pointer import PointerError, parse_pointer
+from topics.patch import PatchSyntaxError, parse_patch
+from topics.pointer import PointerError, parse_pointer
 from views.spec import (
     NO_DEFAULT,
     Expand,

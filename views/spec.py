@@ -19,8 +19,8 @@ from typing import Any, Union
 
 from topics.selectors import Selector
 from topics.types import TopicType
-from views.patch import PatchOperation
-from views.pointer import format_pointer
+from topics.patch import PatchOperation
+from topics.pointer import format_pointer
 
 __all__ = [
     "Expand",

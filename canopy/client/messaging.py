@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
 from collections.abc import Callable, Iterable
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from canopy import errors
+from canopy.client.registrations import Registrar, Registration
 from canopy.client.clients import ALL_FIXED_PROPERTIES, ALL_USER_PROPERTIES
 from canopy.client.events import _local
 from topics import paths
@@ -126,47 +126,31 @@ class _Target:
     response_type: TopicType | None
 
 
-class RequestHandlerRegistration:
+class RequestHandlerRegistration(Registration):
     """A request handler's registration; :meth:`close` (or closing the session) ends it."""
 
+    _REMOVE = "message_handler_rm"
+
     def __init__(self, owner: Messaging, token: str, path: str, target: _Target, keys: tuple[str, ...]) -> None:
-        self._owner = owner
-        self.token = token
-        self.path = path
+        super().__init__(owner, token, path)
         self._target = target
         self.session_properties = keys
-        self.closed = False
-
-    async def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self._owner._by_token.pop(self.token, None)
-        if not self._owner._s.closed:
-            with contextlib.suppress(errors.InvalidRequestError, errors.ConnectionInterruptedError):
-                await self._owner._s._call("message_handler_rm", self.token)
-
-    async def __aenter__(self) -> RequestHandlerRegistration:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
-class Messaging:
+class Messaging(Registrar[RequestHandlerRegistration]):
     """Request/response messaging (``session.messaging``); see the module's description.
 
     ``timeout`` (seconds) bounds how long a request waits for its response; without it the
     server's ``message_timeout_ms`` applies, and the server cuts any to ``max_message_timeout_ms``.
     """
 
+    _WHAT = "request handler"
+
     def __init__(self, session: Session) -> None:
-        self._s = session
-        self._by_token: dict[str, RequestHandlerRegistration] = {}
+        super().__init__(session)
         self._streams: dict[str, _Target] = {}
         self._filters: dict[int, _FilterRequest] = {}
         self._tags = itertools.count(1)
-        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- receiving ---------------------------------------------------------------------
 
@@ -348,27 +332,8 @@ class Messaging:
         except Exception:
             log.exception("a filter request's callback failed")
 
-    async def drain(self) -> None:
-        """Wait until every request received so far is answered."""
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def _register_again(self) -> None:
-        """A new server session (the old one was gone): register every handler again."""
-        old, self._by_token = self._by_token, {}
-        for registration in old.values():
-            if registration.closed:
-                continue
-            future = self._s._request("message_handler_add", registration.path, list(registration.session_properties))
-            future.add_done_callback(functools.partial(self._registered_again, registration))
-
-    def _registered_again(self, registration: RequestHandlerRegistration, future: asyncio.Future[Any]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            log.warning("could not register the request handler for %s again: %s", registration.path,
-                        "cancelled" if future.cancelled() else future.exception())
-            return
-        registration.token = future.result()
-        self._by_token[registration.token] = registration
+    def _register_request(self, registration: RequestHandlerRegistration) -> asyncio.Future[Any]:
+        return self._s._request("message_handler_add", registration.path, list(registration.session_properties))
 
 
 def _name(type_: TopicType | None) -> str | None:

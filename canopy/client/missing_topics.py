@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from canopy import errors
-
-if TYPE_CHECKING:
-    from canopy.client.session import Session
+from canopy.client.registrations import Registrar, Registration
 
 log = logging.getLogger("canopy.client")
 
@@ -39,33 +36,17 @@ class MissingTopicNotification:
 MissingTopicHandler = Callable[[MissingTopicNotification], Any]
 
 
-class HandlerRegistration:
+class HandlerRegistration(Registration):
     """A missing-topic handler's registration; :meth:`close` (or closing the session) ends it."""
 
+    _REMOVE = "missing_topic_rm"
+
     def __init__(self, owner: MissingTopics, token: str, path: str, handler: MissingTopicHandler) -> None:
-        self._owner = owner
-        self.token = token
-        self.path = path
+        super().__init__(owner, token, path)
         self.handler = handler
-        self.closed = False
-
-    async def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self._owner._by_token.pop(self.token, None)
-        if not self._owner._s.closed:
-            with contextlib.suppress(errors.InvalidRequestError, errors.ConnectionInterruptedError):
-                await self._owner._s._call("missing_topic_rm", self.token)
-
-    async def __aenter__(self) -> HandlerRegistration:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
-class MissingTopics:
+class MissingTopics(Registrar[HandlerRegistration]):
     """Missing-topic handlers (``session.missing_topics``): this session hears of
     subscriptions and fetches that match no topic under a path, and says whether
     they go on (REGISTER_HANDLER, and MODIFY_TOPIC on the path).
@@ -77,10 +58,7 @@ class MissingTopics:
     as proceed (the error is logged).
     """
 
-    def __init__(self, session: Session) -> None:
-        self._s = session
-        self._by_token: dict[str, HandlerRegistration] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+    _WHAT = "missing-topic handler"
 
     async def add_handler(self, path: str, handler: MissingTopicHandler) -> HandlerRegistration:
         """Register ``handler`` for ``path``: it hears of requests whose selector's path prefix
@@ -132,27 +110,8 @@ class MissingTopics:
         future.add_done_callback(_ignore_answer)
         return future
 
-    async def drain(self) -> None:
-        """Wait until every notification received so far is answered (and the server took the answer)."""
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def _register_again(self) -> None:
-        """A new server session (the old one was gone): register every handler again."""
-        old, self._by_token = self._by_token, {}
-        for registration in old.values():
-            if registration.closed:
-                continue
-            future = self._s._request("missing_topic_add", registration.path)
-            future.add_done_callback(functools.partial(self._registered_again, registration))
-
-    def _registered_again(self, registration: HandlerRegistration, future: asyncio.Future[Any]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            log.warning("could not register the missing-topic handler for %s again: %s", registration.path,
-                        "cancelled" if future.cancelled() else future.exception())
-            return
-        registration.token = future.result()
-        self._by_token[registration.token] = registration
+    def _register_request(self, registration: HandlerRegistration) -> asyncio.Future[Any]:
+        return self._s._request("missing_topic_add", registration.path)
 
 
 def _ignore_answer(future: asyncio.Future[Any]) -> None:
