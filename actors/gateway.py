@@ -56,11 +56,17 @@ from sessions.messaging import MessagingError
 from sessions.missing_topics import MissingTopicError
 from sessions.registry import SessionRegistry
 from sessions.requests import RequestError
-from sessions.security import AuthenticationFailed, PermissionDenied, SecurityCommandError, SecurityStore
+from sessions.security import (
+    AuthenticationFailed,
+    PathPermission,
+    PermissionDenied,
+    SecurityCommandError,
+    SecurityStore,
+)
 from sessions.trees import SessionTrees, TreeError
 from topics.errors import TopicModelError
 from actors.mqtt import SYS
-from topics.protocol import AddTopic, Failed, ProtocolError, Result, SetValue, TopicEvent
+from topics.protocol import AddTopic, Failed, ProtocolError, RemoveTopics, Result, SetValue, TopicEvent
 from topics.types import TopicType
 from topics.types import encode as encode_value
 from views.parser import ViewSpecError
@@ -68,6 +74,11 @@ from views.parser import ViewSpecError
 log = logging.getLogger("canopy.gateway")
 #: seconds between two log lines about one session's requests that failed unexpectedly
 UNEXPECTED_LOG_INTERVAL = 10.0
+#: the requests a topic's OWNER may make without its roles' permission, and that permission
+OWNER_GRANTS = {
+    "set": PathPermission.UPDATE_TOPIC, "json_patch": PathPermission.UPDATE_TOPIC,
+    "append": PathPermission.UPDATE_TOPIC, "remove": PathPermission.MODIFY_TOPIC,
+}
 #: seconds after a session closed before the gateway hands freed memory back (once for a burst)
 TRIM_DELAY = 2.0
 #: errors a request can end with that are the request's fault, each with a ``code``
@@ -446,8 +457,12 @@ class Gateway:
             )
             return
         try:
-            authorize(self.registry, sid, request.op, request.args)
-            outcome = handler(self.ctx, sid, *request.args)
+            try:
+                authorize(self.registry, sid, request.op, request.args)
+            except PermissionDenied as denied:
+                outcome = self._as_owner(sid, request, denied)
+            else:
+                outcome = handler(self.ctx, sid, *request.args)
         except REQUEST_ERRORS as e:
             self.connections.error(sid, request.cid, e.code, str(e), request.op)
             return
@@ -472,6 +487,24 @@ class Gateway:
             self.connections.spawn(self._finish(sid, request.cid, request.op, outcome))
         else:
             self.connections.respond(sid, request.cid, outcome, request.op)
+
+    def _as_owner(self, sid: str, request: wire.Request, denied: PermissionDenied) -> Any:
+        """An update or a removal of one topic refused for the session's roles may still be
+        the topic's owner's: routed with the session's principal, for the partition to apply
+        only if the topic's OWNER names it (:mod:`topics.owner`; the partition refuses it as
+        this gateway would have). Anything else stays refused."""
+        permission = OWNER_GRANTS.get(request.op)
+        if permission is None or denied.permission is not permission or denied.path is None:
+            raise denied
+        principal = self.registry.sessions[sid].principal
+        if not principal:
+            raise denied
+        if request.op == "remove":
+            path = denied.path
+            return Routed(path, RemoveTopics(">" + path, principal))
+        outcome = HANDLERS[request.op](self.ctx, sid, *request.args)
+        assert isinstance(outcome, Routed)
+        return Routed(outcome.path, outcome.operation._replace(owner=principal))  # type: ignore[union-attr]
 
     def _answer(self, sid: str, cid: int, op: str, result: Result) -> None:
         if isinstance(result, Failed):

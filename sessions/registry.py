@@ -52,6 +52,7 @@ the session's current state instead.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -63,7 +64,9 @@ from sessions.limits import Limits
 from sessions.queue import Outcome, OutboundQueue
 from sessions.security import PathPermission, PermissionDenied, SecurityStore
 from sessions.trees import Resolution, SessionTrees, group_key
-from topics.properties import Conflation, Priority
+from topics.errors import SpecificationError
+from topics.owner import parse_owner
+from topics.properties import OWNER, Conflation, Priority
 from topics.selectors import Selector
 from topics.specification import TopicSpecification
 from topics.protocol import Added, Appended, Changed, End, Removed, Snapshot, TopicEvent
@@ -204,6 +207,9 @@ class SessionRegistry:
         self.groups: dict[Any, Group] = {}
         self.cache = TopicTree()
         self._topics: dict[str, _TopicState] = {}
+        #: topic path -> the principal its OWNER names, for the topics that have one: that
+        #: principal's sessions read the topic whatever their roles (:mod:`topics.owner`)
+        self._owners: dict[str, str] = {}
         self.interest: dict[Selector, _Interest] = {}
         self._interest_index: SubscriptionIndex[Selector] = SubscriptionIndex()
         self._pending: dict[int, Selector] = {}
@@ -436,6 +442,8 @@ class SessionRegistry:
         registrations = self._own(group, selector)
         for session_path, topic_path in self._desired(group, selector).items():
             self._subscribe_view(session, session_path, topic_path)
+        for session_path, topic_path in self._owned_views(session, group, selector).items():
+            self._subscribe_view(session, session_path, topic_path)
         return registrations, self.pending_tokens(session_id, selector)
 
     def unsubscribe(self, session_id: str, selector: Selector) -> list[Selector]:
@@ -462,6 +470,23 @@ class SessionRegistry:
                         out[session_path] = topic.path
         return out
 
+    def _owned_views(self, session: Session, group: Group, selector: Selector) -> dict[str, str]:
+        """Session path -> topic path of the cached topics ``selector`` shows ``session`` only
+        because their OWNER is its principal."""
+        out: dict[str, str] = {}
+        if self._owners and session.principal:
+            for path, owner in self._owners.items():
+                if owner == session.principal:
+                    for session_path in group.session_paths(path):
+                        if selector.matches(session_path) and not self.can_read(group, session_path):
+                            out[session_path] = path
+        return out
+
+    def owns(self, session_id: str, topic_path: str) -> bool:
+        """Whether the topic's OWNER names the session's principal."""
+        owner = self._owners.get(topic_path)
+        return owner is not None and owner == self.sessions[session_id].principal
+
     def resolve(self, session_id: str, session_path: str) -> str:
         """The topic path a session sees at ``session_path``."""
         group = self.sessions[session_id].group
@@ -472,8 +497,10 @@ class SessionRegistry:
         """The session paths at which ``selector`` shows this session the topic (fetch)."""
         group = self.sessions[session_id].group
         assert group is not None
+        owner = self.owns(session_id, topic_path)
         return [
-            p for p in group.session_paths(topic_path) if selector.matches(p) and self.can_read(group, p)
+            p for p in group.session_paths(topic_path)
+            if selector.matches(p) and (owner or self.can_read(group, p))
         ]
 
     def fetch_plan(self, session_id: str, selector: Selector) -> list[Selector]:
@@ -572,6 +599,7 @@ class SessionRegistry:
                 if key not in desired_cache:
                     desired_cache[key] = self._desired(new, selector)
                 desired.update(desired_cache[key])
+                desired.update(self._owned_views(session, new, selector))
             self._sync(session, desired, reason)
         unregister: list[Selector] = []
         for session, old, _new in moves:
@@ -752,6 +780,10 @@ class SessionRegistry:
             state = self._topics[path] = _TopicState(
                 path, spec, spec.conflation, None if priority is Priority.DEFAULT else priority
             )
+            owner = spec.get(OWNER)
+            if owner is not None:
+                with contextlib.suppress(SpecificationError):  # a topic older than the check: no owner
+                    self._owners[path] = parse_owner(owner)
             if spec.event_type is not None:
                 state.window = EventWindow(spec.subscription_range or DEFAULT_SUBSCRIPTION_RANGE)
             if value is not None and not spec.dont_retain_value:
@@ -768,9 +800,15 @@ class SessionRegistry:
                 else:
                     self.cache.set_value(path, value, check=False)
         fresh = value if state.spec.dont_retain_value else None
+        owner = self._owners.get(path)
         for group in self.groups.values():
             for session_path in group.session_paths(path):
                 if not self.can_read(group, session_path):
+                    if owner is not None:  # its owner's sessions read it whatever their roles
+                        for session_id in group.index.match(session_path):
+                            session = self.sessions.get(session_id)
+                            if session is not None and session.principal == owner:
+                                self._subscribe_view(session, session_path, path, fresh)
                     continue
                 for session_id in group.index.match(session_path):
                     session = self.sessions.get(session_id)
@@ -949,6 +987,8 @@ class SessionRegistry:
                     if session is not None:
                         self._unsubscribe_view(session, view.session_path, REMOVED)
         self._topics.pop(path, None)
+        if self._owners:
+            self._owners.pop(path, None)
         if self.attributes:
             self.attributes.pop(path, None)
         self.cache.remove(path)

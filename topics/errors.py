@@ -164,6 +164,12 @@ class NotEventAuthorError(TimeSeriesError):
     code = "PERMISSION_DENIED"
 
 
+class NotOwnerError(TopicModelError):
+    """An update by a principal whose roles lack the permission, on a topic whose OWNER is not it."""
+
+    code = "PERMISSION_DENIED"
+
+
 class ReferenceTopicError(TopicModelError):
     """The path is bound to a reference topic, which only its view may change."""
 

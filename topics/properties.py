@@ -10,7 +10,7 @@ property                        values
 COMPRESSION                     off, low, medium, high, true, false
 CONFLATION                      off, conflate, unsubscribe, always
 DONT_RETAIN_VALUE               true, false
-OWNER                           non-empty text (a principal filter)
+OWNER                           ``$Principal is 'name'`` (:mod:`topics.owner`)
 PERSISTENT                      true, false
 PRIORITY                        low, default, high
 PUBLISH_VALUES_ONLY             true, false
@@ -26,8 +26,7 @@ TIME_SERIES_SUBSCRIPTION_RANGE  same syntax as the retained range
 VALIDATE_VALUES                 true, false
 ==============================  ===============================================
 
-OWNER is checked only for being non-empty here: its language (session
-filters) is parsed by the feature that acts on it. A REMOVAL policy is parsed
+OWNER must name one principal (:func:`topics.owner.parse_owner`). A REMOVAL policy is parsed
 here, its session filters checked only for being non-empty; ``sessions``
 checks them with its filter parser when it acts on the policy.
 """
@@ -41,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from topics.errors import SpecificationError, TopicTypeError
+from topics.owner import parse_owner
 from topics.removal import parse_policy
 from topics.types import EVENT_VALUE_TYPES, TopicType, check_json_text_depth
 
@@ -241,6 +241,11 @@ def _non_empty(name: str, value: str) -> str:
     return value
 
 
+def _owner(name: str, value: str) -> str:
+    parse_owner(_non_empty(name, value))  # a SpecificationError with the column
+    return value
+
+
 def _removal(name: str, value: str) -> str:
     parse_policy(_non_empty(name, value))  # a RemovalPolicyError is a SpecificationError
     return value
@@ -280,7 +285,7 @@ _VALIDATORS: dict[str, Callable[[str, str], str]] = {
     COMPRESSION: _enum(Compression),
     CONFLATION: _enum(Conflation),
     DONT_RETAIN_VALUE: _boolean,
-    OWNER: _non_empty,
+    OWNER: _owner,
     PERSISTENT: _boolean,
     PRIORITY: _enum(Priority),
     PUBLISH_VALUES_ONLY: _boolean,

@@ -128,6 +128,9 @@ class SetValue(NamedTuple):
     attributes: bytes = b""
     #: applied only when this holds against the topic as it is (:mod:`topics.constraints`)
     constraint: Constraint | None = None
+    #: a principal the gateway found without the permission the update needs: applied only
+    #: when the topic's OWNER names it (:mod:`topics.owner`)
+    owner: str = ""
 
 
 class PatchJson(NamedTuple):
@@ -137,10 +140,12 @@ class PatchJson(NamedTuple):
     path: str
     patch: str
     constraint: Constraint | None = None
+    owner: str = ""  # as SetValue's
 
 
 class RemoveTopics(NamedTuple):
     selector: str
+    owner: str = ""  # as SetValue's (the selector then names one path)
 
 
 class FetchTopics(NamedTuple):
@@ -175,6 +180,7 @@ class AppendEvent(NamedTuple):
     raw: bool
     timestamp: int | None = None
     author: str = ""
+    owner: str = ""  # as SetValue's
 
 
 class EditEvent(NamedTuple):
@@ -285,14 +291,16 @@ def encode_operation(op: Operation) -> list[Any]:
         return [_OP_CODE[kind], *op[:-1]]  # the common registration: its default stays off the wire
     if kind is SetValue:
         assert isinstance(op, SetValue)
-        if op.constraint is not None:
-            return [_SET, *op[:-1], constraints.to_wire(op.constraint)]
-        if op.retain and not op.author and not op.attributes:
+        if op.retain and not op.author and not op.attributes and op.constraint is None and not op.owner:
             return [_SET, *op[:5]]  # the common set: its defaults stay off the wire
-        return [_SET, *op[:-1]]
+        fields = [_SET, *op[:8], constraints.to_wire(op.constraint) if op.constraint is not None else None]
+        return [*fields, op.owner] if op.owner else fields
     if kind is PatchJson:
         assert isinstance(op, PatchJson)
-        return [_PATCH, op.path, op.patch, constraints.to_wire(op.constraint) if op.constraint is not None else None]
+        fields = [_PATCH, op.path, op.patch, constraints.to_wire(op.constraint) if op.constraint is not None else None]
+        return [*fields, op.owner] if op.owner else fields
+    if (kind is RemoveTopics or kind is AppendEvent) and not op.owner:  # type: ignore[union-attr]
+        return [_OP_CODE[kind], *op[:-1]]
     return [_OP_CODE[kind], *op]
 
 

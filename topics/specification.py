@@ -13,8 +13,8 @@ Rules beyond the single property values:
   conflating would drop events of the series.
 
 :func:`check_honoured` refuses, when a topic is created, the properties canopy
-accepts in the reference system's syntax but does not act on (SCHEMA, OWNER),
-so that none is silently ignored.
+accepts in the reference system's syntax but does not act on (SCHEMA), so that
+none is silently ignored.
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ __all__ = ["TopicSpecification", "check_honoured", "check_honoured_property"]
 _NOT_HONOURED: dict[str, tuple[frozenset[str], str]] = {
     P.SCHEMA: (frozenset(), "SCHEMA belongs to RecordV2 topics, which canopy does not have; "
                "use a JSON topic with VALIDATE_VALUES true"),
-    P.OWNER: (frozenset(), "canopy does not yet grant an owner principal READ_TOPIC, UPDATE_TOPIC and "
-              "MODIFY_TOPIC on its topic; give the principal a role with those path permissions instead"),
 }
 
 

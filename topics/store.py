@@ -109,13 +109,15 @@ from topics.errors import (
     InvalidValueError,
     NoSuchTopicError,
     NotEventAuthorError,
+    NotOwnerError,
     PatchFailedError,
     RangeQueryError,
     ReferenceTopicError,
     TopicModelError,
 )
 from topics.patch import PatchFailed, PatchSyntaxError, apply_patch, parse_patch
-from topics.properties import REMOVAL
+from topics.owner import parse_owner
+from topics.properties import OWNER, REMOVAL
 from topics.removal_tracker import Due, RemovalTracker
 from topics.selectors import Selector, parse_selector
 from topics.specification import TopicSpecification, check_honoured
@@ -276,17 +278,20 @@ class TopicStore:
         #: due ``remove`` clauses not yet handed to a gateway (:meth:`removal_facts`)
         self.removal_outbox: list[Due] = []
         self._handlers: dict[type[Any], Callable[[str, Any], Any]] = {
-            SetValue: lambda _, op: self.set(
+            SetValue: lambda _, op: self._as_owner(op.owner, op.path, "UPDATE_TOPIC", lambda: self.set(
                 op.path, op.data, op.raw, op.type, op.add_if_missing, op.retain, op.author, op.attributes,
                 op.constraint,
-            ),
-            PatchJson: lambda _, op: self.patch(op.path, op.patch, op.constraint),
+            )),
+            PatchJson: lambda _, op: self._as_owner(op.owner, op.path, "UPDATE_TOPIC", lambda: self.patch(
+                op.path, op.patch, op.constraint)),
             AddTopic: lambda _, op: self.add(op.path, op.type, op.properties, op.creator, op.roles),
-            RemoveTopics: lambda _, op: self.remove(op.selector),
+            RemoveTopics: lambda _, op: self._as_owner(op.owner, op.selector, "MODIFY_TOPIC", lambda: self.remove(
+                op.selector)),
             FetchTopics: lambda _, op: self.fetch(op.selector, op.with_values, op.with_properties, op.types, op.limit),
             Register: lambda link, op: self.register(link, op.selector, op.token, op.structure),
             Unregister: lambda link, op: self.unregister(link, op.selector, op.structure),
-            AppendEvent: lambda _, op: self.append(op.path, op.data, op.raw, op.timestamp, op.author),
+            AppendEvent: lambda _, op: self._as_owner(op.owner, op.path, "UPDATE_TOPIC", lambda: self.append(
+                op.path, op.data, op.raw, op.timestamp, op.author)),
             EditEvent: lambda _, op: self.edit(op.path, op.original_sequence, op.data, op.raw, op.author, op.own_only),
             QueryEvents: lambda _, op: self.query(
                 op.path, op.anchor, op.anchor_value, op.span, op.span_value, op.view, op.limit
@@ -301,6 +306,18 @@ class TopicStore:
             CountTopics: lambda _, op: self.count(op.selectors),
             RemovalFacts: self.removal_facts,
         }
+
+    def _as_owner(self, principal: str, path: str, permission: str, then: Callable[[], Any]) -> Any:
+        """``then()`` when ``principal`` is empty (the gateway granted the update) or the topic at
+        ``path`` has an OWNER naming it; otherwise :class:`NotOwnerError`, worded as the
+        gateway's refusal would have been. (``path`` is a literal selector for a remove.)"""
+        if not principal:
+            return then()
+        topic = self.tree.get(path.removeprefix(">"))
+        owner = topic.specification.get(OWNER) if topic is not None else None
+        if owner is None or parse_owner(owner) != principal:
+            raise NotOwnerError(f"permission {permission} is needed on {path.removeprefix('>')!r}")
+        return then()
 
     # -- batches -----------------------------------------------------------
 

@@ -165,13 +165,46 @@ async def test_topic_properties_are_honoured_or_refused_at_creation(server: Serv
         await s._call("set", "props/lax", bignum_one, False)  # without it, as before
         assert [r.value for r in await s.topics.fetch("?props/(strict|lax)")] == [1, 7]
         # what canopy would not act on is refused, never ignored; the session goes on
-        for properties in ({"SCHEMA": "{}"}, {"OWNER": "$Principal is 'fred'"}):
-            with pytest.raises(errors.InvalidSpecificationError, match="not supported"):
+        for properties, why in (({"SCHEMA": "{}"}, "not supported"),
+                                ({"OWNER": "$Principal is 'fred' or $Roles has 'X'"}, "end of the value at column 22")):
+            with pytest.raises(errors.InvalidSpecificationError, match=why):
                 await s.topics.add("props/refused", "JSON", properties)
         with pytest.raises(errors.InvalidTypeError, match="RECORD_V2 topics are not supported"):
             await s._call("add", "props/refused", "RECORD_V2", {})
         assert await s.topics.fetch("props/refused") == []
         assert (await s.topics.add("props/quiet", "JSON", {"COMPRESSION": "off", "PRIORITY": "high"})).value == "CREATED"
+
+
+async def test_a_topics_owner_reads_updates_and_removes_it_without_its_roles_permissions(server: Server) -> None:
+    async with canopy.connect(server.url, *ADMIN) as admin:
+        await admin.security.update(
+            ["set_path_permissions", "ANONYMOUS", "owned", ["SELECT_TOPIC"]],  # select, nothing more
+            ["set_path_permissions", "OWNED_ONLY", "owned", ["SELECT_TOPIC"]],
+            ["add_principal", "fred", "fred-secret-words", ["OWNED_ONLY"]],
+            ["add_principal", "ann", "ann-secret-words", ["OWNED_ONLY"]],
+        )
+        await admin.topics.add("owned/fred", "JSON", {"OWNER": "$Principal is 'fred'"})
+        await admin.topics.add_and_set("owned/other", {"n": 0}, "JSON")
+        async with canopy.connect(server.url, "fred", "fred-secret-words") as fred, \
+                canopy.connect(server.url, "ann", "ann-secret-words") as ann:
+            seen: list[tuple[str, str, Any]] = []
+            await fred.topics.subscribe("?owned//", callback=lambda e: seen.append((e.kind, e.path, e.value)))
+            await fred.topics.set("owned/fred", {"n": 1})
+            await fred.topics.apply_json_patch("owned/fred", [{"op": "replace", "path": "/n", "value": 2}])
+            await until(lambda: ("value", "owned/fred", {"n": 2}) in seen, "the owner's updates", lambda: seen)
+            assert {path for _, path, _ in seen} == {"owned/fred"}  # never the topic it does not own
+            assert [r.path for r in await fred.topics.fetch("?owned//")] == ["owned/fred"]
+            for session in (fred, ann):
+                with pytest.raises(errors.PermissionDeniedError, match="UPDATE_TOPIC is needed on 'owned/other'"):
+                    await session.topics.set("owned/other", {"n": 1})
+            with pytest.raises(errors.PermissionDeniedError, match="UPDATE_TOPIC is needed on 'owned/fred'"):
+                await ann.topics.set("owned/fred", {"n": 3})
+            with pytest.raises(errors.PermissionDeniedError, match="MODIFY_TOPIC"):
+                await ann.topics.remove("owned/fred")
+            assert await ann.topics.fetch("?owned//") == []
+            assert await fred.topics.remove("owned/fred") == 1
+            await until(lambda: seen[-1][0] == "unsubscribed", "the removal", lambda: seen[-1])
+        assert [r.path for r in await admin.topics.fetch("?owned//")] == ["owned/other"]
 
 
 # -- client control: other sessions' properties, roles, subscriptions, events ----------------------

@@ -325,6 +325,34 @@ def test_read_topic_filters_topics_and_follows_permission_changes() -> None:
     assert sorted(x[0] + x[2] for x in summary(r, "s")) == ["unsubAUTHORIZATION"] * 3
 
 
+def test_a_topics_owner_reads_it_whatever_its_roles_and_others_do_not() -> None:
+    store = default_store("adminpassword").apply(
+        [["set_path_permissions", "ANONYMOUS", "o", ["SELECT_TOPIC"]]]  # select, but read nothing
+    )
+    r = secured(store)
+    r.open("fred", "fred", {}, store.anonymous_roles)
+    r.open("ann", "ann", {}, store.anonymous_roles)
+    regs, _ = r.subscribe("fred", sel("?o//"))
+    r.subscribe("ann", sel("?o//"))
+    owned = [["OWNER", "$Principal is 'fred'"]]
+    feed = [Snapshot(t, "o/mine", "STRING", owned, cb("m")) for _, t in regs] + [
+        Snapshot(t, "o/other", "STRING", [], cb("x")) for _, t in regs] + [End(t) for _, t in regs]
+    r.on_events(feed)
+    assert summary(r, "fred") == [("sub", "o/mine", "m")] and summary(r, "ann") == []
+    r.on_events([Added("o/later", "STRING", owned, cb("l")), Changed("o/mine", cb("m2"))])
+    assert summary(r, "fred") == [("sub", "o/later", "l"), ("val", "o/mine", "m2")] and summary(r, "ann") == []
+    assert r.visible("fred", sel("?o//"), "o/mine") == ["o/mine"] and r.visible("ann", sel("?o//"), "o/mine") == []
+    # a later subscription and a change of the security store keep the owner's topics
+    r.open("fred2", "fred", {}, store.anonymous_roles)
+    r.subscribe("fred2", sel(">o/mine"))
+    assert summary(r, "fred2") == [("sub", "o/mine", "m2")]
+    r.set_security(store.apply([["set_default_path_permissions", "ANONYMOUS", ["SELECT_TOPIC"]]]))
+    assert summary(r, "fred") == [] and summary(r, "fred2") == []
+    r.on_events([Removed("o/mine")])
+    assert summary(r, "fred") == [("unsub", "o/mine", "REMOVED")]
+    assert not r.owns("fred", "o/mine")
+
+
 # -- a new connection for a session: refresh -----------------------------------------------------
 
 

@@ -416,13 +416,38 @@ def test_validate_values_applies_to_time_series_events_and_edits() -> None:
 
 @pytest.mark.parametrize("properties, refused", [
     ({"SCHEMA": '{"records": []}'}, "SCHEMA"),
-    ({"OWNER": "$Principal is 'fred'"}, "OWNER"),
 ])
 def test_properties_canopy_does_not_honour_are_refused_at_creation(properties: dict[str, str], refused: str) -> None:
     store = TopicStore()
     r = store.apply("g", [AddTopic("t", "JSON", properties), AddTopic("u", "JSON", {"COMPRESSION": "off"})])
     assert failed(r[0]) == "INVALID_SPECIFICATION" and refused in r[0].message  # type: ignore[union-attr]
     assert store.tree.get("t") is None and ok(r[1]) == CREATED
+
+
+def test_an_update_on_behalf_of_an_owner_applies_only_to_the_topics_it_owns() -> None:
+    from topics.protocol import PatchJson
+
+    store = TopicStore()
+    owned = {"OWNER": "$Principal is 'fred'"}
+    store.apply("g", [AddTopic("mine", "JSON", owned), AddTopic("other", "JSON"), AddTopic("ts", "TIME_SERIES", {
+        **owned, "TIME_SERIES_EVENT_VALUE_TYPE": "string"})])
+    r = store.apply("g", [
+        SetValue("mine", cb({"n": 1}), False, owner="fred"),
+        SetValue("other", cb({"n": 1}), False, owner="fred"),
+        SetValue("mine", cb({"n": 9}), False, owner="ann"),
+        PatchJson("mine", '[{"op": "replace", "path": "/n", "value": 2}]', None, "fred"),
+        PatchJson("other", '[{"op": "replace", "path": "/n", "value": 2}]', None, "fred"),
+        AppendEvent("ts", cb("e"), False, 1000, "fred", "fred"),
+        SetValue("nowhere", cb(1), False, owner="fred"),
+    ])
+    assert [failed(x) if isinstance(x, Failed) else "ok" for x in r] == [
+        "ok", "PERMISSION_DENIED", "PERMISSION_DENIED", "ok", "PERMISSION_DENIED", "ok", "PERMISSION_DENIED"]
+    assert r[1].message == "permission UPDATE_TOPIC is needed on 'other'"  # type: ignore[union-attr]
+    assert cbor2.loads(store.tree.get("mine").value) == {"n": 2}  # type: ignore[union-attr]
+    assert store.tree.get("other").value is None  # type: ignore[union-attr]
+    r = store.apply("g", [RemoveTopics(">other", "fred"), RemoveTopics(">mine", "ann"), RemoveTopics(">mine", "fred")])
+    assert [failed(x) if isinstance(x, Failed) else ok(x) for x in r] == ["PERMISSION_DENIED", "PERMISSION_DENIED", 1]
+    assert store.tree.get("mine") is None and store.tree.get("other") is not None
 
 
 def test_a_structure_registration_hears_of_topics_and_never_of_values() -> None:
