@@ -20,7 +20,10 @@ wrongly would be caught, not counted.
 
 Like ``bench/broker.py``, publisher and subscribers share one asyncio loop in this process, so
 delivered/s is bounded by this Python process as much as by the server; both modes pay the same
-client costs except applying the deltas.
+client costs except applying the deltas. As the gateway diffs once for every session in step, the
+client applies a delta once per process for its sessions in step (the same delta for an equal
+basis: ``canopy/client/session.py``'s ``_APPLIED``); one session alone pays the whole apply, about
+3 µs for these documents on this machine.
 """
 
 from __future__ import annotations

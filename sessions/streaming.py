@@ -146,6 +146,7 @@ class DeltaStream:
         out: list[object] = []
         append = out.append
         basis, eligible, cache, levels = self._basis, self._eligible, self._cache, self._levels
+        last = cache._last
         for item in items:
             kind = type(item)
             if kind is Update:
@@ -156,7 +157,11 @@ class DeltaStream:
                     previous = basis.get(alias)
                     basis[alias] = value
                     if previous is not None and update.retained and len(value) >= MIN_SIZE:
-                        delta = cache.encode(previous, update)
+                        cached = last.get(alias)  # the delta made for the sessions in step, inline
+                        if cached is not None and cached[0] is previous and cached[1] is value:
+                            delta = cached[2]
+                        else:
+                            delta = cache.encode(previous, update)
                         if type(delta) is DeltaUpdate:
                             saved = len(value) - len(delta.delta)
                             self.saved += saved

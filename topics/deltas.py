@@ -158,54 +158,64 @@ def _middle(out: bytearray, source: bytes, target: bytes, s_start: int, s_end: i
 
 def apply(delta: bytes, source: bytes) -> bytes:
     """The target ``delta`` makes from ``source``; :class:`DeltaError` when it does not apply."""
-    if not delta:
+    end = len(delta)
+    if not end:
         raise DeltaError("empty delta")
     if delta[0] != VERSION:
         raise DeltaError(f"delta version {delta[0]}, not {VERSION}")
-    source_length, at = _read_varint(delta, 1)
-    target_length, at = _read_varint(delta, at)
+    if end > 4 and delta[1] & 0x80 and not delta[2] & 0x80 and delta[3] & 0x80 and not delta[4] & 0x80:
+        # both lengths of two bytes (128 to 16,383: values worth a delta), read inline
+        source_length = (delta[1] & 0x7F) | delta[2] << 7
+        target_length = (delta[3] & 0x7F) | delta[4] << 7
+        at = 5
+    else:
+        source_length, at = _read_varint(delta, 1)
+        target_length, at = _read_varint(delta, at)
     if source_length != len(source):
         raise DeltaError(f"the delta is for a source of {source_length} bytes, not {len(source)}")
-    if at + 4 > len(delta):
+    if at + 4 > end:
         raise DeltaError("truncated delta: no checksum")
     crc = int.from_bytes(delta[at:at + 4], "big")
     at += 4
     chunks: list[bytes] = []
+    append = chunks.append
     size = 0
-    end = len(delta)
     while at < end:
         op = delta[at]
-        # one-byte numbers (below 128) are read inline: by far the most common
+        # numbers below 128 (one byte) are read inline: by far the most common
         if op == COPY:
-            offset = delta[at + 1] if at + 1 < end else 0x80
+            at += 1
+            offset = delta[at] if at < end else 0x80
             if offset < 0x80:
-                at += 2
+                at += 1
             else:
-                offset, at = _read_varint(delta, at + 1)
+                offset, at = _read_varint(delta, at)
             length = delta[at] if at < end else 0x80
             if length < 0x80:
                 at += 1
             else:
                 length, at = _read_varint(delta, at)
-            if offset + length > source_length:
+            stop = offset + length
+            if stop > source_length:
                 raise DeltaError(f"a copy of {length} bytes from {offset} runs past the source's {source_length}")
-            chunk = source[offset:offset + length]
+            append(source[offset:stop])
         elif op == INSERT:
-            length = delta[at + 1] if at + 1 < end else 0x80
+            at += 1
+            length = delta[at] if at < end else 0x80
             if length < 0x80:
-                at += 2
+                at += 1
             else:
-                length, at = _read_varint(delta, at + 1)
-            if at + length > end:
+                length, at = _read_varint(delta, at)
+            stop = at + length
+            if stop > end:
                 raise DeltaError(f"truncated delta: an insert of {length} bytes at byte {at}")
-            chunk = delta[at:at + length]
-            at += length
+            append(delta[at:stop])
+            at = stop
         else:
             raise DeltaError(f"unknown delta operation {op} at byte {at}")
-        size += len(chunk)
+        size += length
         if size > target_length:
             raise DeltaError(f"the delta makes more than the {target_length} bytes it announces")
-        chunks.append(chunk)
     if size != target_length:
         raise DeltaError(f"the delta makes {size} bytes, not the {target_length} it announces")
     out = b"".join(chunks)

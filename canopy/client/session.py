@@ -51,6 +51,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("canopy.client")
 _VALUE, _DELTA = wire.VALUE, wire.DELTA
+#: the deltas applied lately in this process, with their basis and result: sessions in step get
+#: the same delta for an equal basis, and apply it once (as the gateway diffs once for them)
+_APPLIED: dict[bytes, tuple[bytes, bytes]] = {}
+_MAX_APPLIED, _MAX_APPLIED_SIZE = 256, 16 * 1024  # at most ~8 MiB held
 
 
 #: server CLOSE codes after which the session may be opened again (the gateway stops; the session is gone);
@@ -488,6 +492,9 @@ class Session(Handler):
                         for sub in routes:
                             sub._put(event)
                 continue
+            if type(item) is list and len(item) == 3 and item[0] == _DELTA and type(item[2]) is bytes:
+                self._delta(wire.Delta(item[1], item[2]))  # the next most common, when values are large
+                continue
             self._dispatch(wire.decode_item(item))
 
     def _route(self, alias: int, path: str) -> None:
@@ -566,13 +573,22 @@ class Session(Handler):
         topic = self._aliases.get(m.alias)
         if topic is None:
             return
-        try:
-            if topic.basis is None:
-                raise DeltaError("no value to apply it to")
-            data = apply_delta(m.delta, topic.basis)
-        except DeltaError as e:
-            self._delta_failed(m.alias, topic, e)
-            return
+        basis = topic.basis
+        applied = _APPLIED.get(m.delta)
+        if applied is not None and basis is not None and (applied[0] is basis or applied[0] == basis):
+            data = applied[1]  # another session of this process in step applied it already
+        else:
+            try:
+                if basis is None:
+                    raise DeltaError("no value to apply it to")
+                data = apply_delta(m.delta, basis)
+            except DeltaError as e:
+                self._delta_failed(m.alias, topic, e)
+                return
+            if len(data) <= _MAX_APPLIED_SIZE:
+                if len(_APPLIED) >= _MAX_APPLIED:
+                    _APPLIED.clear()
+                _APPLIED[m.delta] = (basis, data)
         self.delta_bytes_saved += len(data) - len(m.delta)
         self._value(m.alias, topic, data)
 
