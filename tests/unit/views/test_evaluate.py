@@ -98,9 +98,9 @@ def test_consulted_insertion_paths() -> None:
 
 
 def test_properties_are_derived() -> None:
-    src = source("x", 1, "INT64", CONFLATION="always", PERSISTENT="false", OWNER="all")
+    src = source("x", 1, "INT64", CONFLATION="always", PERSISTENT="false", OWNER="$Principal is 'al'")
     outputs, _ = derive(parse_view("map x to r with properties CONFLATION:off"), src, {}.get)
-    assert outputs[0].specification.properties == {"CONFLATION": "off", "OWNER": "all"}
+    assert outputs[0].specification.properties == {"CONFLATION": "off", "OWNER": "$Principal is 'al'"}
 
 
 def test_time_series_retained_range_only_narrows() -> None:
