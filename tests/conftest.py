@@ -10,6 +10,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import pytest
+
 T = TypeVar("T")
 
 # Local test clusters run without Ray's token authentication.
@@ -105,3 +107,32 @@ from hypothesis import settings  # noqa: E402
 
 settings.register_profile("canopy", deadline=None)
 settings.load_profile("canopy")
+
+
+# -- markers by what a test needs, so that a developer can run a subset ---------------------------
+# (`make test` runs every test whatever its markers; e.g. `pytest -m "not cluster and not docker"`)
+
+#: (path prefix, markers) of the tests under it
+_NEEDS = (
+    ("tests/unit/", ("unit",)),
+    ("tests/actors/", ("ray",)),
+    ("tests/cluster/", ("ray", "cluster")),
+    ("tests/e2e/test_console.py", ("ray", "server", "browser")),
+    ("tests/e2e/", ("ray", "server")),
+    ("tests/history/test_served.py", ("ray", "server", "spark")),
+    ("tests/history/", ("spark",)),
+    ("tests/deploy/test_containers.py", ("docker", "cluster")),
+    ("tests/deploy/", ("unit",)),
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by them
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = str(config.rootpath)
+    for item in items:
+        where = str(item.path).removeprefix(root).lstrip("/")
+        for prefix, markers in _NEEDS:
+            if where.startswith(prefix):
+                for marker in markers:
+                    item.add_marker(marker)
+                break
