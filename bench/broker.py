@@ -4,7 +4,9 @@ Workload (see ``bench/peers.py`` for the exact measurement rules, shared by
 every broker): one publisher, 100 topics in round robin with ~50-byte
 payloads, 10 subscriber sessions each subscribed to all topics; first as
 fast as the publisher can (delivered updates/s summed over subscribers),
-then at a fixed 5,000 updates/s (publish→receive latency p50/p99).
+then at a fixed 5,000 updates/s (publish→receive latency p50/p99, and the CPU time per delivered
+update of the server's processes — ``canopy serve`` and every process under it, Mosquitto's,
+nats-server's — and of this load generator, from ``/proc`` over that window).
 
 canopy runs as a real ``canopy serve`` subprocess (embedded Ray, default
 partitions) on a free port; its clients are the asyncio ``canopy`` client,
@@ -107,7 +109,7 @@ def stop_server(proc: subprocess.Popen[str]) -> None:
 async def bench_canopy(
     url: str, duration: float, subscribers: int, topics: int, rate: int,
     *, throughput: bool = True, on_latency_phase: Any = None, hops: list[Hop] | None = None,
-    label: str = "1 gateway, embedded Ray",
+    label: str = "1 gateway, embedded Ray", server_pid: int | None = None,
 ) -> peers.Result:
     """Run the workload; with ``hops``, fill it with the latency phase's per-hop breakdown."""
     phase = peers.Phase()
@@ -150,7 +152,7 @@ async def bench_canopy(
 
         measurement = await peers.run_async_workload(
             publish, flush, phase, tallies, duration=duration, topics=topics, rate=rate,
-            throughput=throughput, on_latency_phase=on_latency_phase,
+            throughput=throughput, on_latency_phase=on_latency_phase, server_pid=server_pid,
         )
         if hops is not None:
             hops += breakdown(await publisher.server.trace(0), arrivals, phase)
@@ -262,7 +264,7 @@ def main() -> int:
                             f"ws://127.0.0.1:{port}", args.duration, args.subscribers, args.topics, args.rate,
                             throughput=not args.latency_only,
                             on_latency_phase=profiler.start if profiler else None,
-                            hops=hops if nodes == 1 else None, label=label,
+                            hops=hops if nodes == 1 else None, label=label, server_pid=proc.pid,
                         )
                     )
                 )

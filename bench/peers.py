@@ -92,6 +92,10 @@ class Result:
     latency_p50_ms: float | None
     latency_p99_ms: float | None
     notes: str = ""
+    #: CPU time per delivered update in the latency phase's window: the server's processes
+    #: (the broker and every process under it) and this load generator's, in µs
+    server_us: float | None = None
+    client_us: float | None = None
 
 
 def _fmt_rate(value: float) -> str:
@@ -117,7 +121,7 @@ def print_table(results: list[Result]) -> None:
     if not results:
         print("(no results)")
         return
-    headers = ["broker", "published/s", "delivered/s", "p50 ms", "p99 ms"]
+    headers = ["broker", "published/s", "delivered/s", "p50 ms", "p99 ms", "server µs/upd", "client µs/upd"]
     rows = [
         [
             r.broker,
@@ -125,6 +129,8 @@ def print_table(results: list[Result]) -> None:
             _fmt_rate(r.delivered_per_s),
             _fmt_ms(r.latency_p50_ms),
             _fmt_ms(r.latency_p99_ms),
+            _fmt_ms(r.server_us),
+            _fmt_ms(r.client_us),
         ]
         for r in results
     ]
@@ -136,6 +142,8 @@ def print_table(results: list[Result]) -> None:
             _ratio(r.delivered_per_s, base.delivered_per_s),
             _ratio(r.latency_p50_ms, base.latency_p50_ms),
             _ratio(r.latency_p99_ms, base.latency_p99_ms),
+            _ratio(r.server_us, base.server_us),
+            _ratio(r.client_us, base.client_us),
         ]
         for r in results
     ]
@@ -238,6 +246,11 @@ class Measurement:
     latency_received: int = 0
     latencies_ns: list[int] = field(default_factory=list)
     subscribers: int = 0
+    #: CPU seconds over the latency phase's window, of the server's processes and of this one,
+    #: and the deliveries that window asked for
+    server_cpu_s: float | None = None
+    client_cpu_s: float | None = None
+    window_deliveries: int = 0
 
     def result(self, broker: str, rate: int, extra_notes: Sequence[str] = ()) -> Result:
         notes = list(extra_notes)
@@ -259,6 +272,7 @@ class Measurement:
                 "of the throughput phase: its latencies are mostly queueing delay"
             )
         p50, p99 = percentiles_ms(self.latencies_ns)
+        per = max(self.window_deliveries, 1) / 1e6
         return Result(
             broker=broker,
             published_per_s=self.published_per_s,
@@ -266,6 +280,8 @@ class Measurement:
             latency_p50_ms=p50,
             latency_p99_ms=p99,
             notes="; ".join(notes),
+            server_us=None if self.server_cpu_s is None else self.server_cpu_s / per,
+            client_us=None if self.client_cpu_s is None else self.client_cpu_s / per,
         )
 
 
@@ -341,6 +357,7 @@ async def run_async_workload(
     rate: int,
     throughput: bool = True,
     on_latency_phase: Callable[[float], None] | None = None,
+    server_pid: int | None = None,
 ) -> Measurement:
     """Both phases for a client whose publisher and subscribers share this loop.
 
@@ -349,6 +366,9 @@ async def run_async_workload(
     subscribers must already be subscribed and call ``Tally.on_message``.
     Without ``throughput`` only the latency phase runs; ``on_latency_phase``
     is told when that phase's window starts (its argument: the window in s).
+    With ``server_pid`` the CPU time of that process and every process under
+    it (a server, or a broker) is sampled at the window's start and end, and
+    so is this process's own (the load generator's), for the CPU per delivery.
     """
     n_subs = len(tallies)
     m = Measurement(subscribers=n_subs)
@@ -361,15 +381,17 @@ async def run_async_workload(
     sent = 0
     in_window = 0
     tick = 0
-    announced = on_latency_phase is None
+    announced = False
+    cpu_before: tuple[float, float] | None = None
     while True:
         now = time.perf_counter_ns()
         if now >= phase.end_ns:
             break
         if not announced and now >= phase.start_ns:
             announced = True
-            assert on_latency_phase is not None
-            on_latency_phase(duration)
+            if on_latency_phase is not None:
+                on_latency_phase(duration)
+            cpu_before = _cpu_now(server_pid)
         due = (now - origin) * rate // 1_000_000_000
         while sent < due:
             ts = time.perf_counter_ns()
@@ -380,12 +402,46 @@ async def run_async_workload(
         tick += 1
         delay = (origin + int(tick * TICK_S * 1e9) - time.perf_counter_ns()) / 1e9
         await asyncio.sleep(max(0.0, delay))
+    if cpu_before is not None:
+        server_after, client_after = _cpu_now(server_pid)
+        m.server_cpu_s = server_after - cpu_before[0] if server_pid is not None else None
+        m.client_cpu_s = client_after - cpu_before[1]
     await flush()
+    m.window_deliveries = in_window * n_subs
     m.latency_rate_achieved = in_window / duration
     m.latency_expected = sent * n_subs
     m.latency_received = await _drain_async(tallies, m.latency_expected)
     m.latencies_ns = [x for t in tallies for x in t.latencies_ns]
     return m
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def process_tree_cpu_s(root: int) -> float:
+    """utime + stime, in s, of ``root`` and every live process below it (by parent pid)."""
+    stats: dict[int, list[str]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                stats[int(entry.name)] = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                pass
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    ticks, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            ticks += int(stats[pid][11]) + int(stats[pid][12])
+        todo += children.get(pid, [])
+    return ticks / CLK_TCK
+
+
+def _cpu_now(server_pid: int | None) -> tuple[float, float]:
+    own = os.times()
+    return (process_tree_cpu_s(server_pid) if server_pid is not None else 0.0), own.user + own.system
 
 
 async def _throughput_phase(
@@ -481,8 +537,8 @@ def _log_tail(path: Path, lines: int = 20) -> str:
 
 
 @contextlib.contextmanager
-def broker_process(name: str, argv: list[str], port: int, log: Path, timeout: float = 10.0) -> Iterator[None]:
-    """Run a broker in the foreground; yield once it accepts TCP on ``port``; always stop it."""
+def broker_process(name: str, argv: list[str], port: int, log: Path, timeout: float = 10.0) -> Iterator[int]:
+    """Run a broker in the foreground; yield its pid once it accepts TCP on ``port``; always stop it."""
     with log.open("wb") as log_file:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT)
     try:
@@ -497,7 +553,7 @@ def broker_process(name: str, argv: list[str], port: int, log: Path, timeout: fl
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{name} not listening on 127.0.0.1:{port} after {timeout}s:\n{_log_tail(log)}")
                 time.sleep(0.02)
-        yield
+        yield proc.pid
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -540,8 +596,8 @@ def run_mosquitto(duration: float = 5.0, subscribers: int = 10, topics: int = 10
             "log_type error\n"
             "log_type warning\n"
         )
-        with broker_process("mosquitto", [binary, "-c", str(conf)], port, Path(tmp) / "mosquitto.log"):
-            return asyncio.run(_bench_mosquitto(mqtt, port, broker, duration, subscribers, topics, rate))
+        with broker_process("mosquitto", [binary, "-c", str(conf)], port, Path(tmp) / "mosquitto.log") as pid:
+            return asyncio.run(_bench_mosquitto(mqtt, port, broker, duration, subscribers, topics, rate, pid))
 
 
 class _PahoOnLoop:
@@ -645,7 +701,8 @@ def _received_of(tally: Tally) -> Callable[[], int]:
 
 
 async def _bench_mosquitto(
-    mqtt: Any, port: int, broker: str, duration: float, subscribers: int, topics: int, rate: int
+    mqtt: Any, port: int, broker: str, duration: float, subscribers: int, topics: int, rate: int,
+    server_pid: int | None = None,
 ) -> Result:
     phase = Phase()
     tallies = [Tally(phase) for _ in range(subscribers)]
@@ -688,7 +745,8 @@ async def _bench_mosquitto(
 
         publish = paho_publisher(pub, pub_driver, topics)
         measurement = await run_async_workload(
-            publish, pub_driver.drained, phase, tallies, duration=duration, topics=topics, rate=rate
+            publish, pub_driver.drained, phase, tallies, duration=duration, topics=topics, rate=rate,
+            server_pid=server_pid,
         )
     finally:
         await asyncio.gather(*(driver.close() for driver in drivers), return_exceptions=True)
@@ -737,12 +795,13 @@ def run_nats(duration: float = 5.0, subscribers: int = 10, topics: int = 100, ra
         port = free_port()
         conf = Path(tmp) / "nats.conf"
         conf.write_text(f'listen: "127.0.0.1:{port}"\n')
-        with broker_process("nats-server", [binary, "-c", str(conf)], port, Path(tmp) / "nats.log"):
-            return asyncio.run(_bench_nats(nats, port, broker, duration, subscribers, topics, rate))
+        with broker_process("nats-server", [binary, "-c", str(conf)], port, Path(tmp) / "nats.log") as pid:
+            return asyncio.run(_bench_nats(nats, port, broker, duration, subscribers, topics, rate, pid))
 
 
 async def _bench_nats(
-    nats: Any, port: int, broker: str, duration: float, subscribers: int, topics: int, rate: int
+    nats: Any, port: int, broker: str, duration: float, subscribers: int, topics: int, rate: int,
+    server_pid: int | None = None,
 ) -> Result:
     phase = Phase()
     tallies = [Tally(phase) for _ in range(subscribers)]
@@ -775,7 +834,8 @@ async def _bench_nats(
             await pub.publish(names[topic], payload)
 
         measurement = await run_async_workload(
-            publish, pub.flush, phase, tallies, duration=duration, topics=topics, rate=rate
+            publish, pub.flush, phase, tallies, duration=duration, topics=topics, rate=rate,
+            server_pid=server_pid,
         )
     finally:
         for nc in connections:
