@@ -39,7 +39,7 @@ Without a ``remove`` clause the topic itself is removed (:func:`selector_to_remo
 The session filter language lives in ``sessions``, above this package: a policy keeps a
 filter as its text. :func:`parse_policy` checks it through an injected validator (by
 default only that it is not blank, so ``sessions`` passes its real parser), and the
-caller gives the number of sessions each filter matches in :class:`TopicFacts`.
+caller gives the number of sessions each filter matches in :class:`~topics.removal_state.TopicFacts`.
 
 Bounds: a policy is at most :data:`MAX_POLICY_LENGTH` characters with at most
 :data:`MAX_TERMS` terms and :data:`MAX_NESTING` levels of parentheses; ``N`` is from 1
@@ -48,7 +48,7 @@ a time is at most :data:`MAX_TIME_MS` (the end of year 9999).
 
 Evaluation
 ----------
-:class:`RemovalState` follows one topic. Every term has a *since* time: when its
+:class:`~topics.removal_state.RemovalState` (in :mod:`topics.removal_state`) follows one topic. Every term has a *since* time: when its
 condition (without its ``for`` period) started to hold, or ``None`` while it does not
 (``no updates`` holds since the last update, or the creation; ``time after`` has none).
 Under facts that do not change, every term becomes true at one instant and stays true::
@@ -92,11 +92,11 @@ Errors (:class:`~topics.errors.SpecificationError` is the topic property error, 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, NoReturn, Protocol
+from typing import NoReturn, Protocol
 
+from topics.dates import MAX_TIME_MS, format_rfc1123, parse_rfc1123
 from topics.errors import SelectorError, SpecificationError, TopicModelError, excerpt
 from topics.selectors import Selector, parse_selector
 
@@ -116,13 +116,10 @@ __all__ = [
     "NoUpdates",
     "RemovalPolicy",
     "RemovalPolicyError",
-    "RemovalState",
     "RemovalStateError",
     "SessionCloses",
-    "SessionCounts",
     "Term",
     "TimeAfter",
-    "TopicFacts",
     "check_filter_text",
     "format_rfc1123",
     "parse_policy",
@@ -138,7 +135,6 @@ MAX_SUBSCRIPTIONS = 2**31 - 1
 #: ten years of 366 days, as for a time series range
 MAX_DURATION_MS = 10 * 366 * 24 * 3_600_000
 #: 9999-12-31T23:59:59.999Z
-MAX_TIME_MS = 253_402_300_799_999
 
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 
@@ -351,53 +347,6 @@ def selector_to_remove(policy: RemovalPolicy, topic_path: str) -> Selector:
     if policy.selector is not None:
         return policy.selector
     return parse_selector(">" + topic_path)
-
-
-# -- dates -----------------------------------------------------------------------
-
-_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_RFC1123 = re.compile(
-    r"\s*(?:(?P<dow>[a-z]{3})\s*,\s*)?(?P<day>\d{1,2})\s+(?P<month>[a-z]{3})\s+(?P<year>\d{4})\s+"
-    r"(?P<hour>\d{2}):(?P<minute>\d{2})(?::(?P<second>\d{2}))?\s+(?P<zone>GMT|[+-]\d{4})\s*",
-    re.IGNORECASE | re.ASCII,
-)
-
-
-def parse_rfc1123(text: str) -> int:
-    """Milliseconds since the epoch of an RFC 1123 date (``Tue, 3 Jun 2008 11:05:30 GMT``:
-    the day name and the seconds may be left out; the zone is ``GMT`` or ``+HHMM``)."""
-    m = _RFC1123.fullmatch(text)
-    if m is None:
-        raise ValueError("expected an RFC 1123 date such as 'Tue, 3 Jun 2008 11:05:30 GMT'")
-    month = m["month"].title()
-    if month not in _MONTHS:
-        raise ValueError(f"unknown month {m['month']!r}")
-    zone = m["zone"].upper()
-    offset = 0 if zone == "GMT" else (int(zone[1:3]) * 60 + int(zone[3:])) * (1 if zone[0] == "+" else -1)
-    try:
-        when = datetime(
-            int(m["year"]), _MONTHS.index(month) + 1, int(m["day"]), int(m["hour"]), int(m["minute"]),
-            int(m["second"] or 0), tzinfo=timezone(timedelta(minutes=offset)),
-        )
-    except ValueError as e:
-        raise ValueError(f"no such date and time: {e}") from None
-    if m["dow"] is not None and m["dow"].title() != _DAYS[when.weekday()]:
-        raise ValueError(f"{m['day']} {month} {m['year']} is a {_DAYS[when.weekday()]}, not a {m['dow']}")
-    ms = (when - _EPOCH) // timedelta(milliseconds=1)
-    if not 0 <= ms <= MAX_TIME_MS:
-        raise ValueError("a time must lie between 1970 and the end of 9999 (UTC)")
-    return ms
-
-
-def format_rfc1123(ms: int) -> str:
-    """The RFC 1123 date (GMT, whole seconds) of ``ms`` milliseconds since the epoch."""
-    when = _EPOCH + timedelta(milliseconds=ms)
-    return (
-        f"{_DAYS[when.weekday()]}, {when.day} {_MONTHS[when.month - 1]} {when.year:04d} "
-        f"{when.hour:02d}:{when.minute:02d}:{when.second:02d} GMT"
-    )
 
 
 # -- parsing ---------------------------------------------------------------------
@@ -630,156 +579,3 @@ def parse_policy(text: object, validate_filter: FilterValidator = check_filter_t
     if not isinstance(text, str):
         raise RemovalPolicyError(f"a removal policy is text, not {type(text).__name__}", "", 0)
     return _Parser(text, validate_filter).policy()
-
-
-# -- evaluation ------------------------------------------------------------------
-
-
-SessionCounts = Callable[[str], int] | Mapping[str, int]
-
-
-@dataclass(frozen=True)
-class TopicFacts:
-    """What a topic's removal depends on, as observed at one moment.
-
-    ``sessions_matching`` gives, for each of the policy's
-    :attr:`~RemovalPolicy.session_filters`, how many sessions match it: a function
-    of the filter's text or a mapping holding every one of them.
-    ``local_subscriptions`` (those not made through fan-out) defaults to ``subscriptions``.
-    ``last_update_ms`` is ``None`` for a topic never updated.
-    """
-
-    subscriptions: int = 0
-    last_update_ms: int | None = None
-    creator_open: bool = True
-    sessions_matching: SessionCounts | None = None
-    local_subscriptions: int | None = None
-
-    def sessions(self, filter_text: str) -> int:
-        counts = self.sessions_matching
-        if counts is None:
-            raise ValueError(f"the policy needs the number of sessions matching {filter_text!r}")
-        if isinstance(counts, Mapping):
-            if filter_text not in counts:
-                raise ValueError(f"no session count given for the filter {filter_text!r}")
-            return counts[filter_text]
-        return counts(filter_text)
-
-
-def _holds(term: Term, facts: TopicFacts) -> bool:
-    """Whether the term's condition holds, its periods aside (``no updates`` and
-    ``time after`` are not tracked this way)."""
-    if isinstance(term, FewerSubscriptions):
-        local = facts.local_subscriptions
-        count = local if term.local and local is not None else facts.subscriptions
-        return count < term.limit
-    if isinstance(term, NoSessionHas):
-        return facts.sessions(term.filter) == 0
-    return not facts.creator_open  # SessionCloses
-
-
-@dataclass(frozen=True)
-class RemovalState:
-    """The removal state of one topic: an immutable value, advanced by :meth:`observe`.
-
-    ``since`` has one entry per term of the policy (:attr:`RemovalPolicy.terms`): when
-    that term's condition started to hold, or ``None``.
-    """
-
-    policy: RemovalPolicy
-    created_ms: int
-    creator_session: str | None
-    since: tuple[int | None, ...]
-
-    def __post_init__(self) -> None:
-        if len(self.since) != len(self.policy.terms):
-            raise RemovalStateError(f"a removal state of this policy has {len(self.policy.terms)} since times")
-
-    @classmethod
-    def start(
-        cls,
-        policy: RemovalPolicy,
-        created_ms: int,
-        creator_session: str | None = None,
-        last_update_ms: int | None = None,
-    ) -> RemovalState:
-        """The state of a topic created at ``created_ms`` (by ``creator_session``), before
-        any observation; also how a new primary rebuilds it from the journal (see the
-        module's docstring): only ``no updates`` terms hold from the start."""
-        updated = created_ms if last_update_ms is None else max(created_ms, last_update_ms)
-        since = tuple(updated if isinstance(t, NoUpdates) else None for t in policy.terms)
-        return cls(policy, created_ms, creator_session, since)
-
-    def observe(self, facts: TopicFacts, now_ms: int) -> RemovalState:
-        """The state after seeing ``facts`` at ``now_ms``. A term that holds keeps its
-        since time, one that starts to hold gets ``now_ms``, one that stops loses it."""
-        since: list[int | None] = []
-        for term, was in zip(self.policy.terms, self.since, strict=True):
-            if isinstance(term, TimeAfter):
-                since.append(None)
-            elif isinstance(term, NoUpdates):
-                updated = self.created_ms if facts.last_update_ms is None else facts.last_update_ms
-                since.append(max(updated, was if was is not None else updated))
-            elif _holds(term, facts):
-                since.append(now_ms if was is None else was)
-            else:
-                since.append(None)
-        new = tuple(since)
-        return self if new == self.since else RemovalState(self.policy, self.created_ms, self.creator_session, new)
-
-    def due_at(self) -> int | None:
-        """The moment the policy becomes due if the facts last observed do not change,
-        or ``None`` if it never does then."""
-        instants = iter([self._term_due_at(t, s) for t, s in zip(self.policy.terms, self.since, strict=True)])
-        return _combine(self.policy.condition, instants)
-
-    def _term_due_at(self, term: Term, since: int | None) -> int | None:
-        if isinstance(term, TimeAfter):
-            return term.at_ms
-        if since is None:
-            return None
-        if isinstance(term, SessionCloses):
-            return since
-        return max(since, self.created_ms + term.after_ms) + term.for_ms
-
-    def due(self, now_ms: int) -> bool:
-        """Whether the topic is due for removal at ``now_ms``, by the facts last observed."""
-        at = self.due_at()
-        return at is not None and now_ms >= at
-
-    def next_check_ms(self, now_ms: int) -> int | None:
-        """When to look again (``now_ms`` when due already), or ``None`` when nothing
-        but a change of the facts (reported through :meth:`observe`) can make it due."""
-        at = self.due_at()
-        return None if at is None else max(at, now_ms)
-
-    def to_wire(self) -> list[Any]:
-        """``[created_ms, creator_session, [since, ...]]``: ints, a string and ``None`` only."""
-        return [self.created_ms, self.creator_session, list(self.since)]
-
-    @classmethod
-    def from_wire(cls, policy: RemovalPolicy, data: Any) -> RemovalState:
-        """The state :meth:`to_wire` gave, for the same policy."""
-        if not (isinstance(data, list | tuple) and len(data) == 3 and isinstance(data[2], list | tuple)):
-            raise RemovalStateError(f"a removal state is [created, creator, [since, ...]], got {data!r}")
-        created, creator, since = data
-        if not _is_int(created) or not (creator is None or isinstance(creator, str)):
-            raise RemovalStateError(f"a removal state's creation time is an int and its creator a string, got {data!r}")
-        if not all(s is None or _is_int(s) for s in since):
-            raise RemovalStateError(f"a removal state's since times are ints or None, got {since!r}")
-        return cls(policy, created, creator, tuple(since))
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _combine(condition: Condition, instants: Iterator[int | None]) -> int | None:
-    """Fold the terms' instants (in term order) through the condition's and/or."""
-    if isinstance(condition, AllOf):
-        parts = [_combine(o, instants) for o in condition.operands]
-        return None if any(p is None for p in parts) else max(p for p in parts if p is not None)
-    if isinstance(condition, AnyOf):
-        known = [p for p in (_combine(o, instants) for o in condition.operands) if p is not None]
-        return min(known) if known else None
-    return next(instants)

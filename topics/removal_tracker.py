@@ -1,6 +1,6 @@
 """The removal policies of one partition's topics: what they need to know, and which are due.
 
-A :class:`RemovalTracker` keeps a :class:`~topics.removal.RemovalState` for every normal
+A :class:`RemovalTracker` keeps a :class:`~topics.removal_state.RemovalState` for every normal
 topic whose specification has a REMOVAL policy, and the facts those policies depend on
 (the caller's side of the contract in :mod:`topics.removal`):
 
@@ -37,12 +37,11 @@ from topics.removal import (
     FewerSubscriptions,
     NoSessionHas,
     RemovalPolicy,
-    RemovalState,
     SessionCloses,
-    TopicFacts,
     parse_policy,
     selector_to_remove,
 )
+from topics.removal_state import RemovalState, TopicFacts
 
 __all__ = ["CHECK_INTERVAL_MS", "REPORT_TIMEOUT_MS", "Due", "RemovalTracker", "Watch"]
 

@@ -1,4 +1,4 @@
-"""topics/removal.py: the REMOVAL policy language, and when a policy is due over simulated time,
+"""topics/removal.py and removal_state.py: the REMOVAL policy language, and when a policy is due over simulated time,
 checked against an oracle that reads the facts' whole timeline."""
 
 from __future__ import annotations
@@ -26,17 +26,16 @@ from topics.removal import (
     NoUpdates,
     RemovalPolicy,
     RemovalPolicyError,
-    RemovalState,
     RemovalStateError,
     SessionCloses,
     Term,
     TimeAfter,
-    TopicFacts,
     format_rfc1123,
     parse_policy,
     parse_rfc1123,
     selector_to_remove,
 )
+from topics.removal_state import RemovalState, TopicFacts
 from topics.selectors import parse_selector
 
 S, M, H = 1000, 60_000, 3_600_000
