@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import copy
 import json
-import os
 import sys
 import tempfile
 import time
@@ -51,31 +50,6 @@ import canopy  # noqa: E402
 
 WINDOW = 1000
 FIELDS = 40
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def server_cpu_ticks(root: int) -> int:
-    """utime + stime, in clock ticks, of ``root`` and every process below it (the serve process,
-    its Ray processes and their workers)."""
-    stats: dict[int, list[str]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                stats[int(entry.name)] = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                pass
-    children: dict[int, list[int]] = {}
-    for pid, fields in stats.items():
-        children.setdefault(int(fields[1]), []).append(pid)
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in stats:
-            total += int(stats[pid][11]) + int(stats[pid][12])
-        todo += children.get(pid, [])
-    return total
-
-
 def document(seq: int) -> dict[str, Any]:
     """The document's value at ``seq``: ~2 KB of JSON whose only changing field is ``seq``."""
     doc: dict[str, Any] = {}
@@ -137,11 +111,11 @@ async def run_mode(
         for sub in subs:
             sub.counting = True
         bytes_before = sum(s.session.bytes_received for s in subs)
-        ticks_before = server_cpu_ticks(server_pid)
+        cpu_before = peers.process_tree_cpu_s(server_pid)
         started = time.monotonic()
         await publish_for(duration)
         elapsed = time.monotonic() - started
-        server_cpu = (server_cpu_ticks(server_pid) - ticks_before) / CLK_TCK
+        server_cpu = peers.process_tree_cpu_s(server_pid) - cpu_before
         for sub in subs:
             sub.counting = False
         received = sum(s.session.bytes_received for s in subs) - bytes_before
