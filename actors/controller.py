@@ -26,13 +26,12 @@ from urllib.parse import urlsplit
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors import configuration, gateway, partition, session_trees, views
+from actors import configuration, gateway, names, partition, session_trees, views
 from actors.locks import LockKeeper
 from actors.node_control import NodeControl
 from actors.replicas import ReplicaSet
-from cluster import names
-from cluster.nodes import alive_by_name, from_ray
 from replication.configuration import SECURITY_FILE, SESSION_TREES_FILE, VIEWS_FILE
+from replication.nodes import alive_by_name, from_ray
 from sessions.collectors import CollectorError, Collectors, from_dict
 from sessions.security import ADMINISTRATOR, SecurityStore, default_store
 
@@ -937,7 +936,7 @@ class ControllerActor:
                 continue
             seen.add(n.name)
             node_rows.append({"name": n.name, "address": n.address, "alive": n.alive,
-                              "home": n.id == self.home_node})
+                              "home": n.id == self.home_node, "head": n.head})
         replicas = {key: handle for key, (name, handle) in self.replicas.replicas.items()
                     if name not in self.replicas.dead}
         refs = {key: h.stats.remote() for key, h in replicas.items()}

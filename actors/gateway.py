@@ -31,7 +31,7 @@ from typing import Any
 
 import ray
 
-from cluster.partitioning import partition_of
+from topics.partitioning import partition_of
 from actors.client_control import ClientControl
 from actors.connections import CLOSE_BY_CLIENT_CONTROL, Connections
 from actors import routes
@@ -580,7 +580,7 @@ class GatewayActor:
 
     async def start(self) -> dict[str, Any]:
         """Attach to the partitions and listen (once; again after a restart)."""
-        from cluster import names
+        from actors import names
 
         if self._started is None:
             self._started = await self.core.start(ray.get_actor(names.CONTROLLER), ray.get_actor(names.VIEWS))

@@ -61,7 +61,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
-from cluster.partitioning import partition_of, partitions_for
+from topics.partitioning import partition_of, partitions_for
 from topics.protocol import (
     MOVED,
     Batch,

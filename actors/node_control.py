@@ -2,7 +2,7 @@
 for users who want to watch failover happen (and for the cluster tests).
 
 * ``kill``: the node's raylet and every process it started get SIGKILL (see
-  :mod:`cluster.processes`) — a crash, not a graceful removal; Ray notices by
+  :mod:`actors.processes`) — a crash, not a graceful removal; Ray notices by
   its health checks and the controller fails the node's partitions over.
 * ``pause``: the same processes get SIGSTOP, then SIGCONT after ``seconds``: a
   node that hangs. Paused past Ray's failure detector, it is declared dead and
@@ -37,7 +37,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cluster.nodes import Node, NodeError, check_name
+from replication.nodes import Node, NodeError, check_name
 
 ACTIONS = ("kill", "pause", "add", "restart-gcs")
 #: a pause longer than this is refused (a forgotten node should come back)
@@ -61,7 +61,7 @@ class NodeActionError(Exception):
 @ray.remote(num_cpus=0, max_retries=0)
 def _launch(action: str, seconds: float) -> dict[str, Any]:
     """Runs on the node: a Ray worker's parent process is its node's raylet."""
-    from cluster import processes
+    from actors import processes
 
     raylet = os.getppid()
     return {"raylet_pid": raylet, "helper_pid": processes.launch(action, raylet, seconds),

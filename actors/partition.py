@@ -55,7 +55,7 @@ from topics.protocol import (
 )
 from history import export_worker
 from history.store import Exporter, history_location
-from replication.journal import SEGMENT_BYTES, FsyncPolicy, Journal, JournalError, JournalGap
+from replication.journal import SEGMENT_BYTES, FsyncPolicy, Journal, JournalCorrupt, JournalError, JournalGap
 from topics.store import RECENT, TopicStore
 
 log = logging.getLogger("canopy.partition")
@@ -172,6 +172,10 @@ class Partition:
         self.snapshot_every = snapshot_every
         self._snapshotting = False
         self._sync_timer: asyncio.TimerHandle | None = None
+        self._scrub_timer: asyncio.TimerHandle | None = None
+        self._scrub_every_ms = 0
+        #: journal files found damaged while running, and replaced (:meth:`start_scrub`)
+        self.damaged_files = 0
         self.recovered = self._recover() if journal is not None else None
         self.secret = secrets.token_urlsafe(24)
         self.links: dict[str, _Peer] = {}
@@ -249,7 +253,14 @@ class Partition:
         journal = self.journal
         assert journal is not None
         started = time.perf_counter()
-        recovery = journal.recover()
+        try:
+            recovery = journal.recover()
+        except JournalCorrupt as e:
+            if not self.replicated:
+                raise JournalCorrupt(e.path, e.offset, e.reason, _REPAIR_HINT) from e
+            # its peer holds the partition: start empty, to be primed again (never a primary before)
+            journal.set_aside(str(e), time.time_ns() // 1_000_000)
+            recovery = journal.recover()
         topics = self.store.load(recovery.states)
         skipped = self.store.replay(recovery.changes, recovery.times)
         report = {
@@ -578,6 +589,13 @@ class Partition:
         """Take over as the partition's primary at ``epoch`` (a backup must have been primed)."""
         if self.role == BACKUP and not self.primed:
             raise NotCaughtUp(f"partition {self.index}'s backup was never primed: it cannot take over")
+        damage = self.journal.damaged if self.journal is not None and self.role != PRIMARY else None
+        if damage is not None:
+            raise NotCaughtUp(
+                f"partition {self.index}: this replica's journal was damaged ({damage.get('reason')}) and set "
+                f"aside in {self.journal.directory / str(damage.get('files', ''))}; it holds nothing until its "
+                f"peer primes it, and no other replica holds the partition. {_REPAIR_HINT}"  # type: ignore[union-attr]
+            )
         self._set_epoch(epoch)
         follower, self.follower = self.follower, None
         if follower is not None and follower.transport is not None:
@@ -627,6 +645,7 @@ class Partition:
             "role": self.role, "epoch": self.epoch, "primed": self.primed, "caught_up": self.caught_up,
             "sequence": self.journal.last_sequence if self.journal is not None else 0,
             "since": self.primary_since, "handing_over": self.handing_over,
+            "damaged": self.journal is not None and self.journal.damaged is not None,
             "address": _where(self.address), "backup": _where(self.backup_address),
         }
 
@@ -678,6 +697,60 @@ class Partition:
                 log.error("partition %d: a snapshot failed: %s", self.index, future.exception())
 
         asyncio.get_running_loop().run_in_executor(None, journal.write_snapshot, states, sequence).add_done_callback(done)
+
+    def start_scrub(self, every_ms: int) -> None:
+        """Every ``every_ms`` (0: never), read the journal's files back on a worker thread
+        and check every checksum. Damage found (a flipped bit, a cut file: the disk's
+        doing, not canopy's) is made harmless at once: the replica's topics, which it
+        holds in memory and its peer holds too, are written as a new snapshot after its
+        last record, and the damaged files set aside (:meth:`Journal.replace_damaged`),
+        so a restart never meets them."""
+        self._scrub_every_ms = every_ms
+        if self.journal is not None and every_ms > 0 and self._scrub_timer is None:
+            self._scrub_timer = asyncio.get_running_loop().call_later(every_ms / 1000, self._scrub)
+
+    def _scrub(self) -> None:
+        self._scrub_timer = None
+        journal = self.journal
+        if journal is None:
+            return
+        asyncio.get_running_loop().run_in_executor(None, journal.scrub).add_done_callback(self._scrubbed)
+
+    def _scrubbed(self, future: asyncio.Future[list[tuple[Any, str]]]) -> None:
+        journal = self.journal
+        if journal is None or future.cancelled():
+            return
+        if future.exception() is not None:
+            log.error("partition %d: reading the journal back failed: %s", self.index, future.exception())
+            damaged: list[tuple[Any, str]] = []
+        else:
+            damaged = future.result()
+        loop = asyncio.get_running_loop()
+        if damaged and self._snapshotting:  # a snapshot is being written: look again after it
+            self._scrub_timer = loop.call_later(1.0, self._scrub)
+            return
+        if damaged:
+            for path, why in damaged:
+                log.error("partition %d: journal file %s is damaged (%s)", self.index, path, why)
+            self.damaged_files += len(damaged)
+            self._snapshotting = True
+            states, sequence = self.store.state(), journal.last_sequence
+            try:
+                journal.roll()  # later records go to a segment of their own
+            except JournalError as e:
+                log.error("partition %d: cannot replace damaged journal files: %s", self.index, e)
+                self._snapshotting = False
+                return
+
+            def replaced(done: asyncio.Future[Any]) -> None:
+                self._snapshotting = False
+                if done.exception() is not None:
+                    log.error("partition %d: replacing damaged journal files failed: %s", self.index, done.exception())
+
+            loop.run_in_executor(
+                None, journal.replace_damaged, [p for p, _ in damaged], states, sequence, time.time_ns() // 1_000_000,
+            ).add_done_callback(replaced)
+        self.start_scrub(self._scrub_every_ms)
 
     # -- history ---------------------------------------------------------------
 
@@ -765,6 +838,8 @@ class Partition:
             self._export_process.stop()
         if self._sync_timer is not None:
             self._sync_timer.cancel()
+        if self._scrub_timer is not None:
+            self._scrub_timer.cancel()
         self._drop_backup()
         if self.server is not None:
             self.server.close()
@@ -797,7 +872,7 @@ class Partition:
             "operations": self.operations,
             "journal": self.journal and {
                 "sequence": self.journal.last_sequence, "snapshot": self.journal.snapshot_sequence,
-                "policy": str(self.journal.policy),
+                "policy": str(self.journal.policy), "damaged_files": self.damaged_files,
             },
             "backup": self.backup_address and {
                 "address": f"{self.backup_address['host']}:{self.backup_address['port']}",
@@ -815,6 +890,10 @@ class Partition:
 
 def _where(address: dict[str, Any] | None) -> str | None:
     return f"{address['host']}:{address['port']}" if address else None
+
+
+_REPAIR_HINT = (" `canopy journal check --data-dir DIR` says what is damaged; `canopy journal repair` cuts the "
+                "journal at the damage (what follows it is lost), with serve stopped")
 
 
 class StaleEpoch(Exception):
@@ -876,6 +955,7 @@ class PartitionActor:
                     recent=int((self._config or {}).get("recent_messages", RECENT)),
                 )
                 await core.serve()
+                core.start_scrub(int((self._config or {}).get("journal_scrub_ms", 0)))
                 if self._exporter is not None:
                     core.start_history(self._exporter, int((self._config or {})["history_export_ms"]))
                 self.core = core

@@ -1,15 +1,18 @@
 """The controller's partition replicas: placement carried out on Ray.
 
 :class:`ReplicaSet` holds the partition map (one
-:class:`~cluster.placement.Placement` per partition: primary node, backup
+:class:`~replication.placement.Placement` per partition: primary node, backup
 node, epoch) and the :class:`~actors.partition.PartitionActor` replica on
 each of those nodes, and carries out what the pure functions of
-:mod:`cluster.placement` decide:
+:mod:`replication.placement` decide:
 
 * at start, each partition on the nodes that hold its journal (the newest
   epoch first; a node's epochs are read from its data directory by a Ray task
   on that node), the rest spread evenly; the backup is made to follow first,
   then the primary is told to take over and prime it;
+* Ray's head node (:attr:`~replication.nodes.Node.head`) holds no replica
+  while two other nodes are alive, and rebalancing moves replicas off it (see
+  :mod:`replication.placement`);
 * when a node is lost, a partition whose primary was there is taken over by its
   backup (epoch + 1) and gets a new backup on another node, primed from the new
   primary before it answers anything more; a partition that lost its backup gets
@@ -44,8 +47,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors import partition
 from actors.link import Route
-from cluster.nodes import Node
-from cluster.placement import (
+from replication.nodes import Node, head_of
+from replication.placement import (
     Placement,
     Placements,
     Standing,
@@ -59,18 +62,21 @@ from cluster.placement import (
 log = logging.getLogger("canopy.replicas")
 CALL_TIMEOUT = 20.0  # a placement step; serve gives up on a controller silent for 30 s
 PROBE_TIMEOUT = 2.0
+HELD_TIMEOUT = 300.0  # every node reads its journals back at start (as recovery will): bounded, not short
 
 
 class ReplicaError(RuntimeError):
     pass
 
 
-def held_epochs(directory: str, count: int) -> dict[int, int]:
-    """The partitions whose journal is in ``directory`` and the epoch each was last given."""
-    from replication.journal import held_epoch
+def held_epochs(directory: str, count: int) -> dict[int, tuple[int, int]]:
+    """The partitions whose journal is in ``directory``, each with the epoch it was last
+    given and the last record it gives back, every file read back first
+    (:func:`replication.journal.held`: a damaged journal says epoch -1)."""
+    from replication.journal import held
 
-    found = {i: held_epoch(directory, i) for i in range(count)}
-    return {i: epoch for i, epoch in found.items() if epoch is not None}
+    found = {i: held(directory, i) for i in range(count)}
+    return {i: (h.epoch, h.sequence) for i, h in found.items() if h is not None}
 
 
 _held_task = ray.remote(num_cpus=0)(held_epochs)
@@ -96,18 +102,18 @@ class ReplicaSet:
 
     def start(self, nodes: dict[str, Node]) -> None:
         self.nodes = dict(nodes)
-        held: dict[int, dict[str, int]] = {}
+        held: dict[int, dict[str, tuple[int, int]]] = {}
         names = sorted(nodes)
         answers = ray.get([
             _held_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[n].id, soft=False)).remote(
                 nodes[n].data_dir(self.config["data_dir"]), self.count
             )
             for n in names
-        ], timeout=CALL_TIMEOUT)
+        ], timeout=HELD_TIMEOUT)
         for name, epochs in zip(names, answers):
             for i, epoch in epochs.items():
                 held.setdefault(i, {})[name] = epoch
-        self.placements = initial(self.count, names, held)
+        self.placements = initial(self.count, names, held, self.head)
         self.since = [p.epoch for p in self.placements]
         for p in self.placements:
             self._place(p, None)
@@ -170,7 +176,7 @@ class ReplicaSet:
         :class:`ReplicaError` (the controller fails to start again, and says why)."""
         import re
 
-        from cluster.names import REPLICA_NAME
+        from actors.names import REPLICA_NAME
 
         self.nodes = dict(nodes)
         self.replicas, self.dead = {}, set()
@@ -211,7 +217,7 @@ class ReplicaSet:
                             f"placed again at epoch {a.again.epoch}")
                 self._place(a.again, None)
         before = self.placements
-        return said + self._apply(before, fill_backups(after_loss(before, list(nodes)), list(nodes)))
+        return said + self._apply(before, self._after_loss(before))
 
     @staticmethod
     def _stop(handle: Any) -> None:
@@ -255,11 +261,21 @@ class ReplicaSet:
             said.append(f"node(s) {', '.join(joined)} joined")
         self.nodes = dict(nodes)
         before = self.placements
-        after = fill_backups(after_loss(before, list(nodes)), list(nodes))
+        after = self._after_loss(before)
         for old, new in zip(before, after):
             if old.nodes() and all(n in lost for n in old.nodes()):
                 said.append(f"partition {old.partition} is unavailable: every node that holds it is lost")
         return said + self._apply(before, after)
+
+    @property
+    def head(self) -> str | None:
+        """The name of Ray's head node, when it is alive."""
+        return head_of(self.nodes.values())
+
+    def _after_loss(self, before: Placements) -> Placements:
+        """``before`` on the alive nodes: lost replicas replaced, and every partition given a backup."""
+        alive = list(self.nodes)
+        return fill_backups(after_loss(before, alive, self.head), alive, self.head)
 
     def _apply(self, before: Placements, after: Placements) -> list[str]:
         said = []
@@ -317,11 +333,11 @@ class ReplicaSet:
         return [f"partition {index}: replica {name} died"] + self._apply(self.placements, _with(self.placements, new))
 
     def rebalance(self) -> list[str]:
-        """One step towards an even spread (see :func:`~cluster.placement.rebalance_step`)."""
+        """One step towards an even spread (see :func:`~replication.placement.rebalance_step`)."""
         before = self.placements
         if self.balanced():
             return []
-        after = rebalance_step(before, list(self.nodes), self._caught_up())
+        after = rebalance_step(before, list(self.nodes), self._caught_up(), self.head)
         if after == before:
             return []
         (old, new), = [(a, b) for a, b in zip(before, after) if a != b]
@@ -338,7 +354,7 @@ class ReplicaSet:
         return [f"partition {new.partition}: handed over from {old.primary} to {new.primary} (epoch {new.epoch})"]
 
     def balanced(self) -> bool:
-        return rebalance_step(self.placements, list(self.nodes), range(self.count)) == self.placements
+        return rebalance_step(self.placements, list(self.nodes), range(self.count), self.head) == self.placements
 
     def _caught_up(self) -> list[int]:
         with_backup = [p for p in self.placements if p.backup is not None]

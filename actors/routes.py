@@ -17,7 +17,7 @@ def from_controller() -> Resolve:
     async def resolve(index: int, failed: int) -> Route | None:
         nonlocal handle
         if handle is None:
-            from cluster import names
+            from actors import names
 
             try:
                 handle = ray.get_actor(names.CONTROLLER)

@@ -43,7 +43,7 @@ def announce_start() -> None:
     context = ray.get_runtime_context()
     if context.get_actor_id() is None:
         return
-    from cluster import names
+    from actors import names
 
     name = context.get_actor_name()
     _exit_with_raylet()

@@ -7,45 +7,39 @@ or later.
 
 ``canopy serve`` calls :func:`check` before it starts Ray, so a file that is
 missing, unreadable, not PEM or a key that does not match the certificate
-stops the start with a :class:`TLSConfigError` naming the file; each gateway
-then builds its context with :func:`server_context`, which raises the same
-errors::
+stops the start with a :class:`TLSConfigError` naming the file (serve reports
+it as the configuration error it is); each gateway then builds its context
+with :func:`server_context`, which raises the same errors::
 
-    ConfigError (cluster.config)
+    ValueError
     └── TLSConfigError     a certificate or key file that cannot serve TLS
 
-This is a leaf module: no Ray.
+This is a leaf module: no Ray, and it knows the settings only by the two paths.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-from cluster.config import ConfigError, ServerConfig
-
 __all__ = ["TLSConfigError", "check", "context_for", "server_context"]
 
 
-class TLSConfigError(ConfigError):
+class TLSConfigError(ValueError):
     """A certificate or key file that cannot serve TLS; the message names the file."""
 
 
-def check(config: ServerConfig) -> ServerConfig:
-    """Load ``config``'s certificate and key now, or raise :class:`TLSConfigError`.
+def check(cert: str, key: str) -> tuple[str, str]:
+    """Load the certificate chain ``cert`` and the key ``key`` now, or raise :class:`TLSConfigError`.
 
-    Returns ``config`` with both paths made absolute: the gateways open them
-    in other processes, whose working directory may differ. Without TLS,
-    returns ``config`` unchanged.
+    Returns both paths made absolute: the gateways open them in other
+    processes, whose working directory may differ.
     """
-    if config.tls_cert is None or config.tls_key is None:
-        return config
-    cert, key = str(Path(config.tls_cert).resolve()), str(Path(config.tls_key).resolve())
+    cert, key = str(Path(cert).resolve()), str(Path(key).resolve())
     server_context(cert, key)
-    return dataclasses.replace(config, tls_cert=cert, tls_key=key)
+    return cert, key
 
 
 def context_for(config: Mapping[str, Any]) -> ssl.SSLContext | None:

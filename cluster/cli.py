@@ -1,4 +1,5 @@
-"""The ``canopy`` console script: the client verbs (:mod:`canopy.cli`) and ``canopy serve``.
+"""The ``canopy`` console script: the client verbs (:mod:`canopy.cli`), ``canopy serve``,
+``canopy history`` (:mod:`history.cli`) and ``canopy journal`` (:mod:`replication.cli`).
 
 ::
 
@@ -86,9 +87,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``canopy`` command, a client verb or ``serve``; return its exit status."""
-    from history.cli import add_history  # stdlib only until a job runs; not loaded by importing this module
+    # stdlib only until a command runs; not loaded by importing this module
+    from history.cli import add_history
+    from replication.cli import add_journal
 
-    return client_cli.main(argv, extensions=(add_serve, add_history))
+    return client_cli.main(argv, extensions=(add_serve, add_history, add_journal))
 
 
 if __name__ == "__main__":

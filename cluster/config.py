@@ -33,9 +33,9 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from cluster.partitioning import default_partition_count
 from topics import paths
 from topics.errors import PathError
+from topics.partitioning import default_partition_count
 
 _DECLARATION = "canopy.setting"
 _KINDS = {int: "an integer", str: "a string", bool: "true or false", dict: "a table"}
@@ -324,6 +324,11 @@ class ServerConfig:
         100_000, "messages each partition keeps after they are delivered (its primary and its backup alike), "
         "from which an MQTT session taken up at another gateway gets what it missed; 0 keeps none (such a "
         "session then gets its topics' current values)", low=0, high=10_000_000, metavar="N",
+    )
+    journal_scrub_ms: int = setting(
+        300_000, "how often each partition replica reads its journal's files back and checks every checksum "
+        "(a damaged file is replaced by a snapshot of what the replica holds and set aside); 0: never",
+        low=0, high=86_400_000, metavar="MS",
     )
     journal_segment_bytes: int = setting(
         64 * 1024 * 1024, "size at which a partition's journal closes its segment and opens the next",

@@ -56,8 +56,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from cluster import names, watchdog
-from cluster.config import ServerConfig
+from actors import names
+from cluster import watchdog
+from cluster.config import ConfigError, ServerConfig
 from cluster.watchdog import LOCK_FILE, SERVER_FILE, write_json
 
 HEALTH_INTERVAL = 1.0
@@ -364,11 +365,11 @@ def _check_loopback() -> None:
 
 def _local_cluster(config: ServerConfig) -> Any:
     """``local_nodes`` simulated Ray nodes on this machine (Ray's own multi-node test
-    harness), labelled ``node-0`` ... (see :mod:`cluster.nodes`); node-0 is the head."""
+    harness), labelled ``node-0`` ... (see :mod:`replication.nodes`); node-0 is the head."""
     import ray
     from ray.cluster_utils import Cluster
 
-    from cluster.nodes import LABEL
+    from replication.nodes import LABEL
 
     cluster = Cluster(
         initialize_head=True, connect=False,
@@ -394,7 +395,7 @@ def _node_cpus(config: ServerConfig) -> int:
 
 
 def _start_local_node(cluster: Any, config: ServerConfig, name: str) -> None:
-    from cluster.nodes import LABEL
+    from replication.nodes import LABEL
 
     cluster.add_node(num_cpus=_node_cpus(config), labels={LABEL: name})
 
@@ -402,8 +403,8 @@ def _start_local_node(cluster: Any, config: ServerConfig, name: str) -> None:
 def local_node_processes(cluster: Any) -> list[dict[str, Any]]:
     """Each running simulated node's name and raylet pid (a crashed node's entry goes;
     one started again under its name gets a new entry)."""
-    from cluster.nodes import LABEL
-    from cluster.processes import alive
+    from actors.processes import alive
+    from replication.nodes import LABEL
 
     out = []
     for node in [cluster.head_node, *cluster.worker_nodes]:
@@ -456,9 +457,7 @@ def serve(config: ServerConfig, out: Callable[[str], None] = print) -> int:
 
     serve works in :data:`CODE_ROOT`, not in the directory it was started in (see
     :func:`_working_in`); the configuration's relative paths name files of the latter."""
-    from actors import tls  # no Ray: the certificate and key are checked before anything starts
-
-    config = _absolute_paths(tls.check(config))
+    config = _absolute_paths(_checked_tls(config))
     data_dir = Path(config.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = _lock(data_dir)
@@ -477,9 +476,24 @@ def serve(config: ServerConfig, out: Callable[[str], None] = print) -> int:
         lock.close()  # the watchdog, waiting for this lock, now sweeps and exits
 
 
+def _checked_tls(config: ServerConfig) -> ServerConfig:
+    """``config`` with its TLS certificate and key loaded once (:func:`actors.tls.check`) and their
+    paths made absolute, before anything starts; a file that cannot serve TLS is a
+    :class:`ConfigError` naming it. Without TLS, ``config`` unchanged."""
+    from actors import tls  # no Ray
+
+    if config.tls_cert is None or config.tls_key is None:
+        return config
+    try:
+        cert, key = tls.check(config.tls_cert, config.tls_key)
+    except tls.TLSConfigError as e:
+        raise ConfigError(str(e)) from None
+    return dataclasses.replace(config, tls_cert=cert, tls_key=key)
+
+
 def _absolute_paths(config: ServerConfig) -> ServerConfig:
     """``config`` with its local paths made absolute, against the directory serve was started in
-    (the TLS files are already: :func:`actors.tls.check`); so is ``$RAY_AUTH_TOKEN_PATH``."""
+    (the TLS files are already: :func:`_checked_tls`); so is ``$RAY_AUTH_TOKEN_PATH``."""
     history = config.history_dir
     if history and "://" not in history:  # not a URI (s3://, gs://, ...)
         history = str(Path(history).resolve())

@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from cluster.processes import arguments
+from actors.processes import arguments
 
 STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL for what a dead serve left
 STOP_DEADLINE = 20.0

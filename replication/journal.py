@@ -104,6 +104,13 @@ it, checking each frame's length, checksum, decoding and sequence:
   to ``<name>.corrupt`` and truncated, every later segment renamed
   ``*.corrupt``, and the cut reported in :attr:`Recovery.problems`.
 
+A replica whose peer holds the partition does not cut: :meth:`Journal.set_aside`
+moves every file into ``damaged-<ms>/`` and marks the directory ``DAMAGED``; the
+replica starts empty, may not become a primary, and is whole again when its peer
+primes it (:meth:`Journal.reset` removes the mark). :func:`held_epoch` says
+:data:`DAMAGED_EPOCH` for it, so a restarted cluster trusts any whole replica
+first, and refuses to start the partition, naming the damage, when there is none.
+
 Errors::
 
     JournalError              a journal cannot be used as asked
@@ -111,6 +118,19 @@ Errors::
     ├── JournalBusy           another process holds the journal's lock
     ├── JournalGap            a backup's records would not follow its last one
     └── JournalWriteError     the operating system refused a write or an fsync
+
+Verification
+============
+
+:func:`verify` reads a journal directory as :meth:`Journal.recover` would, and
+also the snapshots and segments recovery skips. It changes nothing and does
+not need the lock, so it can run beside the process that appends. It returns a
+:class:`Verification`: the last good record, the snapshot recovery would
+start from, and each :class:`Problem` with its file, offset, reason and
+:class:`ProblemKind`. A partly written batch at the end of the last segment
+counts as a torn tail, not as damage. ``canopy journal check`` and
+``canopy journal repair`` (:mod:`replication.cli`) run :func:`verify` and
+``recover(repair=True)`` on every journal in a data directory.
 
 Replicas
 ========
@@ -160,7 +180,8 @@ from topics.changes import (
 
 __all__ = [
     "DEFAULT_FSYNC", "FsyncMode", "FsyncPolicy", "Journal", "JournalBusy", "JournalCorrupt", "JournalError", "JournalGap",
-    "JournalWriteError", "Record", "Recovery", "Segment", "read_segment", "record_row",
+    "JournalWriteError", "Problem", "ProblemKind", "Record", "Recovery", "Segment", "Verification", "read_segment",
+    "record_row", "verify",
 ]
 
 log = logging.getLogger("canopy.journal")
@@ -172,6 +193,10 @@ SNAPSHOT_MAGIC = "canopy-snapshot"
 MAX_RECORD = 512 * 1024 * 1024
 SEGMENT_BYTES = 64 * 1024 * 1024
 EPOCH_FILE = "EPOCH"
+#: the mark of a journal whose files were set aside (:meth:`Journal.set_aside`)
+DAMAGED_FILE = "DAMAGED"
+#: what :func:`held_epoch` says of such a journal: older than any epoch, so a whole replica is preferred
+DAMAGED_EPOCH = -1
 _FRAME = struct.Struct("<II")
 _SEGMENT_NAME = re.compile(r"segment-(\d{20})\.log")
 _SNAPSHOT_NAME = re.compile(r"snapshot-(\d{20})\.snap")
@@ -417,10 +442,22 @@ class _SegmentScan(NamedTuple):
     end: int  # the offset just past the last good record (0: not even the header)
     bad: _Bad | None
     valid_after_bad: int | None  # offset of a valid record after the bad one
+    size: int  # of the bytes scanned
 
 
-def _scan_segment(path: Path, partition: int, first: int, after: int) -> _SegmentScan:
-    data, release = _open_data(path)
+def _read_data(path: Path) -> tuple[Any, Callable[[], None]]:
+    """The bytes of ``path``, read: a file another thread may change under a mapping would be a SIGBUS."""
+    with open(path, "rb") as f:
+        return f.read(), lambda: None
+
+
+def _scan_segment(
+    path: Path, partition: int, first: int, after: int,
+    opener: Callable[[Path], tuple[Any, Callable[[], None]]] = _open_data, *, keep: bool = True,
+) -> _SegmentScan:
+    """Check ``path``'s frames, header and sequences, decode the records after
+    ``after`` (and keep them unless not ``keep``); stop at the first bad frame."""
+    data, release = opener(path)
     try:
         frames = _Frames(data)
         records: list[Record] = []
@@ -449,7 +486,8 @@ def _scan_segment(path: Path, partition: int, first: int, after: int) -> _Segmen
                             change = decode_change(item[2])
                         except ChangeFormatError as e:
                             raise frames.bad(f"record {expected}: {e}") from None
-                        records.append(Record(expected, item[1], change))
+                        if keep:
+                            records.append(Record(expected, item[1], change))
                     expected += 1
                 end = frames.offset + 8 + len(payload)
             if frames.problem is not None:
@@ -457,7 +495,7 @@ def _scan_segment(path: Path, partition: int, first: int, after: int) -> _Segmen
         except _Bad as e:
             bad = e
         valid_after = _valid_record_after(data, bad.offset) if bad is not None else None
-        return _SegmentScan(records, expected - 1, end, bad, valid_after)
+        return _SegmentScan(records, expected - 1, end, bad, valid_after, len(data))
     finally:
         release()
 
@@ -474,11 +512,14 @@ def read_segment(path: str | os.PathLike[str], partition: int) -> list[Record]:
     return scan.records
 
 
-def _read_snapshot(path: Path, partition: int, sequence: int) -> list[TopicState]:
+def _read_snapshot(path: Path, partition: int, sequence: int, keep: bool = True) -> list[TopicState]:
+    """The topic states of snapshot ``path`` (none kept unless ``keep``, every one
+    decoded); :class:`_Bad` where it fails a check."""
     data, release = _open_data(path)
     try:
         frames = _Frames(data)
         states: list[TopicState] = []
+        count = 0
         header: Any = None
         done = False
         for payload in frames:
@@ -493,14 +534,17 @@ def _read_snapshot(path: Path, partition: int, sequence: int) -> list[TopicState
                 if item != [SNAPSHOT_MAGIC, FORMAT, partition, sequence]:
                     raise frames.bad(f"not the header of partition {partition}'s snapshot {sequence}: {item!r:.200}")
             elif isinstance(item, list) and len(item) == 2 and item[0] == "end":
-                if item[1] != len(states):
-                    raise frames.bad(f"the trailer counts {item[1]!r} topics, the file holds {len(states)}")
+                if item[1] != count:
+                    raise frames.bad(f"the trailer counts {item[1]!r} topics, the file holds {count}")
                 done = True
             else:
                 try:
-                    states.append(decode_state(item))
+                    state = decode_state(item)
                 except ChangeFormatError as e:
                     raise frames.bad(str(e)) from None
+                count += 1
+                if keep:
+                    states.append(state)
         if frames.problem is not None:
             raise frames.bad(frames.problem)
         if not done:
@@ -510,6 +554,259 @@ def _read_snapshot(path: Path, partition: int, sequence: int) -> list[TopicState
         release()
 
 
+# -- reading a journal's files (recovery and verification) -----------------------------
+
+
+class _Listing(NamedTuple):
+    segments: list[int]  # first sequences, ascending
+    snapshots: list[int]  # sequences, ascending
+
+
+def _list_files(directory: Path, remove_temporaries: bool = False) -> _Listing:
+    """The segments and snapshots in ``directory``; ``remove_temporaries`` (the owner
+    only): remove snapshots that were being written when their process ended."""
+    segments: list[int] = []
+    snapshots: list[int] = []
+    for entry in directory.iterdir():
+        if (m := _SEGMENT_NAME.fullmatch(entry.name)) is not None:
+            segments.append(int(m.group(1)))
+        elif (m := _SNAPSHOT_NAME.fullmatch(entry.name)) is not None:
+            snapshots.append(int(m.group(1)))
+        elif remove_temporaries and entry.name.startswith(".snapshot-") and entry.name.endswith(".tmp"):
+            entry.unlink()
+    segments.sort()
+    snapshots.sort()
+    return _Listing(segments, snapshots)
+
+
+class _Base(NamedTuple):
+    """The snapshot recovery starts from: the newest that reads back whole."""
+
+    sequence: int | None  # None: no snapshot reads back whole
+    states: list[TopicState]
+    unreadable: list[tuple[int, _Bad]]  # the newer snapshots, newest first, and why each fails
+
+
+def _find_base(directory: Path, partition: int, snapshots: list[int], keep: bool = True) -> _Base:
+    unreadable: list[tuple[int, _Bad]] = []
+    for sequence in reversed(snapshots):
+        try:
+            states = _read_snapshot(directory / _snapshot_name(sequence), partition, sequence, keep)
+        except _Bad as e:
+            unreadable.append((sequence, e))
+            continue
+        return _Base(sequence, states, unreadable)
+    return _Base(None, [], unreadable)
+
+
+class _Cut(NamedTuple):
+    """Where the records stop short of the journal's end."""
+
+    position: int  # of the segment in the listing
+    offset: int
+    reason: str
+    detail: str  # what follows the bad bytes
+    scan: _SegmentScan | None  # the segment's (None: the cut is before it, at a gap or an overlap)
+
+
+class _Walk(NamedTuple):
+    """The records after the base snapshot, read as :meth:`Journal.recover` reads them."""
+
+    start: int  # index of the first segment read: the snapshot covers the segments before it
+    kept: list[int]  # the segments that stay (the torn one, once cut, too)
+    changes: list[Change]
+    times: list[int]
+    last: int  # the sequence of the last good record
+    torn: _Cut | None  # a bad frame at the end of the last segment with nothing valid after it
+    damage: _Cut | None  # anything else bad: later records depend on it (JournalCorrupt)
+
+
+def _walk_segments(
+    directory: Path, partition: int, segments: list[int], base: int, *, keep: bool = True, skip_last: bool = False,
+    opener: Callable[[Path], tuple[Any, Callable[[], None]]] = _open_data,
+) -> _Walk:
+    """Read the records after record ``base`` (decoded; kept if ``keep``), checking
+    that each segment follows the one before; stop at the first bad frame, gap or
+    overlap. ``skip_last``: leave the last segment unread."""
+    changes: list[Change] = []
+    times: list[int] = []
+    last = base
+    # from the last segment starting at or before base + 1
+    start = 0
+    while start + 1 < len(segments) and segments[start + 1] <= base + 1:
+        start += 1
+    kept = segments[:start]
+    for i in range(start, len(segments) - 1 if skip_last else len(segments)):
+        first = segments[i]
+        cut: _Cut | None = None
+        if first > last + 1:
+            cut = _Cut(i, 0, f"records {last + 1}..{first - 1} are missing before it"
+                             + ("" if base or last else " (and no snapshot covers them)"), "", None)
+        elif i > start and first <= last:
+            cut = _Cut(i, 0, f"it starts at record {first}, which the segment before it holds already", "", None)
+        if cut is not None:
+            return _Walk(start, kept, changes, times, last, None, cut)
+        scan = _scan_segment(directory / _segment_name(first), partition, first, base, opener, keep=keep)
+        changes.extend(r.change for r in scan.records)
+        times.extend(r.timestamp for r in scan.records)
+        last = max(last, scan.last_sequence)
+        if scan.bad is None:
+            kept.append(first)
+            continue
+        if i == len(segments) - 1 and scan.valid_after_bad is None:
+            kept.append(first)
+            return _Walk(start, kept, changes, times, last, _Cut(i, scan.bad.offset, scan.bad.reason, "", scan), None)
+        detail = (f"; a valid record follows at offset {scan.valid_after_bad}" if scan.valid_after_bad
+                  is not None else f"; {len(segments) - 1 - i} later segment(s) follow")
+        return _Walk(start, kept, changes, times, last, None, _Cut(i, scan.bad.offset, scan.bad.reason, detail, scan))
+    return _Walk(start, kept, changes, times, last, None, None)
+
+
+# -- verification ----------------------------------------------------------------------
+
+
+class ProblemKind(enum.Enum):
+    """What :func:`verify` found wrong, from the least serious to the most."""
+
+    #: a bad frame at the very end of the last segment with nothing valid after it: a
+    #: write cut short by a crash, or one still under way; recovery cuts it
+    TORN_TAIL = "torn tail"
+    #: a snapshot that does not read back whole: recovery sets it aside and starts from
+    #: an older one (or none), or it is the older one a fallback would need
+    SNAPSHOT = "unreadable snapshot"
+    #: a bad frame, gap or overlap among the segments the snapshot covers: recovery does
+    #: not read them, but the history export and a fallback to an older snapshot do
+    COVERED = "damaged covered segment"
+    #: what :meth:`Journal.recover` refuses (:class:`JournalCorrupt`) and ``recover(repair=True)`` cuts
+    DAMAGE = "damaged"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong in ``path`` at ``offset``."""
+
+    kind: ProblemKind
+    path: Path
+    offset: int
+    reason: str
+
+    @property
+    def torn_tail(self) -> bool:
+        return self.kind is ProblemKind.TORN_TAIL
+
+    def __str__(self) -> str:
+        return f"{self.path} at offset {self.offset}: {self.kind.value}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What :func:`verify` found in a journal directory."""
+
+    directory: Path
+    partition: int
+    #: the last good record: where :meth:`Journal.recover` ends (``recover(repair=True)`` when damaged)
+    last_sequence: int
+    #: the snapshot recovery starts from (``None``: none reads back whole) and its sequence (0: none)
+    snapshot: Path | None
+    snapshot_sequence: int
+    problems: tuple[Problem, ...] = ()
+    #: the last segment, left unread (``skip_last_segment``)
+    skipped: Path | None = None
+
+    @property
+    def damaged(self) -> bool:
+        """Whether :meth:`Journal.recover` would raise :class:`JournalCorrupt`."""
+        return any(p.kind is ProblemKind.DAMAGE for p in self.problems)
+
+    @property
+    def worst(self) -> ProblemKind | None:
+        """The most serious kind of problem found (``None``: none)."""
+        order = list(ProblemKind)
+        return max((p.kind for p in self.problems), key=order.index, default=None)
+
+
+#: how many times :func:`verify` starts over when a file goes while it is read
+_VERIFY_ATTEMPTS = 5
+
+
+def verify(directory: str | os.PathLike[str], partition: int, *, skip_last_segment: bool = False) -> Verification:
+    """Check the journal of ``partition`` in ``directory`` without changing anything
+    and without its lock. It runs beside the process that owns the journal, on any
+    thread.
+
+    It checks every snapshot (header, frames, checksums, decoding, the trailer's
+    count) and every segment (header, frames, checksums, the sequence of its
+    records, decoding of the records recovery replays). It also checks that each
+    segment follows the one before with no gap or overlap, and that the snapshot
+    recovery starts from reaches back to the segments after it. What is found is
+    classified as :meth:`Journal.recover` would treat it (:class:`ProblemKind`).
+
+    Segments are read, not mapped, so the last one may grow or be cut meanwhile.
+    A batch still being written at its end counts as a torn tail, never as damage.
+    ``skip_last_segment`` leaves that segment unread, which suits a periodic check
+    of a journal in use. If a file goes while it is read (a snapshot let it go),
+    the check starts over. Raises :class:`JournalError` when ``directory`` is not
+    a directory."""
+    directory = Path(directory)
+    for _ in range(_VERIFY_ATTEMPTS):
+        if not directory.is_dir():
+            raise JournalError(f"no journal directory {directory}")
+        try:
+            return _verify(directory, partition, skip_last_segment)
+        except FileNotFoundError:
+            continue
+    raise JournalError(f"the files in {directory} kept going while they were read: try again")
+
+
+def _verify(directory: Path, partition: int, skip_last: bool) -> Verification:
+    segments, snapshots = _list_files(directory)
+    problems: list[Problem] = []
+    found = _find_base(directory, partition, snapshots, keep=False)
+    base = found.sequence or 0
+    for sequence, bad in found.unreadable:
+        problems.append(Problem(ProblemKind.SNAPSHOT, directory / _snapshot_name(sequence), bad.offset, bad.reason
+                                + "; recovery sets it aside and starts from "
+                                + (f"snapshot {found.sequence}" if found.sequence is not None else "no snapshot")))
+    for sequence in snapshots:
+        if found.sequence is not None and sequence < found.sequence:
+            path = directory / _snapshot_name(sequence)
+            try:
+                _read_snapshot(path, partition, sequence, keep=False)
+            except _Bad as e:
+                problems.append(Problem(ProblemKind.SNAPSHOT, path, e.offset, f"{e.reason}; no fallback if "
+                                        f"snapshot {found.sequence} fails"))
+    walk = _walk_segments(directory, partition, segments, base, keep=False, skip_last=skip_last, opener=_read_data)
+    for i in range(walk.start):  # covered by the snapshot: the history export and a fallback read them
+        path = directory / _segment_name(segments[i])
+        scan = _scan_segment(path, partition, segments[i], 0, _read_data, keep=False)
+        following = segments[i + 1]
+        covered = f"; snapshot {base} covers them"
+        if scan.bad is not None:
+            problems.append(Problem(ProblemKind.COVERED, path, scan.bad.offset,
+                                    f"{scan.bad.reason}; snapshot {base} covers it"))
+        elif following > scan.last_sequence + 1:
+            problems.append(Problem(ProblemKind.COVERED, directory / _segment_name(following), 0,
+                                    f"records {scan.last_sequence + 1}..{following - 1} are missing before it"
+                                    + covered))
+        elif following <= scan.last_sequence:
+            problems.append(Problem(ProblemKind.COVERED, directory / _segment_name(following), 0,
+                                    f"it starts at record {following}, which the segment before it holds already"
+                                    + covered))
+    for cut, kind in ((walk.torn, ProblemKind.TORN_TAIL), (walk.damage, ProblemKind.DAMAGE)):
+        if cut is None:
+            continue
+        reason = cut.reason + cut.detail
+        if kind is ProblemKind.TORN_TAIL and cut.scan is not None:
+            reason += (f": a write cut short, or still under way; recovery would cut the "
+                       f"{cut.scan.size - cut.scan.end} bytes after record {cut.scan.last_sequence}")
+        problems.append(Problem(kind, directory / _segment_name(segments[cut.position]), cut.offset, reason))
+    return Verification(
+        directory, partition, walk.last,
+        directory / _snapshot_name(found.sequence) if found.sequence is not None else None, base,
+        tuple(problems), directory / _segment_name(segments[-1]) if skip_last and segments else None,
+    )
+
+
 # -- the journal -----------------------------------------------------------------------
 
 
@@ -517,10 +814,25 @@ def partition_directory(data_dir: str | os.PathLike[str], partition: int) -> Pat
     return Path(data_dir) / "journal" / f"partition-{partition}"
 
 
+def damage_of(directory: Path) -> dict[str, Any] | None:
+    """The ``DAMAGED`` mark of a journal directory (:meth:`Journal.set_aside`), or ``None``."""
+    try:
+        found = json.loads((directory / DAMAGED_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {"reason": "an unreadable DAMAGED mark"}
+    return found if isinstance(found, dict) else {"reason": "an unreadable DAMAGED mark"}
+
+
 def held_epoch(data_dir: str | os.PathLike[str], partition: int) -> int | None:
     """The epoch a replica of ``partition`` whose journal is under ``data_dir`` was last
-    given (0: none recorded), or ``None`` when there is no journal there. Reads only."""
+    given (0: none recorded), :data:`DAMAGED_EPOCH` for a journal set aside as damaged
+    (it holds nothing to trust, but it did hold the partition), or ``None`` when there is
+    no journal there. Reads only."""
     directory = partition_directory(data_dir, partition)
+    if damage_of(directory) is not None:
+        return DAMAGED_EPOCH
     try:
         if not any(f.name.startswith(("segment-", "snapshot-")) for f in directory.iterdir()):
             return None
@@ -530,6 +842,29 @@ def held_epoch(data_dir: str | os.PathLike[str], partition: int) -> int | None:
         return int(json.loads((directory / EPOCH_FILE).read_text(encoding="utf-8"))["epoch"])
     except (OSError, ValueError, KeyError, TypeError):
         return 0
+
+
+class Held(NamedTuple):
+    """What a replica's journal holds, as a restarted cluster weighs it: the epoch it was
+    last given (:data:`DAMAGED_EPOCH` when its files fail their checks where recovery
+    would refuse them, or were set aside) and the last record recovery would give back."""
+
+    epoch: int
+    sequence: int
+
+
+def held(data_dir: str | os.PathLike[str], partition: int) -> Held | None:
+    """:func:`held_epoch`, with every file read back (:func:`verify`): a journal recovery
+    would refuse counts as damaged, and a torn tail counts for the records before it.
+    ``None`` when there is no journal there."""
+    epoch = held_epoch(data_dir, partition)
+    if epoch is None or epoch == DAMAGED_EPOCH:
+        return None if epoch is None else Held(DAMAGED_EPOCH, 0)
+    try:
+        checked = verify(partition_directory(data_dir, partition), partition)
+    except JournalError:
+        return Held(DAMAGED_EPOCH, 0)
+    return Held(DAMAGED_EPOCH, 0) if checked.damaged else Held(epoch, checked.last_sequence)
 
 
 class Journal:
@@ -631,88 +966,45 @@ class Journal:
             (log.error if error else log.warning)("partition %d: %s", self.partition, message)
             problems.append(message)
 
-        segments: list[int] = []
-        snapshots: list[int] = []
-        for entry in self.directory.iterdir():
-            if (m := _SEGMENT_NAME.fullmatch(entry.name)) is not None:
-                segments.append(int(m.group(1)))
-            elif (m := _SNAPSHOT_NAME.fullmatch(entry.name)) is not None:
-                snapshots.append(int(m.group(1)))
-            elif entry.name.startswith(".snapshot-") and entry.name.endswith(".tmp"):
-                entry.unlink()  # a snapshot that was being written when the process ended
-        segments.sort()
-        snapshots.sort()
-
-        states: list[TopicState] = []
-        base = 0
-        good_snapshots: list[int] = []
+        segments, snapshots = _list_files(self.directory, remove_temporaries=True)
+        found = _find_base(self.directory, self.partition, snapshots)
         unreadable: list[Path] = []  # set aside once recovery succeeds (a JournalCorrupt changes nothing)
-        for sequence in reversed(snapshots):
+        for sequence, bad in found.unreadable:
             path = self.directory / _snapshot_name(sequence)
-            try:
-                states = _read_snapshot(path, self.partition, sequence)
-            except _Bad as e:
-                report(f"snapshot {path} is unreadable at offset {e.offset} ({e.reason}): set aside as "
-                       f"{path.name}.corrupt, recovering from an older one", error=True)
-                unreadable.append(path)
-                continue
-            base = sequence
-            good_snapshots = [s for s in snapshots if s <= sequence]
-            break
+            report(f"snapshot {path} is unreadable at offset {bad.offset} ({bad.reason}): set aside as "
+                   f"{path.name}.corrupt, recovering from an older one", error=True)
+            unreadable.append(path)
+        states = found.states
+        base = found.sequence or 0
+        good_snapshots = [s for s in snapshots if s <= base] if found.sequence is not None else []
 
-        changes: list[Change] = []
-        times: list[int] = []
-        last = base
-        # the segments to read: from the last one starting at or before base + 1
-        start = 0
-        while start + 1 < len(segments) and segments[start + 1] <= base + 1:
-            start += 1
-        kept = segments[:start]
-        for i in range(start, len(segments)):
-            first = segments[i]
-            path = self.directory / _segment_name(first)
-            is_last = i == len(segments) - 1
-            cut: tuple[int, str] | None = None
-            if first > last + 1:
-                cut = (0, f"records {last + 1}..{first - 1} are missing before it"
-                          + ("" if base or last else " (and no snapshot covers them)"))
-            elif i > start and first <= last:
-                cut = (0, f"it starts at record {first}, which the segment before it holds already")
-            if cut is None:
-                scan = _scan_segment(path, self.partition, first, base)
-                changes.extend(r.change for r in scan.records)
-                times.extend(r.timestamp for r in scan.records)
-                last = max(last, scan.last_sequence)
-                if scan.bad is None:
-                    kept.append(first)
-                    continue
-                if is_last and scan.valid_after_bad is None:
-                    size = path.stat().st_size
-                    report(f"torn tail of {path} at offset {scan.bad.offset} ({scan.bad.reason}): "
-                           f"cut {size - scan.end} bytes after record {scan.last_sequence}")
-                    os.truncate(path, scan.end)
-                    kept.append(first)
-                    continue
-                detail = (f"; a valid record follows at offset {scan.valid_after_bad}" if scan.valid_after_bad
-                          is not None else f"; {len(segments) - 1 - i} later segment(s) follow")
-                if not repair:
-                    raise JournalCorrupt(path, scan.bad.offset, scan.bad.reason, detail)
+        walk = _walk_segments(self.directory, self.partition, segments, base)
+        kept, changes, times, last = walk.kept, walk.changes, walk.times, walk.last
+        if walk.torn is not None and walk.torn.scan is not None:
+            path = self.directory / _segment_name(segments[walk.torn.position])
+            scan = walk.torn.scan
+            size = path.stat().st_size
+            report(f"torn tail of {path} at offset {walk.torn.offset} ({walk.torn.reason}): "
+                   f"cut {size - scan.end} bytes after record {scan.last_sequence}")
+            os.truncate(path, scan.end)
+        elif (cut := walk.damage) is not None:
+            path = self.directory / _segment_name(segments[cut.position])
+            if not repair:
+                raise JournalCorrupt(path, cut.offset, cut.reason, cut.detail)
+            if cut.scan is not None:
                 shutil.copyfile(path, path.with_name(path.name + ".corrupt"))
-                os.truncate(path, scan.end)
-                kept.append(first)
-                report(f"repair: {path} cut at offset {scan.bad.offset} ({scan.bad.reason}{detail}) after "
-                       f"record {scan.last_sequence}; the whole file kept as {path.name}.corrupt", error=True)
-                later = segments[i + 1:]
+                os.truncate(path, cut.scan.end)
+                kept.append(segments[cut.position])
+                report(f"repair: {path} cut at offset {cut.offset} ({cut.reason}{cut.detail}) after "
+                       f"record {cut.scan.last_sequence}; the whole file kept as {path.name}.corrupt", error=True)
+                later = segments[cut.position + 1:]
             else:
-                if not repair:
-                    raise JournalCorrupt(path, cut[0], cut[1])
-                later = segments[i:]
-                report(f"repair: journal cut before {path}: {cut[1]}", error=True)
+                later = segments[cut.position:]
+                report(f"repair: journal cut before {path}: {cut.reason}", error=True)
             for other in later:
                 gone = self.directory / _segment_name(other)
                 gone.rename(gone.with_name(gone.name + ".corrupt"))
                 report(f"repair: {gone} set aside as {gone.name}.corrupt", error=True)
-            break
 
         for path in unreadable:
             path.rename(path.with_name(path.name + ".corrupt"))
@@ -931,6 +1223,9 @@ class Journal:
             self._snapshots = [sequence]
             self._last = sequence
             self._dirty_since = None
+            if (self.directory / DAMAGED_FILE).exists():  # whole again: it holds its primary's state
+                (self.directory / DAMAGED_FILE).unlink()
+                self._sync_directory()
         return final
 
     @property
@@ -954,6 +1249,106 @@ class Journal:
         os.replace(temporary, self.directory / EPOCH_FILE)
         self._sync_directory()
 
+    # -- a damaged journal ----------------------------------------------------
+
+    @property
+    def damaged(self) -> dict[str, Any] | None:
+        """Why this journal's files were set aside (:meth:`set_aside`), until a
+        :meth:`reset` gives the replica a whole state again; ``None`` otherwise."""
+        return damage_of(self.directory)
+
+    def set_aside(self, reason: str, now_ms: int) -> Path:
+        """Move every file of this journal (segments, snapshots, ``EPOCH``) into
+        ``damaged-<now_ms>/`` beside them, kept for the operator, and mark the
+        directory ``DAMAGED``: after :meth:`recover` raised :class:`JournalCorrupt`
+        on a replica whose peer holds the partition, which primes it again. The
+        mark says the replica holds nothing to trust (it may not become a primary)
+        until that :meth:`reset`; it survives restarts. Call :meth:`recover`
+        afterwards as usual (it finds an empty journal)."""
+        if self._recovered:
+            raise JournalError("set_aside() runs before recover(), or after it raised")
+        self._take_lock()
+        try:
+            aside = self.directory / f"damaged-{now_ms}"
+            aside.mkdir(exist_ok=True)
+            for entry in sorted(self.directory.iterdir()):
+                if entry.is_file() and (entry.name == EPOCH_FILE or _SEGMENT_NAME.fullmatch(entry.name)
+                                        or _SNAPSHOT_NAME.fullmatch(entry.name) or entry.name.endswith(".corrupt")):
+                    entry.rename(aside / entry.name)
+            marker = self.directory / f".{DAMAGED_FILE}.tmp"
+            marker.write_text(json.dumps({"reason": reason, "at_ms": now_ms, "files": aside.name}), encoding="utf-8")
+            os.replace(marker, self.directory / DAMAGED_FILE)
+            self._sync_directory()
+        finally:
+            self._release_lock()
+        log.error("partition %d: journal set aside in %s (%s); the replica starts empty until its peer primes it",
+                  self.partition, aside, reason)
+        return aside
+
+    def scrub(self) -> list[tuple[Path, str]]:
+        """Read every file of the journal back and check every frame (a running replica
+        calls it now and then on a worker thread, while it appends): the damaged files,
+        each with why. A bad frame at the very end of the active segment, with nothing
+        valid after it, is an append in progress, not damage; a file removed meanwhile
+        (a snapshot let it go) is skipped. Files are read, never mapped."""
+        with self._lock:
+            if self._closed or not self._recovered:
+                return []
+            segments, snapshots = list(self._segments), list(self._snapshots)
+            active = self._active_first if self._fd is not None else None
+        damaged: list[tuple[Path, str]] = []
+        for sequence in snapshots:
+            problem = self._check_snapshot(sequence, _read_data)
+            path = self.directory / _snapshot_name(sequence)
+            if problem is not None and path.exists():
+                damaged.append((path, problem))
+        for first in segments:
+            path = self.directory / _segment_name(first)
+            try:
+                scan = _scan_segment(path, self.partition, first, 1 << 62, _read_data)
+            except FileNotFoundError:
+                continue
+            if scan.bad is None or (first == active and scan.valid_after_bad is None):
+                continue
+            damaged.append((path, f"offset {scan.bad.offset}: {scan.bad.reason}"))
+        return damaged
+
+    def replace_damaged(self, damaged: Sequence[Path], states: Iterable[TopicState], sequence: int,
+                        now_ms: int) -> Path:
+        """Make damaged files unnecessary, then set them aside in ``damaged-<now_ms>/``: a
+        snapshot of ``states`` (the replica's topics, taken right after record ``sequence``,
+        then the journal's last) is written first, so a restart needs none of them. It may
+        run on a worker thread, as :meth:`write_snapshot`, if the thread that appends
+        called :meth:`roll` when it took the states (the active segment may be damaged:
+        later records must not go into it). What was set aside is returned."""
+        with self._lock:
+            self._check_usable()
+            if not 0 <= sequence <= self._last:
+                raise JournalError(f"a snapshot after record {sequence}, but the journal ends at {self._last}")
+            if self._fd is not None and self._active_first <= sequence:
+                if self._last != sequence:
+                    raise JournalError("roll() the journal when taking the states: later records share its segment")
+                self._close_active()
+        final = self._put_snapshot(states, sequence)
+        aside = self.directory / f"damaged-{now_ms}"
+        with self._lock:
+            aside.mkdir(exist_ok=True)
+            for path in damaged:
+                if path == final or not path.exists():
+                    continue  # replaced in place by the new snapshot, or let go meanwhile
+                path.rename(aside / path.name)
+                if (m := _SEGMENT_NAME.fullmatch(path.name)) is not None:
+                    self._segments = [s for s in self._segments if s != int(m.group(1))]
+                elif (m := _SNAPSHOT_NAME.fullmatch(path.name)) is not None:
+                    self._snapshots = [s for s in self._snapshots if s != int(m.group(1))]
+            if sequence not in self._snapshots:
+                self._snapshots.append(sequence)
+                self._snapshots.sort()
+            self._sync_directory()
+        log.error("partition %d: damaged journal file(s) %s set aside in %s after a snapshot at record %d replaced them",
+                  self.partition, ", ".join(p.name for p in damaged), aside, sequence)
+        return aside
+
     def _put_snapshot(self, states: Iterable[TopicState], sequence: int) -> Path:
         """Write snapshot ``sequence`` aside, fsynced, rename it into place, fsync the directory."""
         final = self.directory / _snapshot_name(sequence)
@@ -970,11 +1365,13 @@ class Journal:
         self._sync_directory()
         return final
 
-    def _check_snapshot(self, sequence: int) -> str | None:
+    def _check_snapshot(
+        self, sequence: int, opener: Callable[[Path], tuple[Any, Callable[[], None]]] = _open_data,
+    ) -> str | None:
         """Why snapshot ``sequence`` does not read back whole (frames, checksums, header, trailer), or ``None``."""
         path = self.directory / _snapshot_name(sequence)
         try:
-            data, release = _open_data(path)
+            data, release = opener(path)
         except OSError as e:
             return str(e)
         try:

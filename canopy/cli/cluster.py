@@ -51,7 +51,7 @@ def format_status(status: dict[str, Any]) -> list[str]:
     lines.append("nodes:")
     for node in status.get("nodes", []):
         lines.append(f"  {node['name']:<16} {node['address']:<16} {'alive' if node['alive'] else 'DEAD'}"
-                     f"{'  (controller)' if node.get('home') else ''}")
+                     f"{'  (controller)' if node.get('home') else ''}{'  (Ray head)' if node.get('head') else ''}")
     lines.append("partitions:   primary          backup           epoch  topics  sequence  backup-seq  lag")
     for p in status.get("partitions", []):
         def show(value: Any) -> str:

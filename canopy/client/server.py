@@ -24,7 +24,8 @@ class Server:
 
     async def cluster_status(self) -> dict[str, Any]:
         """The whole cluster, as ``canopy cluster status --json`` prints it (VIEW_SERVER):
-        ``nodes`` (name, address, alive), ``partitions`` (primary and backup node, epoch,
+        ``nodes`` (name, address, alive, ``home``: the controller's, ``head``: Ray's head node),
+        ``partitions`` (primary and backup node, epoch,
         topics, selectors registered, journal sequence of each, whether the backup caught up,
         replication lag, failovers since the controller started, healthy), ``gateways`` (node, url, sessions), ``balanced``, ``configuration``
         (the security store's version; the configuration log's ``log_term``,

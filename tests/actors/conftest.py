@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cluster import names
+from actors import names
 from cluster.config import ServerConfig
 
 BROKER_SETTINGS = {

@@ -16,7 +16,7 @@ from websockets.exceptions import ConnectionClosed
 import canopy
 from canopy import errors
 from canopy import protocol as wire
-from cluster import names
+from actors import names
 
 from tests.actors.conftest import ADMIN, BROKER_SETTINGS
 from tests.conftest import await_for

@@ -51,7 +51,7 @@ async def close_of(ws: Any, deadline: float = 30.0) -> tuple[int | None, str]:
 
 
 def gateway_stats(ray: Any) -> dict[str, Any]:
-    from cluster import names
+    from actors import names
 
     stats: dict[str, Any] = ray.get(ray.get_actor(names.CONTROLLER).stats.remote(), timeout=30)["gateways"][0]
     return stats

@@ -57,7 +57,7 @@ async def binary(ws: Any) -> bytes:
 
 
 def kept_sessions(ray: Any) -> int:
-    from cluster import names
+    from actors import names
 
     stats = ray.get(ray.get_actor(names.CONTROLLER).stats.remote(), timeout=30)["gateways"][0]
     return int(stats["kept_sessions"])

@@ -28,8 +28,8 @@ from replication.config_log import ConfigLogStore
 from tests.checking import Workload, check, finish, progressed
 from tests.conftest import free_port, wait_for
 from tests.e2e.conftest import ADMIN, Server, cli
-from cluster import processes
-from cluster.partitioning import partition_of
+from actors import processes
+from topics.partitioning import partition_of
 
 #: seconds of no updates after which the failover test's policy topic goes
 IDLE_S = 15
@@ -178,6 +178,9 @@ class TestAHealthyCluster:
             assert p["backup"] is not None and p["backup"] != p["primary"], p
         primaries = sorted(p["primary"] for p in now["partitions"])
         assert len(set(primaries)) >= 2, primaries  # spread, not all on one node
+        # the head holds no data: with two other nodes alive, no replica is on node-0, Ray's head
+        assert [n["name"] for n in now["nodes"] if n["head"]] == ["node-0"], now["nodes"]
+        assert all("node-0" not in (p["primary"], p["backup"]) for p in now["partitions"]), now["partitions"]
         assert sorted(g["node"] for g in now["gateways"]) == ["node-0", "node-1", "node-2"]
         log = now["configuration"]
         assert log["log_majority"] == 2 and sorted(log["log_copies"]) == ["node-0", "node-1", "node-2"], log
@@ -375,6 +378,22 @@ async def _registrations(url: str) -> list[tuple[str, str, str]]:
         return await session.missing_topics.list()
 
 
+def damage_journals(node_dir: Path) -> dict[int, Path]:
+    """Flip one bit a third of the way into the longest segment of each partition journal under
+    ``node_dir`` (records follow it: damage, not a torn tail); the segments flipped, by partition."""
+    flipped: dict[int, Path] = {}
+    for journal in sorted((node_dir / "journal").glob("partition-*")):
+        segments = sorted(journal.glob("segment-*.log"), key=lambda f: f.stat().st_size)
+        if not segments or segments[-1].stat().st_size < 4096:
+            continue
+        data = bytearray(segments[-1].read_bytes())
+        data[len(data) // 3] ^= 0x04
+        segments[-1].write_bytes(bytes(data))
+        flipped[int(journal.name.split("-")[1])] = segments[-1]
+    assert flipped, f"no journal under {node_dir} to damage"
+    return flipped
+
+
 def two_workloads(srv: Server, topics: int) -> tuple[list[str], Workload, Workload]:
     """Once the cluster is healthy: node-0's gateway URL, a workload there (two publishers
     of ``2 * topics`` topics each, two subscribers) and a roaming one on node-1's and
@@ -418,7 +437,7 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
         spread = await loop.run_in_executor(None, lambda: wait_for(
             lambda: (s := status(cluster))["healthy"] and s["balanced"] and s, FAILOVER, "a balanced cluster"))
         held = {p["partition"] for p in spread["partitions"] if p["primary"] == "node-1"}
-        assert held, spread["partitions"]  # balanced: 4 primaries on 3 nodes, one at least on each
+        assert held, spread["partitions"]  # balanced: 4 primaries on node-1 and node-2 (the head holds none)
         # a topic with a removal policy whose primary is on node-1: its backup takes the policy over
         count = len(spread["partitions"])
         idle = next(p for p in (f"removal/failover/{i}" for i in range(1000)) if partition_of(p, count) in held)
@@ -486,6 +505,11 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
         assert moved["views"] in ("node-0", "node-2") and moved["session-trees"] in ("node-0", "node-2"), moved
         assert moved["fanout-up"] in ("node-0", "node-2"), moved
         await progressed(work, roaming)
+        # the disk of the stopped node-1 flips a bit in each of its journals: found by checksum
+        damaged = damage_journals(cluster.data_dir / "nodes" / "node-1")
+        checked = cli("journal", "check", "--data-dir", str(cluster.data_dir / "nodes" / "node-1"))
+        assert checked.returncode == 1 and all(f"{f.parent}: damaged" in checked.stdout for f in damaged.values()), (
+            checked.stdout, checked.stderr)
         added = node_cli(cluster, "add-node", "node-1")
         assert added.returncode == 0 and "starting again" in added.stdout, (added.stdout, added.stderr)
 
@@ -497,6 +521,11 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
             return s if ok and caught_up else False
 
         back = await loop.run_in_executor(None, lambda: wait_for(rejoined, FAILOVER, "node-1 back, holding partitions"))
+        for p in back["partitions"]:  # each replica placed on node-1 again set its damaged journal aside
+            if "node-1" in (p["primary"], p["backup"]) and p["partition"] in damaged:
+                segment = damaged[p["partition"]]
+                assert list(segment.parent.glob(f"damaged-*/{segment.name}")), p
+                assert not (segment.parent / "DAMAGED").exists(), p
         assert gateway_url(back, "node-1") == roaming.urls[0], back["gateways"]  # at the URL its clients know
         await progressed(work, roaming)
         await finish(work, roaming, urls=home)
@@ -599,6 +628,23 @@ async def test_a_whole_cluster_restarts_from_its_data_directories(tmp_path: Path
                 await s.topics.set(f"src/t{k}", 100 + k)  # written after node-1 left: only on node-0 and node-2
     finally:
         assert first.stop() == 0, first.output
+    # the disk of one of the two newest copies of each partition flips a bit (the first copy, then the
+    # second, in turn): the restart must trust the whole one, and build the damaged one again from it
+    flipped = []
+    for i in range(4):
+        copies = sorted((json.loads((d / "EPOCH").read_text())["epoch"], d) for d in data.glob(f"nodes/*/journal/partition-{i}")
+                        if (d / "EPOCH").exists())
+        newest = [d for epoch, d in copies if epoch == copies[-1][0]]
+        assert len(newest) == 2, copies
+        victim = max((f for f in newest[i % 2].iterdir() if f.name.startswith(("segment-", "snapshot-"))),
+                     key=lambda f: f.stat().st_size)
+        raw = bytearray(victim.read_bytes())
+        raw[len(raw) // 3] ^= 0x08  # records follow: damage, not a torn tail
+        victim.write_bytes(bytes(raw))
+        flipped.append(victim)
+    checked = cli("journal", "check", "--data-dir", str(data))
+    assert checked.returncode == 1 and all(f"{f.parent}: damaged" in checked.stdout and f"{f.name} at offset" in
+                                           checked.stdout for f in flipped), (checked.stdout, checked.stderr)
 
     again = Server(data, "--local-nodes", "3", "--partitions", "4", own_session=True)
     try:

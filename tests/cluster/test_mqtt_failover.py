@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from cluster.partitioning import partition_of
+from topics.partitioning import partition_of
 from tests.actors.mqtt_client import MQTT
 from tests.checking import History, Workload, check, finish
 from tests.cluster.test_failover import FAILOVER, _cluster, crash_node, gateway_url, healthy_without, status

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from actors.controller import CRASH_LOOP, death_reason
-from cluster.processes import alive as _alive
-from cluster.processes import arguments as _args
-from cluster.processes import descendants as _descendants
+from actors.processes import alive as _alive
+from actors.processes import arguments as _args
+from actors.processes import descendants as _descendants
 from cluster.serve import ensure_token_file
 from tests.conftest import wait_for
 from tests.e2e.conftest import ADMIN, Server, cli

@@ -16,7 +16,7 @@ import pytest
 
 from actors.link import PartitionLink
 from actors.partition import PartitionActor
-from cluster.partitioning import partition_of
+from topics.partitioning import partition_of
 from topics import protocol as p
 from topics.selectors import parse_selector
 from tests.conftest import until as wait_until

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from actors.node_control import NodeActionError, NodeControl
-from cluster.nodes import Node
+from replication.nodes import Node
 
 
 def node(name: str, alive: bool = True) -> Node:

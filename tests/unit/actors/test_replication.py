@@ -21,7 +21,7 @@ import pytest
 
 from actors.link import PartitionLink, Route
 from actors.partition import NotCaughtUp, PartitionActor
-from replication.journal import Journal
+from replication.journal import Journal, JournalCorrupt
 from topics import protocol as p
 from tests.conftest import until as wait_until
 from tests.unit.actors.test_link import Handle
@@ -369,3 +369,113 @@ async def test_a_promoted_backup_takes_over_the_removal_policies_and_removes_no_
         assert backup.core.removed_by_policy == 2
     finally:
         link.close()
+
+
+def flip_middle_byte(segment: Path) -> int:
+    """Flip one bit half way through ``segment`` (records follow it): damage, not a torn tail."""
+    data = bytearray(segment.read_bytes())
+    where = len(data) // 2
+    data[where] ^= 0x10
+    segment.write_bytes(bytes(data))
+    return where
+
+
+async def test_a_replica_whose_journal_is_damaged_starts_empty_and_is_primed_again(
+    replicas: dict[str, PartitionActor], tmp_path: Path
+) -> None:
+    """A bit flipped on the backup's disk while it was down: recovery finds it (CRC), the files
+    are set aside in ``damaged-*/``, and the replica starts empty. It refuses to become a primary
+    (it holds nothing) until its peer primed it; then it holds everything acknowledged and the
+    mark is gone."""
+    from replication.journal import DAMAGED_EPOCH, DAMAGED_FILE, held_epoch
+
+    primary, backup = await pair(replicas)
+    link, _ = await linked(primary, 1)
+    try:
+        for i in range(300):
+            link.submit(0, p.SetValue(f"k/{i}", cb(i), False, None, True))
+        assert await link.request(0, p.SetValue("k/last", cb("v"), False, None, True)) == p.Ok("CREATED")
+    finally:
+        link.close()
+    acknowledged = topics(primary, volatile=False)
+    await crash(primary)
+    await crash(backup)
+    (segment,) = sorted((tmp_path / "b" / "journal" / "partition-0").glob("segment-*.log"))
+    flip_middle_byte(segment)
+    config = {"data_dir": str(tmp_path / "b"), "journal_fsync": "never"}
+    again = PartitionActor(0, 1, config, host="127.0.0.1", role="idle", replicated=True)
+    home = PartitionActor(0, 1, {"data_dir": str(tmp_path / "a"), "journal_fsync": "never"}, host="127.0.0.1",
+                          role="idle", replicated=True)
+    try:
+        with pytest.raises(NotCaughtUp, match="damaged"):
+            await again.become_primary(2, None)
+        place = tmp_path / "b" / "journal" / "partition-0"
+        (aside,) = place.glob("damaged-*")
+        assert (aside / segment.name).exists() and not list(place.glob("segment-*.log"))
+        assert held_epoch(tmp_path / "b", 0) == DAMAGED_EPOCH
+        assert (await again.position())["damaged"] is True
+        await home.become_primary(3, await again.become_backup(3))
+        await until(lambda: home.core and home.core.caught_up, "the damaged replica to be primed")
+        assert topics(again, volatile=False) == acknowledged == topics(home, volatile=False)
+        assert not (place / DAMAGED_FILE).exists() and held_epoch(tmp_path / "b", 0) == 3
+        assert (await again.position())["damaged"] is False
+    finally:
+        await again.stop()
+        await home.stop()
+
+
+async def test_an_unreplicated_partition_refuses_a_damaged_journal_and_says_how_to_repair_it(tmp_path: Path) -> None:
+    """With no peer to prime it, nothing is set aside: the start fails naming the file, with the repair command."""
+    config = {"data_dir": str(tmp_path), "journal_fsync": "never"}
+    first = PartitionActor(0, 1, config, host="127.0.0.1")
+    link, _ = await linked(first, 0)
+    try:
+        for i in range(300):
+            link.submit(0, p.SetValue(f"k/{i}", cb(i), False, None, True))
+        assert await link.request(0, p.SetValue("k/last", cb("v"), False, None, True)) == p.Ok("CREATED")
+    finally:
+        link.close()
+    await crash(first)
+    (segment,) = sorted((tmp_path / "journal" / "partition-0").glob("segment-*.log"))
+    flip_middle_byte(segment)
+    second = PartitionActor(0, 1, config, host="127.0.0.1")
+    try:
+        with pytest.raises(JournalCorrupt, match=f"{segment}.*canopy journal repair"):
+            await second.position()
+        assert segment.exists() and not list(segment.parent.glob("damaged-*"))
+    finally:
+        await second.stop()
+
+
+async def test_a_running_replica_replaces_a_journal_file_damaged_under_it(tmp_path: Path) -> None:
+    """The disk flips a bit in a closed segment while the partition runs: its periodic read-back
+    finds it, a snapshot of what the replica holds replaces it, the file is set aside, and a
+    restart recovers every acknowledged write without meeting the damage."""
+    config = {"data_dir": str(tmp_path), "journal_fsync": "never", "journal_segment_bytes": 4096,
+              "journal_scrub_ms": 50}
+    first = PartitionActor(0, 1, config, host="127.0.0.1")
+    link, _ = await linked(first, 0)
+    place = tmp_path / "journal" / "partition-0"
+    try:
+        for i in range(400):  # one batch each: several segments
+            assert await link.request(0, p.SetValue(f"k/{i}", cb(i), False, None, True)) == p.Ok("CREATED")
+        assert await link.request(0, p.SetValue("k/last", cb("v"), False, None, True)) == p.Ok("CREATED")
+        segments = sorted(place.glob("segment-*.log"))
+        assert len(segments) > 3, segments
+        flip_middle_byte(segments[1])
+        assert first.core is not None
+        await until(lambda: first.core and first.core.damaged_files == 1 and list(place.glob("damaged-*/*")),
+                    "the damaged segment to be found and set aside")
+        (aside,) = place.glob("damaged-*")
+        assert [f.name for f in aside.iterdir()] == [segments[1].name]
+        assert await link.request(0, p.SetValue("k/after", cb("w"), False, None, True)) == p.Ok("CREATED")
+        acknowledged = topics(first, volatile=False)
+    finally:
+        link.close()
+    await crash(first)
+    again = PartitionActor(0, 1, {**config, "journal_scrub_ms": 0}, host="127.0.0.1")
+    try:
+        assert (await again.position())["sequence"] == 402
+        assert topics(again, volatile=False) == acknowledged and len(acknowledged) == 402
+    finally:
+        await again.stop()

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from actors import tls
-from cluster.config import ConfigError, ServerConfig
 from tests.certificates import CertificateAuthority, Issued, encrypt_key
 
 
@@ -29,13 +28,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
     return Files(ca, server, ca.issue(directory, "other", ["DNS:other"]))
 
 
-def configured(cert: Path | str, key: Path | str) -> ServerConfig:
-    return ServerConfig(tls_cert=str(cert), tls_key=str(key))
-
-
 def refused(cert: Path | str, key: Path | str) -> str:
     with pytest.raises(tls.TLSConfigError) as caught:
-        tls.check(configured(cert, key))
+        tls.check(str(cert), str(key))
     return str(caught.value)
 
 
@@ -43,28 +38,21 @@ def test_a_matching_pair_passes_and_the_paths_become_absolute(
     files: Files, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(files.server.cert.parent)
-    checked = tls.check(configured(files.server.cert.name, files.server.key.name))
-    assert checked.tls_cert == str(files.server.cert) and checked.tls_key == str(files.server.key)
-    context = tls.context_for(checked.as_dict())
+    cert, key = tls.check(files.server.cert.name, files.server.key.name)
+    assert (cert, key) == (str(files.server.cert), str(files.server.key))
+    context = tls.context_for({"tls_cert": cert, "tls_key": key})
     assert isinstance(context, ssl.SSLContext)
     assert context.minimum_version is ssl.TLSVersion.TLSv1_2
 
 
 def test_without_tls_nothing_is_loaded() -> None:
-    config = ServerConfig()
-    assert tls.check(config) is config
-    assert tls.context_for(config.as_dict()) is None
+    assert tls.context_for({"tls_cert": None, "tls_key": None}) is None
 
 
 def test_a_missing_file_is_named(files: Files, tmp_path: Path) -> None:
     missing = tmp_path / "nowhere.pem"
     assert refused(missing, files.server.key) == f"tls_cert {missing}: no such file"
     assert refused(files.server.cert, missing) == f"tls_key {missing}: no such file"
-
-
-def test_the_error_is_a_configuration_error(files: Files, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError):  # what `canopy serve` reports as one line
-        tls.check(configured(tmp_path / "nowhere.pem", files.server.key))
 
 
 def test_a_key_that_does_not_match_the_certificate(files: Files) -> None:

@@ -73,7 +73,7 @@ def test_restart_gcs_seconds_are_checked_too(seconds: str) -> None:
 
 def test_the_cli_and_the_server_agree_on_pauses() -> None:
     from actors.node_control import MAX_PAUSE, NodeActionError, NodeControl
-    from cluster.nodes import Node
+    from replication.nodes import Node
 
     assert cli.MAX_PAUSE == MAX_PAUSE
     assert parse("cluster", "pause-node", "node-1", "--seconds", "0.5")["seconds"] == 0.5

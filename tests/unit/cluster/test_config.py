@@ -11,8 +11,6 @@ import pytest
 from canopy.cli import build_parser
 from cluster import cli
 from cluster.config import SETTINGS, ConfigError, ServerConfig, Setting, load, settings_table
-from cluster.partitioning import default_partition_count, partition_of, partitions_for
-from topics.selectors import parse_selector
 
 ROOT = Path(__file__).resolve().parents[3]
 FILE_ONLY = {"admin_password", "allow_anonymous", "countries", "fanout", "metrics_anonymous"}
@@ -212,18 +210,6 @@ def test_the_readme_lists_every_serve_flag_and_file_only_setting() -> None:
     for s in SETTINGS:
         if s.flag is None:
             assert f"`{s.name}" in section or f"`[{s.name}]`" in section, s.name
-
-
-def test_partitioning_is_stable_and_spread() -> None:
-    assert partition_of("a/b", 4) == partition_of("a/b", 4)
-    counts = [0] * 4
-    for i in range(4000):
-        counts[partition_of(f"topic/{i}", 4)] += 1
-    assert min(counts) > 800
-    assert partitions_for(parse_selector(">a/b"), 4) == [partition_of("a/b", 4)]
-    assert partitions_for(parse_selector("?a/b"), 4) == [partition_of("a/b", 4)]
-    assert partitions_for(parse_selector("?a/.*"), 4) == [0, 1, 2, 3]
-    assert default_partition_count(2) == 1 and default_partition_count(8) == 4 and default_partition_count(64) == 8 and default_partition_count(None) == 1
 
 
 def test_the_embedded_rays_settings_come_from_the_configuration() -> None:

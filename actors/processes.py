@@ -5,7 +5,7 @@ health checks, as it would for a machine that lost power or hung.
 
 ``canopy cluster kill-node`` / ``pause-node`` run :func:`launch` inside a Ray
 task pinned to the node (so the raylet is the task's parent process); the
-signals are sent by a separate helper process (``python -m cluster.processes``),
+signals are sent by a separate helper process (``python -m actors.processes``),
 after a short delay that lets the task answer, because the task's own process
 is one of those stopped or killed. Linux only (``/proc``).
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 #: the helper waits this long before signalling, so that the request that launched it is answered
 DELAY = 0.5
-#: the helper's working directory: the one holding the ``cluster`` package, which ``python -m``
+#: the helper's working directory: the one holding the ``actors`` package, which ``python -m``
 #: imports first (the calling worker's may hold anything: it is where ``ray start`` ran)
 HOME = str(Path(__file__).resolve().parents[1])
 
@@ -102,7 +102,7 @@ def launch(action: str, root: int, seconds: float = 0.0) -> int:
     if action not in ("kill", "pause"):
         raise ValueError(f"unknown action {action!r}")
     started = subprocess.run(
-        [sys.executable, "-m", "cluster.processes", "detach", action, str(root), str(seconds)],
+        [sys.executable, "-m", "actors.processes", "detach", action, str(root), str(seconds)],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=True, cwd=HOME,
     )
     return int(started.stdout)
@@ -111,7 +111,7 @@ def launch(action: str, root: int, seconds: float = 0.0) -> int:
 def main(argv: list[str]) -> int:
     if argv[0] == "detach":
         helper = subprocess.Popen(
-            [sys.executable, "-m", "cluster.processes", *argv[1:]],
+            [sys.executable, "-m", "actors.processes", *argv[1:]],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True,
         )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import processes
+from actors import processes
 from tests.conftest import wait_for
 
 
@@ -80,7 +80,7 @@ def test_the_helper_imports_canopy_not_the_callers_working_directory(
     tree: subprocess.Popen[bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a worker of a joined Ray runs where `ray start` ran, and `python -m` imports from there first
-    (tmp_path / "cluster.py").write_text("raise ImportError('the cluster.py of the working directory')\n")
+    (tmp_path / "actors.py").write_text("raise ImportError('the actors.py of the working directory')\n")
     monkeypatch.chdir(tmp_path)
     below = processes.descendants(tree.pid)
     processes.launch("kill", tree.pid)

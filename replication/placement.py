@@ -5,7 +5,7 @@ node of its backup (``None``: the partition runs without one, because only
 one node is alive) and its *epoch*. Every change to a placement bumps the
 epoch; a replica knows the epoch it was given, and a replica of an older
 epoch can no longer have a write acknowledged (see :mod:`actors.partition`).
-Nodes are named by their stable names (:mod:`cluster.nodes`), never by Ray's
+Nodes are named by their stable names (:mod:`replication.nodes`), never by Ray's
 node ids, which change when a node restarts.
 
 The controller calls these functions and carries out what changed:
@@ -25,6 +25,21 @@ The controller calls these functions and carries out what changed:
 
 Every function returns a new tuple of placements and leaves the ones it
 does not change exactly as they were (same epoch).
+
+**The head holds no data.** Ray's head node (``head``, given to every
+function that chooses nodes; :attr:`replication.nodes.Node.head`) runs what
+the whole cluster needs (the GCS, ``canopy serve``), so it holds no partition
+replica, primary or backup, while at least :data:`WORKERS` other nodes are
+alive; with fewer, it is a node like the others (:func:`hosts`). So a 3-node
+cluster keeps its replicas on its two workers; when one is lost, the backups
+it held go to the head; when a worker is back, :func:`rebalance_step` moves
+them off again, first of all: a primary on the head is handed to its backup,
+and a backup on the head moves to the least loaded worker, each once the
+partition's backup has caught up. Data decides before
+the rule: at start, a partition whose newest journal is on the head is served
+from there (its journal is the partition), and a copy there as new as the
+primary's is kept as its backup, until rebalancing moves them; a backup on
+the head whose primary is lost takes over there.
 """
 
 from __future__ import annotations
@@ -45,6 +60,17 @@ class Placement(NamedTuple):
 
 
 Placements = tuple[Placement, ...]
+
+#: while this many nodes other than the head are alive, the head takes no replica
+WORKERS = 2
+
+
+def hosts(alive: Iterable[str], head: str | None = None) -> list[str]:
+    """The nodes that may take a replica: the alive ones but the head while at least
+    :data:`WORKERS` others are alive, else every alive one (sorted)."""
+    living = sorted(set(alive))
+    workers = [node for node in living if node != head]
+    return workers if len(workers) >= WORKERS else living
 
 
 def _load(placements: Iterable[Placement], alive: Iterable[str]) -> Counter[str]:
@@ -67,25 +93,35 @@ def _least_loaded(load: Counter[str], exclude: Iterable[str] = ()) -> str | None
 
 
 def initial(
-    count: int, alive: Sequence[str], held: Mapping[int, Mapping[str, int]] | None = None
+    count: int, alive: Sequence[str], held: Mapping[int, Mapping[str, int | tuple[int, int]]] | None = None,
+    head: str | None = None,
 ) -> Placements:
     """Place ``count`` partitions on the ``alive`` nodes. ``held[i]`` maps a node
-    holding partition ``i``'s journal to the epoch it was last given: the newest
-    holder becomes the primary and the next newest the backup; other partitions
-    go where the load is least. Each epoch is one more than any held."""
+    holding partition ``i``'s journal to the epoch it was last given, or to that epoch
+    and the last record its journal gives back (a longer journal of one epoch wins: a
+    node that lost writes its disk never synced must not be trusted over its peer; a
+    damaged journal says an epoch of -1): the newest
+    holder becomes the primary (a host of :func:`hosts` first among equals), and the
+    next newest holder that is a host, or as new as the primary (a second whole copy,
+    kept wherever it is), the backup; other partitions go to the hosts where the load
+    is least. Each epoch is one more than any held."""
     if not alive:
         raise ValueError("no node is alive to place partitions on")
     held = held or {}
-    nodes = sorted(set(alive))
+    everyone = sorted(set(alive))
+    nodes = hosts(everyone, head)
     out: list[Placement] = []
-    load: Counter[str] = Counter({node: 0 for node in nodes})
-    primaries: Counter[str] = Counter({node: 0 for node in nodes})
-    backups: Counter[str] = Counter({node: 0 for node in nodes})
+    load: Counter[str] = Counter({node: 0 for node in everyone})
+    primaries: Counter[str] = Counter({node: 0 for node in everyone})
+    backups: Counter[str] = Counter({node: 0 for node in everyone})
     for i in range(count):
+        weighed = {node: (h, 0) if isinstance(h, int) else tuple(h) for node, h in held.get(i, {}).items()}
         holders = sorted(
-            ((epoch, node) for node, epoch in held.get(i, {}).items() if node in load), reverse=True
+            ((weight, node in nodes, node) for node, weight in weighed.items() if node in load), reverse=True
         )
-        chosen = [node for _, node in holders[:2]]
+        # the newest journal is the partition, wherever it is; an older one off the hosts is not worth keeping
+        chosen = [node for _, _, node in holders[:1]]
+        chosen += [node for weight, host, node in holders[1:] if host or weight[0] == holders[0][0][0]][:1]
         if not chosen:
             chosen = [min(nodes, key=lambda n: (primaries[n], load[n], n))]
         primaries[chosen[0]] += 1
@@ -96,18 +132,19 @@ def initial(
         if len(chosen) == 2:
             load[chosen[1]] += 1
             backups[chosen[1]] += 1
-        epoch = max(held.get(i, {}).values(), default=0) + 1
+        epoch = max((weight[0] for weight in weighed.values()), default=0) + 1
         out.append(Placement(i, chosen[0], chosen[1] if len(chosen) == 2 else None, epoch))
     return tuple(out)
 
 
-def after_loss(placements: Placements, alive: Iterable[str]) -> Placements:
-    """What the placements become when every node not in ``alive`` is gone. A
-    partition whose primary and backup are both gone stays as it was: it is
-    unavailable until one of them comes back (its journal is on that node)."""
+def after_loss(placements: Placements, alive: Iterable[str], head: str | None = None) -> Placements:
+    """What the placements become when every node not in ``alive`` is gone: a lost
+    primary's backup takes over where it is, and a new backup goes to the least loaded
+    of the :func:`hosts`. A partition whose primary and backup are both gone stays as
+    it was: it is unavailable until one of them comes back (its journal is on that node)."""
     living = set(alive)
     out = list(placements)
-    load = _load([p for p in placements if p.primary in living], living)
+    load = _load([p for p in placements if p.primary in living], hosts(living, head))
     for k, p in enumerate(placements):
         primary_ok = p.primary in living
         backup_ok = p.backup is not None and p.backup in living
@@ -117,7 +154,7 @@ def after_loss(placements: Placements, alive: Iterable[str]) -> Placements:
             continue
         primary = p.primary if primary_ok else p.backup
         assert primary is not None
-        if not primary_ok:
+        if not primary_ok and primary in load:
             load[primary] += 1  # from backup (1) to primary (2)
         backup = _least_loaded(load, exclude=[primary])
         if backup is not None:
@@ -126,10 +163,11 @@ def after_loss(placements: Placements, alive: Iterable[str]) -> Placements:
     return tuple(out)
 
 
-def fill_backups(placements: Placements, alive: Iterable[str]) -> Placements:
-    """Give a backup to every available partition that has none, where the load is least."""
+def fill_backups(placements: Placements, alive: Iterable[str], head: str | None = None) -> Placements:
+    """Give a backup to every available partition that has none, on the host (:func:`hosts`)
+    where the load is least."""
     living = set(alive)
-    load = _load(placements, living)
+    load = _load(placements, hosts(living, head))
     out = list(placements)
     for k, p in enumerate(placements):
         if p.backup is None and p.primary in living:
@@ -140,10 +178,15 @@ def fill_backups(placements: Placements, alive: Iterable[str]) -> Placements:
     return tuple(out)
 
 
-def rebalance_step(placements: Placements, alive: Iterable[str], caught_up: Iterable[int] = ()) -> Placements:
-    """One step towards an even spread over the ``alive`` nodes, changing at most one
-    partition, in this order:
+def rebalance_step(
+    placements: Placements, alive: Iterable[str], caught_up: Iterable[int] = (), head: str | None = None
+) -> Placements:
+    """One step towards an even spread over the hosts among the ``alive`` nodes
+    (:func:`hosts`), changing at most one partition, in this order:
 
+    0. while the head may take no replica, move one off it: hand a primary there to
+       its caught-up backup, else move a caught-up backup there to the least loaded
+       host, else give a primary there with no backup one on a host (to hand over later);
     1. hand a primary to its backup when the backup's node has at least two
        primaries fewer (only a backup in ``caught_up``, one that has acknowledged
        its primary's whole state, takes over);
@@ -154,8 +197,13 @@ def rebalance_step(placements: Placements, alive: Iterable[str], caught_up: Iter
        when they differ by two or more.
 
     Unchanged when the spread is even, or nothing can move yet."""
-    living = set(alive)
     ready = set(caught_up)
+    everyone = set(alive)
+    living = set(hosts(everyone, head))
+    if head is not None and head in everyone and head not in living:
+        off = _off_the_head(placements, everyone, living, ready, head)
+        if off is not None:
+            return off
     usable = sorted((p for p in placements if p.primary in living), key=lambda p: p.partition)
     if len(living) < 2 or not usable:
         return placements
@@ -187,6 +235,32 @@ def rebalance_step(placements: Placements, alive: Iterable[str], caught_up: Iter
             if p.backup == most and p.primary != fewest:
                 return _replace(placements, Placement(p.partition, p.primary, fewest, p.epoch + 1))
     return placements
+
+
+def _off_the_head(
+    placements: Placements, alive: set[str], living: set[str], ready: set[int], head: str
+) -> Placements | None:
+    """One replica moved off the ``head`` to the ``living`` hosts, or ``None`` when none can
+    move yet. Only a partition in ``ready`` (its backup holds all its primary's state) gives
+    up a replica on the head: a primary there is handed to its backup, else a backup there
+    moves to the least loaded host. A primary on the head with no backup on a host gets one
+    there (to be handed over once it caught up)."""
+    load = _load(placements, living)
+    on_head = sorted((p for p in placements if p.primary in alive and head in p.nodes()), key=lambda p: p.partition)
+    for p in on_head:
+        if p.primary == head and p.backup in living and p.partition in ready:
+            return _replace(placements, Placement(p.partition, p.backup, head, p.epoch + 1))
+    for p in on_head:
+        if p.backup == head and p.partition in ready:
+            target = _least_loaded(load, exclude=[p.primary])
+            if target is not None:
+                return _replace(placements, Placement(p.partition, p.primary, target, p.epoch + 1))
+    for p in on_head:
+        if p.primary == head and p.backup not in living:
+            target = _least_loaded(load)
+            if target is not None:
+                return _replace(placements, Placement(p.partition, head, target, p.epoch + 1))
+    return None
 
 
 def _replace(placements: Placements, new: Placement) -> Placements:

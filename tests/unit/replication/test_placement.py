@@ -1,4 +1,4 @@
-"""Placement decisions (cluster/placement.py): pure functions, checked on every small cluster."""
+"""Placement decisions (replication/placement.py): pure functions, checked on every small cluster."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.placement import (
+from replication.placement import (
     Adoption,
     Placement,
     Standing,
@@ -16,6 +16,7 @@ from cluster.placement import (
     fill_backups,
     freshest,
     from_replicas,
+    hosts,
     initial,
     rebalance_step,
 )
@@ -103,27 +104,28 @@ def test_freshest_prefers_the_newer_epoch_then_the_longer_journal() -> None:
     first=st.integers(1, 3),
     joined=st.integers(1, 2),
     lost=st.lists(st.sampled_from(NODES), max_size=2, unique=True),
+    head=st.sampled_from([None, "n0"]),
 )
 def test_any_history_keeps_the_invariants_and_rebalancing_converges(
-    count: int, first: int, joined: int, lost: list[str]
+    count: int, first: int, joined: int, lost: list[str], head: str | None
 ) -> None:
     alive = NODES[:first]
-    placements = initial(count, alive)
+    placements = initial(count, alive, head=head)
     check(placements, count, alive)
     # nodes die (at most one at a time, so that a backup always survives)
     for node in lost:
         if node in alive and len(alive) > 1:
             alive = [n for n in alive if n != node]
             before = placements
-            placements = after_loss(placements, alive)
+            placements = after_loss(placements, alive, head)
             check(placements, count, alive)
             assert all(p.primary in alive for p in placements), (before, placements)
     # nodes join; backups first, then rebalance until nothing changes
     alive = sorted(set(alive) | set([n for n in NODES if n not in alive and n not in lost][:joined]))
-    placements = fill_backups(placements, alive)
+    placements = fill_backups(placements, alive, head)
     check(placements, count, alive)
-    for _ in range(6 * count + 10):
-        step = rebalance_step(placements, alive, caught_up=range(count))
+    for _ in range(8 * count + 10):
+        step = rebalance_step(placements, alive, caught_up=range(count), head=head)
         if step == placements:
             break
         changed = [(a, b) for a, b in zip(placements, step) if a != b]
@@ -132,7 +134,9 @@ def test_any_history_keeps_the_invariants_and_rebalancing_converges(
         check(placements, count, alive)
     else:
         pytest.fail(f"rebalancing did not settle: {placements}")
-    low, high = spread(placements, alive)
+    used = hosts(alive, head)
+    assert all(set(p.nodes()) <= set(used) for p in placements), (used, placements)  # none on the head
+    low, high = spread(placements, used)
     assert high - low <= 1 or high <= 1, placements
 
 
@@ -142,6 +146,99 @@ def test_a_primary_is_handed_only_to_a_caught_up_backup() -> None:
     assert all(p.primary == "n0" for p in step)
     step = rebalance_step(placements, ["n0", "n1"], caught_up=[1])
     assert step[1] == Placement(1, "n1", "n0", 2) and step[0] == placements[0]
+
+
+# -- the head holds no data ---------------------------------------------------------------
+
+HEAD = "n0"
+
+
+def on(placements: tuple[Placement, ...], node: str) -> list[Placement]:
+    return [p for p in placements if node in p.nodes()]
+
+
+def settle(placements: tuple[Placement, ...], alive: list[str], head: str | None = HEAD) -> tuple[Placement, ...]:
+    """Rebalancing steps until nothing changes, every backup caught up."""
+    for _ in range(100):
+        step = rebalance_step(placements, alive, range(len(placements)), head)
+        if step == placements:
+            return placements
+        placements = step
+    pytest.fail(f"rebalancing did not settle: {placements}")
+
+
+def test_the_head_is_a_host_only_while_fewer_than_two_other_nodes_are_alive() -> None:
+    assert hosts(["n2", "n0", "n1"], HEAD) == ["n1", "n2"]
+    assert hosts(["n0", "n1"], HEAD) == ["n0", "n1"] and hosts(["n0"], HEAD) == ["n0"]
+    assert hosts(["n1", "n2"], HEAD) == ["n1", "n2"]  # the head is gone
+    assert hosts(["n0", "n1", "n2"]) == ["n0", "n1", "n2"]  # no head known
+
+
+def test_three_nodes_keep_every_replica_off_the_head() -> None:
+    placements = initial(4, ["n0", "n1", "n2"], head=HEAD)
+    check(placements, 4, ["n0", "n1", "n2"])
+    assert on(placements, HEAD) == [] and spread(placements, ["n1", "n2"]) == (2, 2)
+    assert settle(placements, ["n0", "n1", "n2"]) == placements  # balanced as it is
+
+
+def test_a_two_node_cluster_still_uses_the_head() -> None:
+    placements = initial(2, ["n0", "n1"], head=HEAD)
+    assert {p.nodes() for p in placements} == {("n0", "n1"), ("n1", "n0")}
+    assert settle(placements, ["n0", "n1"]) == placements
+
+
+def test_a_lost_worker_s_backups_go_to_the_head_and_come_off_it_when_it_is_back() -> None:
+    alive = ["n0", "n1", "n2"]
+    placements = initial(4, alive, head=HEAD)
+    degraded = fill_backups(after_loss(placements, ["n0", "n1"], HEAD), ["n0", "n1"], HEAD)
+    check(degraded, 4, ["n0", "n1"])
+    assert all(p.primary == "n1" and p.backup == HEAD for p in degraded), degraded
+    # n2 is back before any rebalancing: nothing needs a backup, and the head's backups move off it
+    assert fill_backups(degraded, alive, HEAD) == degraded
+    first = rebalance_step(degraded, alive, range(4), HEAD)
+    (before, after), = [(a, b) for a, b in zip(degraded, first) if a != b]
+    assert before.backup == HEAD and after == Placement(before.partition, "n1", "n2", before.epoch + 1)
+    again = settle(degraded, alive)
+    check(again, 4, alive)
+    assert on(again, HEAD) == [] and spread(again, ["n1", "n2"]) == (2, 2), again
+    # two nodes are balanced as before, the head one like the other; n2's return moves it all off again
+    even = settle(degraded, ["n0", "n1"])
+    assert spread(even, ["n0", "n1"]) == (2, 2), even
+    first = rebalance_step(even, alive, range(4), HEAD)
+    (before, after), = [(a, b) for a, b in zip(even, first) if a != b]
+    assert before.primary == HEAD and after == Placement(before.partition, "n1", HEAD, before.epoch + 1)
+    again = settle(even, alive)
+    check(again, 4, alive)
+    assert on(again, HEAD) == [] and spread(again, ["n1", "n2"]) == (2, 2), again
+
+
+def test_a_primary_on_the_head_is_handed_to_its_caught_up_backup_then_its_backup_moves() -> None:
+    placements = (Placement(0, HEAD, "n1", 3), Placement(1, "n1", "n2", 3), Placement(2, HEAD, None, 2))
+    alive = ["n0", "n1", "n2"]
+    assert rebalance_step(placements, alive, [], HEAD) == (  # nothing caught up: a backup for the one alone
+        placements[0], placements[1], Placement(2, HEAD, "n2", 3))
+    handed = rebalance_step(placements, alive, [0], HEAD)
+    assert handed[0] == Placement(0, "n1", HEAD, 4) and handed[1:] == placements[1:]
+    assert rebalance_step(handed, alive, [], HEAD)[0] == handed[0]  # the head's copy stays until the backup caught up
+    moved = rebalance_step(handed, alive, [0], HEAD)
+    assert moved[0] == Placement(0, "n1", "n2", 5)
+    assert on(settle(placements, alive), HEAD) == []
+
+
+def test_a_partition_whose_newest_journal_is_on_the_head_starts_there() -> None:
+    held = {0: {HEAD: 5, "n1": 4}, 1: {HEAD: 3, "n2": 3}, 2: {"n1": 2, HEAD: 1}}
+    placements = initial(3, ["n0", "n1", "n2"], held, HEAD)
+    assert placements[0] == Placement(0, HEAD, "n1", 6)  # the newest data serves, until rebalancing
+    assert placements[1] == Placement(1, "n2", HEAD, 4)  # as new: a host first, the head's whole copy kept
+    assert placements[2] == Placement(2, "n1", "n2", 3)  # an older copy on the head: a backup primed anew
+    assert on(settle(placements, ["n0", "n1", "n2"]), HEAD) == []
+
+
+def test_a_lost_primary_s_backup_on_the_head_takes_over_there() -> None:
+    placements = (Placement(0, "n3", HEAD, 2),)
+    after = after_loss(placements, ["n0", "n1", "n2"], HEAD)
+    assert after == (Placement(0, HEAD, "n1", 3),)  # its journal is there; the new backup on a worker
+    assert on(settle(after, ["n0", "n1", "n2"]), HEAD) == []
 
 
 # -- a restarted controller: the map from what the replicas say -------------------------

@@ -12,6 +12,10 @@ names nodes by something that survives a restart:
 Two unlabelled Ray nodes on one address get the address plus the start of
 their Ray id, which does not survive a restart: label them.
 
+Ray's head node (the one whose ``ray.nodes()`` entry has the resource
+:data:`HEAD_RESOURCE`) is marked :attr:`Node.head`: it holds no partition
+replica while enough other nodes are alive (:mod:`replication.placement`).
+
 A node's data directory is ``<data_dir>/nodes/<name>`` for a labelled node
 (simulated nodes share one disk) and ``<data_dir>`` itself otherwise (the
 embedded single node, or one machine of a real cluster).
@@ -21,10 +25,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 LABEL = "canopy-node"
+#: the resource Ray gives its head node, and no other
+HEAD_RESOURCE = "node:__internal_head__"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
@@ -38,6 +45,7 @@ class Node(NamedTuple):
     address: str
     alive: bool
     labelled: bool
+    head: bool = False  # Ray's head node
 
     def data_dir(self, data_dir: str | Path) -> str:
         return node_data_dir(data_dir, self.name if self.labelled else None)
@@ -56,7 +64,7 @@ def node_data_dir(data_dir: str | Path, label: str | None) -> str:
 
 
 def from_ray(entries: list[dict[str, Any]]) -> list[Node]:
-    """Canopy's view of ``ray.nodes()``: every node with its name, alive or not,
+    """Canopy's view of ``ray.nodes()`` (plain dicts): every node with its name, alive or not,
     the newest entry per name first (a restarted node appears twice, dead and alive)."""
     plain = Counter(
         str(e.get("NodeManagerAddress", "")) for e in entries if not (e.get("Labels") or {}).get(LABEL) and e.get("Alive")
@@ -72,9 +80,15 @@ def from_ray(entries: list[dict[str, Any]]) -> list[Node]:
             name, labelled = address, False
             if plain[address] > 1:
                 name = f"{address}-{node_id[:8]}"
-        nodes.append(Node(name, node_id, address, bool(e.get("Alive")), labelled))
+        head = HEAD_RESOURCE in (e.get("Resources") or {})
+        nodes.append(Node(name, node_id, address, bool(e.get("Alive")), labelled, head))
     nodes.sort(key=lambda n: (n.name, not n.alive))
     return nodes
+
+
+def head_of(nodes: Iterable[Node]) -> str | None:
+    """The name of the alive head node among ``nodes``, if any."""
+    return next((node.name for node in nodes if node.head and node.alive), None)
 
 
 def alive_by_name(nodes: list[Node]) -> dict[str, Node]:

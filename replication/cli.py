@@ -1,0 +1,216 @@
+"""``canopy journal``: check and repair the journals in a data directory (a :data:`canopy.cli.Extension`).
+
+::
+
+    canopy journal check  [--data-dir DIR] [--partition N] [--json]
+    canopy journal repair [--data-dir DIR] [--partition N] [--json]
+
+``DIR`` is the data directory ``canopy serve`` uses (default ``$CANOPY_DATA_DIR``,
+else ``data``). Both commands act on every journal under it:
+``<DIR>/journal/partition-<i>/`` for the node a server runs on, and
+``<DIR>/nodes/<name>/journal/partition-<i>/`` for labelled and simulated nodes.
+``--partition`` limits them to one partition.
+
+``check`` runs :func:`replication.journal.verify`. It changes nothing and takes
+no lock, so it can run beside a serving server. For each journal it prints the
+state (``OK``, ``torn tail``, ``unreadable snapshot``, ``damaged covered segment``
+or ``damaged``), one line per problem with file, offset and reason, the last
+good record, and a journal's ``DAMAGED`` mark (:meth:`Journal.set_aside
+<replication.journal.Journal.set_aside>`). Exit status: 0 when no journal is
+damaged; recovery copes with a torn tail, an unreadable snapshot or a damaged
+covered segment, and those are still reported. 1 when a journal is damaged
+(recovery would refuse it) or cannot be read.
+
+``repair`` takes each journal's lock and runs
+``Journal.recover(repair=True)``. A torn tail is cut. At damage, the journal is
+cut and the damaged and later segments are kept as ``*.corrupt``. It prints what
+was cut or set aside. A journal a running server holds is refused ("stop the
+server first"). Exit status: 0, or 1 when a journal was refused or could not be
+read.
+
+``--json`` prints one JSON object per journal and line. Usage errors (no such
+directory, no journal in it) exit with status 2. Every error is one line on
+stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:  # the journal is imported when a command runs, not by ``canopy --help``
+    from replication.journal import Verification
+
+__all__ = ["JournalDirectory", "add_journal", "find_journals"]
+
+_PARTITION = re.compile(r"partition-(\d+)")
+
+
+class JournalDirectory(NamedTuple):
+    path: Path
+    partition: int
+
+
+def find_journals(data_dir: Path) -> list[JournalDirectory]:
+    """Every journal directory under a ``canopy serve`` data directory: its own node's first,
+    then each labelled node's (``nodes/<name>/``), each in partition order."""
+    homes = [data_dir] + sorted(p for p in (data_dir / "nodes").glob("*") if p.is_dir())
+    found: list[JournalDirectory] = []
+    for home in homes:
+        here = []
+        for directory in (home / "journal").glob("partition-*"):
+            m = _PARTITION.fullmatch(directory.name)
+            if m is not None and directory.is_dir():
+                here.append(JournalDirectory(directory, int(m.group(1))))
+        found.extend(sorted(here, key=lambda j: j.partition))
+    return found
+
+
+def add_journal(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``journal check`` and ``journal repair`` to the ``canopy`` subcommands."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", default=os.environ.get("CANOPY_DATA_DIR") or "data", metavar="DIR",
+                        help="the server's data directory (default: $CANOPY_DATA_DIR, else data)")
+    common.add_argument("--partition", type=int, default=None, metavar="N", help="only partition N's journals")
+    common.add_argument("--json", action="store_true", help="one JSON object per journal and line")
+    journal = commands.add_parser("journal", help="check or repair a server's journals on this machine")
+    actions = journal.add_subparsers(dest="action", required=True)
+    actions.add_parser(
+        "check", parents=[common],
+        help="read every journal and report damage; changes nothing, may run beside a server",
+    ).set_defaults(run=_check)
+    actions.add_parser(
+        "repair", parents=[common],
+        help="cut each journal at its damage, keeping what is cut as *.corrupt (stop the server first)",
+    ).set_defaults(run=_repair)
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _journals(args: argparse.Namespace) -> list[JournalDirectory] | None:
+    """The journals the command acts on, or ``None`` after saying why there are none."""
+    data_dir = Path(args.data_dir)
+    if not data_dir.is_dir():
+        _err(f"canopy journal {args.action}: no data directory {data_dir}")
+        return None
+    try:
+        found = find_journals(data_dir)
+    except OSError as e:
+        _err(f"canopy journal {args.action}: cannot read {data_dir}: {e}")
+        return None
+    if args.partition is not None:
+        found = [j for j in found if j.partition == args.partition]
+    if not found:
+        which = "" if args.partition is None else f" of partition {args.partition}"
+        _err(f"canopy journal {args.action}: no journal{which} in {data_dir} "
+             "(looked in journal/partition-<i>/ and nodes/<name>/journal/partition-<i>/)")
+        return None
+    return found
+
+
+def _quiet_recovery_log() -> None:
+    """Recovery logs what it reports; this command prints it, once."""
+    logger = logging.getLogger("canopy.journal")
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+
+
+def _set_aside_note(mark: dict[str, Any] | None) -> str | None:
+    if mark is None:
+        return None
+    files = f" (its files are in {mark['files']}/)" if mark.get("files") else ""
+    return f"set aside as damaged: {mark.get('reason', 'no reason given')}{files}; the replica waits for its peer"
+
+
+def _check(args: argparse.Namespace) -> int:
+    from replication.journal import JournalError, damage_of, verify
+
+    found = _journals(args)
+    if found is None:
+        return 2
+    failed = False
+    for directory, partition in found:
+        try:
+            verification = verify(directory, partition)
+        except (JournalError, OSError) as e:
+            _err(f"canopy journal check: {directory}: {e}")
+            failed = True
+            continue
+        failed |= verification.damaged
+        note = _set_aside_note(damage_of(directory))
+        if args.json:
+            print(json.dumps(_verification_json(verification, note)), flush=True)
+            continue
+        worst = verification.worst
+        snapshot = (f"snapshot {verification.snapshot_sequence}" if verification.snapshot is not None
+                    else "no snapshot")
+        print(f"{directory}: {'OK' if worst is None else worst.value}, "
+              f"last good record {verification.last_sequence} ({snapshot})")
+        for problem in verification.problems:
+            print(f"  {problem.path.name} at offset {problem.offset}: {problem.kind.value}: {problem.reason}")
+        if note is not None:
+            print(f"  {note}")
+    if failed and not args.json:
+        print(f"canopy journal repair --data-dir {args.data_dir} cuts a damaged journal at the damage, keeping "
+              "what it cuts as *.corrupt (stop the server first)")
+    return 1 if failed else 0
+
+
+def _verification_json(verification: Verification, set_aside: str | None) -> dict[str, Any]:
+    worst = verification.worst
+    return {
+        "directory": str(verification.directory),
+        "partition": verification.partition,
+        "status": "ok" if worst is None else worst.name.lower(),
+        "damaged": verification.damaged,
+        "last_sequence": verification.last_sequence,
+        "snapshot_sequence": verification.snapshot_sequence if verification.snapshot is not None else None,
+        "problems": [
+            {"kind": p.kind.name.lower(), "file": str(p.path), "offset": p.offset, "reason": p.reason}
+            for p in verification.problems
+        ],
+        "set_aside": set_aside,
+    }
+
+
+def _repair(args: argparse.Namespace) -> int:
+    from replication.journal import Journal, JournalBusy, JournalError
+
+    found = _journals(args)
+    if found is None:
+        return 2
+    _quiet_recovery_log()
+    failed = False
+    for directory, partition in found:
+        journal = Journal(directory, partition=partition)
+        try:
+            recovery = journal.recover(repair=True)
+        except (JournalError, OSError) as e:
+            failed = True
+            error = (f"{directory} is in use by a running server (it holds the journal's LOCK): stop the server first"
+                     if isinstance(e, JournalBusy) else f"{directory}: {e}")
+            _err(f"canopy journal repair: {error}")
+            if args.json:
+                print(json.dumps({"directory": str(directory), "partition": partition, "error": error}), flush=True)
+            continue
+        journal.close()
+        if args.json:
+            print(json.dumps({
+                "directory": str(directory), "partition": partition, "repaired": bool(recovery.problems),
+                "last_sequence": recovery.last_sequence, "snapshot_sequence": recovery.snapshot_sequence,
+                "problems": list(recovery.problems),
+            }), flush=True)
+            continue
+        print(f"{directory}: {'repaired' if recovery.problems else 'OK, nothing to repair'}, "
+              f"last record {recovery.last_sequence}")
+        for problem in recovery.problems:
+            print(f"  {problem}")
+    return 1 if failed else 0
