@@ -23,15 +23,14 @@ import logging
 import os
 import secrets
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import ray
 
 from actors.link import FrameStream
 from actors.supervision import announce_start, new_incarnation
-from topics.changes import TopicState, decode_change, decode_state, encode_change, encode_state, persistent_only
+from topics.changes import decode_change, decode_state, encode_change, encode_state, persistent_only
 from topics.protocol import (
     MOVED,
     Batch,
@@ -40,7 +39,6 @@ from topics.protocol import (
     Failed,
     Follow,
     Hello,
-    Prime,
     ProtocolError,
     ReadRecent,
     Replicate,
@@ -56,16 +54,35 @@ from topics.protocol import (
 from history import export_worker
 from history.store import Exporter, history_location
 from replication.journal import SEGMENT_BYTES, FsyncPolicy, Journal, JournalCorrupt, JournalError, JournalGap
+from replication.replica import (
+    Abort,
+    Address,
+    Connect,
+    DropLinks,
+    Effect,
+    Image,
+    NotCaughtUp,
+    Refuse,
+    Release,
+    ReplicaState,
+    Role,
+    SaveEpoch,
+    Send,
+    StaleEpoch,
+    StopConnecting,
+)
 from topics.store import RECENT, TopicStore
+
+__all__ = ["BACKUP", "IDLE", "PRIMARY", "NotCaughtUp", "NotPrimary", "Partition", "PartitionActor", "StaleEpoch",
+           "remote_class"]
 
 log = logging.getLogger("canopy.partition")
 
 
-PRIMARY, BACKUP, IDLE = "primary", "backup", "idle"
-#: seconds between attempts to reach a backup
-RETRY_DELAY = 0.2
-#: topic states per :class:`~topics.protocol.Prime` frame
-PRIME_CHUNK = 1000
+#: the roles as plain strings (what position() and stats() answer, and the controller says)
+PRIMARY, BACKUP, IDLE = Role.PRIMARY.value, Role.BACKUP.value, Role.IDLE.value
+#: a batch's answer and events: each to its stream, in order
+Writes = list[tuple["_Peer", bytes]]
 
 
 class _Peer(FrameStream):
@@ -156,7 +173,11 @@ class Partition:
     that was replaced (it hung, or its node was cut off) therefore never gets
     another acknowledgement from its backup, and never answers a write again;
     it goes on alone only when the controller says its backup is gone
-    (:meth:`set_backup` with ``None``, at a new epoch)."""
+    (:meth:`set_backup` with ``None``, at a new epoch).
+
+    Every replication decision (roles, epochs, frame ids, the outbox, the prime,
+    fencing) is :attr:`replica`'s (:class:`~replication.replica.ReplicaState`);
+    this object feeds it what happens and carries out its effects (:meth:`_run`)."""
 
     def __init__(
         self, index: int, host: str, journal: Journal | None = None, snapshot_every: int = 100_000,
@@ -183,36 +204,21 @@ class Partition:
         self.address: dict[str, Any] | None = None
         self.batches = 0
         self.operations = 0
-        self.role = role
-        #: the placement epoch of this replica's role (durable in the journal directory)
-        self.epoch = journal.epoch if journal is not None else 0
-        #: the epoch at which this replica last became the primary
-        self.primary_since = self.epoch
-        self.handing_over = False
-        # the primary's side of replication
-        self.backup: _ToBackup | None = None
-        self.backup_address: dict[str, Any] | None = None
-        self.caught_up = False
-        self._backup_frames: list[bytes] = []  # written once the stream to the backup is open
-        self._backup_task: asyncio.Task[None] | None = None
-        self._sent = 0  # the id of the last frame to the backup
-        self._acked = 0  # the last id the backup acknowledged
-        self._prime_id = 0  # the id of the final frame of the last prime
-        self._outbox: deque[tuple[int, list[tuple[_Peer, bytes]]]] = deque()
-        #: (frame id, last journal sequence of its batch), for the history's acknowledged limit
-        self._journaled_at: deque[tuple[int, int]] = deque()
-        self._acked_sequence = 0
+        #: the replication state machine: this replica's role, epoch (durable in the journal
+        #: directory), backup and outbox, or the primary it follows
+        self.replica: ReplicaState[FrameStream, Writes] = ReplicaState(
+            f"partition {index}", role=Role(role), epoch=journal.epoch if journal is not None else 0,
+            sequence=journal.last_sequence if journal is not None else 0, journaled=journal is not None,
+            image=self._image,
+        )
+        self._backup_task: asyncio.Task[None] | None = None  # the connection attempt to the backup
         self.exporter: Exporter | None = None
         self._exporting = False
         self._export_future: asyncio.Future[Any] | None = None
         self._export_process: export_worker.ExportProcess | None = None  # started with the first export
         self._export_timer: asyncio.TimerHandle | None = None
-        self._drained: asyncio.Event | None = None
-        # the backup's side
-        self.follower: _Peer | None = None
-        self.primed = False
-        self._priming: list[TopicState] | None = None
-        self.replicas_applied = 0
+        self._drained: asyncio.Event | None = None  # set once nothing waits for the backup (a handover)
+        self.replicas_applied = 0  # replicated batches applied as a backup
         # removal policies (the primary evaluates them: _schedule_removals)
         self._removal_timer: asyncio.TimerHandle | None = None
         self._removal_at = 0
@@ -227,6 +233,55 @@ class Partition:
             position=time.time_ns() // 1_000_000 * 1_000,
             recent=self.recent,
         )
+
+    def _image(self) -> Image:
+        """The whole state now (between two batches), for a new backup's prime."""
+        return Image([encode_state(state) for state in self.store.state(volatile=True)], self.store.position)
+
+    # -- what the state machine holds, read as attributes ------------------------------------
+
+    @property
+    def role(self) -> str:
+        return self.replica.role.value
+
+    @property
+    def epoch(self) -> int:
+        return self.replica.epoch
+
+    @property
+    def primary_since(self) -> int:
+        return self.replica.since
+
+    @property
+    def handing_over(self) -> bool:
+        return self.replica.handing_over
+
+    @property
+    def caught_up(self) -> bool:
+        return self.replica.caught_up
+
+    @property
+    def primed(self) -> bool:
+        return self.replica.primed
+
+    @property
+    def backup(self) -> FrameStream | None:
+        """The stream to the backup, once connected."""
+        return self.replica.stream
+
+    @property
+    def backup_address(self) -> dict[str, Any] | None:
+        backup = self.replica.backup
+        return backup._asdict() if backup is not None else None
+
+    @property
+    def follower(self) -> FrameStream | None:
+        """The stream from the primary this backup follows."""
+        return self.replica.follower
+
+    @property
+    def _outbox(self) -> Sequence[tuple[int, Writes]]:
+        return self.replica.outbox
 
     async def serve(self) -> dict[str, Any]:
         """Start the stream server (once); where links connect, with the secret."""
@@ -276,7 +331,7 @@ class Partition:
 
     def apply(self, peer: _Peer, batch: Batch) -> None:
         assert peer.link is not None
-        if self.role != PRIMARY or self.handing_over:
+        if not self.replica.accepts_batches():
             moved = encode_result(Failed(MOVED, f"partition {self.index}'s primary is elsewhere; ask again"))
             done = Done(batch.sequence, [moved] * len(batch.operations), [], time.perf_counter_ns())
             self._answer([(peer, encode_frame(done))])
@@ -319,10 +374,12 @@ class Partition:
     def _settle(self, encoded: dict[int, list[Any]]) -> None:
         """Journal and replicate what the store changed (before anything is answered)."""
         store = self.store
-        if self.backup_address is not None:
+        if self.replica.replicating:
             self._replicate(encoded)
         elif self.journal is not None:
-            self._journal(store.drain_changes())
+            changes = store.drain_changes()
+            self._journal(changes)
+            self.replica.appended(len(changes))
             store.drain_recent()
         elif self.replicated:
             store.drain_replicated()
@@ -333,7 +390,7 @@ class Partition:
     def _schedule_removals(self) -> None:
         """As the primary, look at the removal policies when the earliest may be due (at
         least every second while any is watched: gateways' reports come and go)."""
-        if self.role != PRIMARY:
+        if self.replica.role is not Role.PRIMARY:
             return
         now = time.time_ns() // 1_000_000
         at = self.store.removals.next_check_ms(now)
@@ -350,7 +407,7 @@ class Partition:
         """Remove what the due policies say, as a batch of its own: journaled, replicated,
         and its events to the links once the backup has it."""
         self._removal_timer = None
-        if self.role != PRIMARY or self.handing_over:
+        if not self.replica.accepts_batches():
             return
         store = self.store
         self.removed_by_policy += store.expire(time.time_ns() // 1_000_000)
@@ -373,63 +430,89 @@ class Partition:
         if not changes and not recent:
             return
         now = time.time_ns() // 1_000_000
-        first = 0
-        if self.journal is not None and changes:
-            first = self.journal.last_sequence + 1
-            self._journal(persistent_only(changes, volatile), now)
-        messages = _encoded(recent, encoded) if recent else []
-        position = store.position
-        sent = self._to_backup(lambda i: Replicate(
-            i, first, now, [encode_change(c) for c in changes], volatile, messages, position))
-        if self.journal is not None and self.journal.last_sequence >= first:
-            self._journaled_at.append((sent, self.journal.last_sequence))
+        persistent = persistent_only(changes, volatile) if self.journal is not None and changes else None
+        frame = self.replica.replicate(
+            now, [encode_change(c) for c in changes], volatile, _encoded(recent, encoded) if recent else [],
+            store.position, len(persistent) if persistent else 0,
+        )
+        if persistent:
+            self._journal(persistent, now)  # before the backup or anyone hears of it
+        if frame is not None:
+            backup = self.replica.stream
+            assert backup is not None
+            backup.write(encode_frame(frame))
 
-    def _to_backup(self, frame: Callable[[int], Any]) -> int:
-        self._sent += 1
-        data = encode_frame(frame(self._sent))
-        backup = self.backup
-        if backup is not None and backup.transport is not None and not backup.transport.is_closing():
-            backup.transport.write(data)
-        else:
-            self._backup_frames.append(data)
-        return self._sent
-
-    def _answer(self, writes: list[tuple[_Peer, bytes]]) -> None:
+    def _answer(self, writes: Writes) -> None:
         """Write a batch's answer and events now, or once the backup has what they reveal."""
-        if self._sent > self._acked:
-            self._outbox.append((self._sent, writes))
-            return
-        for target, data in writes:
-            target.write(data)
+        if not self.replica.hold(writes):
+            for target, data in writes:
+                target.write(data)
 
     def _release(self) -> None:
-        outbox = self._outbox
-        while outbox and outbox[0][0] <= self._acked:
-            for target, data in outbox.popleft()[1]:
+        """Write what the backup's acknowledgements (or going on alone) released, in order."""
+        replica = self.replica
+        while (writes := replica.release()) is not None:
+            for target, data in writes:
                 target.write(data)
-        if not outbox and self._drained is not None:
+        if self._drained is not None and replica.drained:
             self._drained.set()
 
+    def _run(self, effects: Sequence[Effect[FrameStream]]) -> None:
+        """Carry out the state machine's effects in order. One that raises (the epoch's
+        fsync) does not stop the others, as the state machine has moved on: the first
+        exception is raised once they are done."""
+        error: BaseException | None = None
+        for effect in effects:
+            try:
+                self._effect(effect)
+            except Exception as e:  # noqa: BLE001 - raised below
+                error = error or e
+        if error is not None:
+            raise error
+
+    def _effect(self, effect: Effect[FrameStream]) -> None:
+        match effect:
+            case SaveEpoch(epoch):
+                if self.journal is not None:
+                    self.journal.set_epoch(epoch)
+            case Connect(address, delay_ms, attempt):
+                self._backup_task = asyncio.ensure_future(self._connect_backup(address, delay_ms, attempt))
+            case StopConnecting():
+                if self._backup_task is not None:
+                    self._backup_task.cancel()
+                    self._backup_task = None
+            case Send(stream, frames):
+                stream.write(b"".join(encode_frame(frame) for frame in frames))
+            case Abort(stream):
+                if stream.transport is not None:
+                    stream.transport.abort()
+            case Refuse(stream, answer):
+                assert isinstance(stream, _Peer)
+                stream.ignoring = True  # the primes and batches behind the follow
+                stream.write(encode_frame(answer))
+                if stream.transport is not None:
+                    stream.transport.close()  # not abort: the answer must get there
+            case Release():
+                self._release()
+            case DropLinks():
+                for peer in list(self.links.values()):
+                    if peer.transport is not None:
+                        peer.transport.abort()
+
     def acknowledged(self, stream: _ToBackup, id: int) -> None:
-        if stream is not self.backup or id <= self._acked:
-            return  # from a stream this primary left, or stale
-        if id > self._sent:
-            raise ProtocolError(f"the backup acknowledged {id}, which was never sent")
-        self._acked = id
-        if id >= self._prime_id and not self.caught_up:
-            self.caught_up = True
-            log.info("partition %d: its backup has caught up", self.index)
-        self._release()
+        replica = self.replica
+        caught_up = replica.caught_up
+        if replica.acknowledged(stream, id):
+            if replica.caught_up and not caught_up:
+                log.info("partition %d: its backup has caught up", self.index)
+            self._release()
 
     def backup_lost(self, stream: _ToBackup, exc: Exception | None) -> None:
-        if stream is not self.backup:
+        if stream is not self.replica.stream:
             return
-        self.backup = None
-        self.caught_up = False
         log.error("partition %d: the stream to its backup closed (%s); starting over with it",
                   self.index, exc or "closed")
-        if self.backup_address is not None:
-            self._start_backup(delay=RETRY_DELAY)
+        self._run(self.replica.backup_lost(stream))
 
     def superseded(self, stream: _ToBackup, epoch: int) -> None:
         """The backup refused to follow: it is at ``epoch``, newer than this primary's,
@@ -437,109 +520,53 @@ class Partition:
         replica stops replicating and answers nothing that waited for the backup; its
         links are dropped (what they had in flight has an unknown fate) and every later
         batch is answered MOVED."""
-        if stream is not self.backup or self.role != PRIMARY or epoch <= self.epoch:
-            return
-        log.error("partition %d: superseded (epoch %d took over from this primary's %d); it stops serving",
-                  self.index, epoch, self.epoch)
-        self.role = IDLE
-        self._drop_backup()
-        self.backup_address = None
-        self._outbox.clear()
-        self._acked = self._sent
-        for peer in list(self.links.values()):
-            if peer.transport is not None:
-                peer.transport.abort()
+        effects = self.replica.superseded(stream, epoch)
+        if effects:
+            log.error("partition %d: superseded (epoch %d took over from this primary's %d); it stops serving",
+                      self.index, epoch, self.epoch)
+        self._run(effects)
 
     def set_backup(self, epoch: int, address: dict[str, Any] | None) -> None:
         """The controller's placement at ``epoch``: replicate to the replica at
         ``address`` (primed with the whole state first), or to none (answers that
         waited for the old backup go out now)."""
-        self._set_epoch(epoch)
-        self._drop_backup()
-        self.backup_address = address
-        if address is None:
-            self._acked = self._sent
-            self._release()
-            return
-        self._start_backup()
+        self._run(self.replica.set_backup(epoch, _address(address)))
 
-    def _drop_backup(self) -> None:
-        self.caught_up = False
-        self._backup_frames = []
-        if self._backup_task is not None:
-            self._backup_task.cancel()
+    async def _connect_backup(self, address: Address, delay_ms: int, attempt: int) -> None:
+        if delay_ms:
+            await asyncio.sleep(delay_ms / 1000)
+        try:
+            _, stream = await asyncio.get_running_loop().create_connection(
+                lambda: _ToBackup(self), address.host, address.port
+            )
+        except OSError as e:
+            (log.debug if delay_ms else log.warning)(
+                "partition %d cannot reach its backup at %s:%s yet: %s", self.index, address.host, address.port, e,
+            )
             self._backup_task = None
-        backup, self.backup = self.backup, None
-        if backup is not None and backup.transport is not None:
-            backup.transport.abort()
-
-    def _start_backup(self, delay: float = 0.0) -> None:
-        """Take the whole state now (between two batches) as the backup's prime and
-        connect; every later batch follows it on the same stream."""
-        self._drop_backup()
-        states = self.store.state(volatile=True)
-        position = self.store.position
-        sequence = self.journal.last_sequence if self.journal is not None else 0
-        chunks = [states[i:i + PRIME_CHUNK] for i in range(0, len(states), PRIME_CHUNK)] or [[]]
-        for n, chunk in enumerate(chunks, 1):
-            encoded = [encode_state(state) for state in chunk]
-            self._prime_id = self._to_backup(lambda i: Prime(i, sequence, encoded, n == len(chunks), position))
-        address = self.backup_address
-        assert address is not None
-        self._backup_task = asyncio.ensure_future(self._connect_backup(address, self.epoch, delay))
-
-    async def _connect_backup(self, address: dict[str, Any], epoch: int, delay: float) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            if delay:
-                await asyncio.sleep(delay)
-            try:
-                _, stream = await loop.create_connection(
-                    lambda: _ToBackup(self), address["host"], address["port"]
-                )
-                break
-            except OSError as e:
-                (log.debug if delay else log.warning)(
-                    "partition %d cannot reach its backup at %s:%s yet: %s", self.index, address["host"],
-                    address["port"], e,
-                )
-                delay = RETRY_DELAY
-        assert stream.transport is not None
-        stream.transport.write(encode_frame(Follow(address["secret"], epoch)) + b"".join(self._backup_frames))
-        self._backup_frames = []
-        self.backup = stream
+            self._run(self.replica.connect_failed(attempt))
+            return
         self._backup_task = None
+        self._run(self.replica.connected(attempt, stream))
 
     # -- the backup's side -------------------------------------------------
 
     def follow(self, peer: _Peer, frame: Follow) -> None:
         if not secrets.compare_digest(str(frame.secret), self.secret):
             raise ProtocolError("a follow must say this partition's secret")
-        if frame.epoch < self.epoch:  # fenced: the old primary learns it and stops retrying
+        replica = self.replica
+        effects = replica.follow(peer, frame.epoch)
+        if replica.follower is peer:
+            peer.follows = True
+        else:  # fenced: the old primary learns it and stops retrying
             log.warning("partition %d: refusing a primary of epoch %d (this replica is at %d)",
                         self.index, frame.epoch, self.epoch)
-            peer.ignoring = True  # the primes and batches behind the follow
-            peer.write(encode_frame(Superseded(self.epoch)))
-            if peer.transport is not None:
-                peer.transport.close()  # not abort: the answer must get there
-            return
-        if self.role != BACKUP:
-            raise ProtocolError(
-                f"partition {self.index}: a primary of epoch {frame.epoch} cannot be followed by a "
-                f"{self.role} of epoch {self.epoch}"
-            )
-        old, self.follower = self.follower, peer
-        if old is not None and old.transport is not None:
-            old.transport.abort()
-        peer.follows = True
-        self._priming = None
+        self._run(effects)
 
     def follow_frame(self, peer: _Peer, frame: Any) -> None:
-        if peer is not self.follower or self.role != BACKUP:
-            raise ProtocolError("this replica follows no primary on this stream any more")
-        if isinstance(frame, Replicate):
-            if self._priming is not None or not self.primed:
-                raise ProtocolError("a replicated batch before the prime is complete")
+        replica = self.replica
+        replica.from_primary(peer, frame)
+        if type(frame) is Replicate:
             changes = [decode_change(c) for c in frame.changes]
             self.store.replay(changes, frame.timestamp)
             self.store.drain_replicated()
@@ -547,6 +574,7 @@ class Partition:
                 self.store.extend_recent([decode_event(e) for e in frame.recent], frame.position, frame.timestamp)
             persistent = persistent_only(changes, frame.volatile)
             if self.journal is not None and persistent:
+                replica.journal_from(frame.first, len(persistent))
                 try:
                     self.journal.append(persistent, frame.timestamp, first=frame.first)
                 except JournalGap as e:
@@ -556,82 +584,51 @@ class Partition:
                     os._exit(70)
                 self._schedule_sync()
             self.replicas_applied += 1
-        elif isinstance(frame, Prime):
-            priming = self._priming if self._priming is not None else []
-            priming.extend(decode_state(s) for s in frame.states)
-            self._priming = priming
-            if frame.final:
-                self._priming = None
+        else:
+            priming = replica.prime_part(frame, [decode_state(s) for s in frame.states])
+            if priming is not None:
                 store = self._new_store()
                 store.load(priming)
                 store.position = frame.position or store.position
                 self.store = store
                 if self.journal is not None:
                     self.journal.reset([s for s in priming if s.specification().persistent], frame.sequence)
-                self.primed = True
+                replica.primed_at(frame.sequence)
                 log.info("partition %d: primed as a backup with %d topics at record %d",
-                            self.index, len(priming), frame.sequence)
-        else:
-            raise ProtocolError(f"a primary does not send {type(frame).__name__}")
+                         self.index, len(priming), frame.sequence)
         peer.write(encode_frame(Replicated(frame.id)))
 
     # -- roles (the controller's placement) --------------------------------
 
-    def _set_epoch(self, epoch: int) -> None:
-        if epoch < self.epoch:
-            raise StaleEpoch(f"partition {self.index} is at epoch {self.epoch}, not {epoch}")
-        if epoch != self.epoch:
-            self.epoch = epoch
-            if self.journal is not None:
-                self.journal.set_epoch(epoch)
-
     def become_primary(self, epoch: int, backup: dict[str, Any] | None) -> None:
         """Take over as the partition's primary at ``epoch`` (a backup must have been primed)."""
-        if self.role == BACKUP and not self.primed:
-            raise NotCaughtUp(f"partition {self.index}'s backup was never primed: it cannot take over")
-        damage = self.journal.damaged if self.journal is not None and self.role != PRIMARY else None
-        if damage is not None:
-            raise NotCaughtUp(
-                f"partition {self.index}: this replica's journal was damaged ({damage.get('reason')}) and set "
-                f"aside in {self.journal.directory / str(damage.get('files', ''))}; it holds nothing until its "
-                f"peer primes it, and no other replica holds the partition. {_REPAIR_HINT}"  # type: ignore[union-attr]
-            )
-        self._set_epoch(epoch)
-        follower, self.follower = self.follower, None
-        if follower is not None and follower.transport is not None:
-            follower.transport.abort()  # the old primary's stream: fenced off
-        self._priming = None
-        if self.role != PRIMARY:
+        replica = self.replica
+        was = replica.role
+        self._run(replica.become_primary(epoch, _address(backup), self._damage()))
+        if was is not Role.PRIMARY:
             log.info("partition %d: primary at epoch %d", self.index, epoch)
-            self.primary_since = epoch
-        self.role = PRIMARY
-        self.handing_over = False
-        self.set_backup(epoch, backup)
         self._schedule_removals()
+
+    def _damage(self) -> str | None:
+        """Why this replica's journal holds nothing to trust (its files were set aside), if so."""
+        journal = self.journal
+        damage = journal.damaged if journal is not None else None
+        if journal is None or damage is None:
+            return None
+        return (f"this replica's journal was damaged ({damage.get('reason')}) and set aside in "
+                f"{journal.directory / str(damage.get('files', ''))}; it holds nothing until its peer primes it, "
+                f"and no other replica holds the partition. {_REPAIR_HINT}")
 
     def become_backup(self, epoch: int) -> None:
         """Follow the primary that will connect with ``epoch`` (or a newer one). A
         primary demoted without a :meth:`handover` drops its links (what they have in
         flight fails: its fate is unknown); after one, it tells them ``MOVED``."""
-        self._set_epoch(epoch)
-        if self.role == PRIMARY:
-            self._drop_backup()
-            self.backup_address = None
-            self._outbox.clear()
-            self._acked = self._sent
-            if not self.handing_over:  # after a handover the links stay: they are told MOVED
-                for peer in list(self.links.values()):
-                    if peer.transport is not None:
-                        peer.transport.abort()
-        self.role = BACKUP
-        self.primed = False
-        self.handing_over = False
+        self._run(self.replica.become_backup(epoch))
 
     async def handover(self, timeout: float) -> None:
         """Stop applying (batches are answered MOVED) and wait until every answer
         that waits for the backup has gone out: then the backup holds everything."""
-        self.handing_over = True
-        if self._outbox:
+        if self.replica.handover():
             self._drained = asyncio.Event()
             try:
                 await asyncio.wait_for(self._drained.wait(), timeout)
@@ -641,10 +638,10 @@ class Partition:
 
     def position(self) -> dict[str, Any]:
         """Where this replica stands (a restarted controller rebuilds the partition map from it)."""
+        replica = self.replica
         return {
-            "role": self.role, "epoch": self.epoch, "primed": self.primed, "caught_up": self.caught_up,
-            "sequence": self.journal.last_sequence if self.journal is not None else 0,
-            "since": self.primary_since, "handing_over": self.handing_over,
+            "role": self.role, "epoch": replica.epoch, "primed": replica.primed, "caught_up": replica.caught_up,
+            "sequence": replica.sequence, "since": replica.since, "handing_over": replica.handing_over,
             "damaged": self.journal is not None and self.journal.damaged is not None,
             "address": _where(self.address), "backup": _where(self.backup_address),
         }
@@ -678,11 +675,23 @@ class Partition:
             self._sync_timer = asyncio.get_running_loop().call_later(delay, self._sync)
 
     def _sync(self) -> None:
-        """The interval fsync, on a worker thread (it does not hold up appends)."""
+        """The interval fsync, on a worker thread (it does not hold up appends). A rollover, a
+        snapshot or an append's own fsync may have moved the due time on meanwhile (the tick then
+        syncs nothing): the timer is set again for it, or the last bytes of a partition that went
+        quiet would wait for no one."""
         self._sync_timer = None
         journal = self.journal
         if journal is not None:
-            asyncio.get_running_loop().run_in_executor(None, journal.tick, time.time_ns() // 1_000_000)
+            asyncio.get_running_loop().run_in_executor(None, journal.tick, time.time_ns() // 1_000_000) \
+                .add_done_callback(self._synced)
+
+    def _synced(self, future: asyncio.Future[bool]) -> None:
+        if future.cancelled() or self.journal is None or self.journal.closed:
+            return
+        if future.exception() is not None:  # what waited may not be on disk, and may never be: as in _journal
+            log.error("partition %d: the interval fsync failed (%s); restarting", self.index, future.exception())
+            os._exit(70)
+        self._schedule_sync()
 
     def _snapshot(self) -> None:
         """Take the persistent topics now (between batches) and write them on a worker thread."""
@@ -757,13 +766,7 @@ class Partition:
     def acknowledged_sequence(self) -> int:
         """The last journal sequence whose batch the backup acknowledged (every one, with no
         backup): what the history may export (a replaced primary's tail never gets there)."""
-        journal = self.journal
-        if journal is None:
-            return 0
-        marks = self._journaled_at
-        while marks and marks[0][0] <= self._acked:
-            self._acked_sequence = marks.popleft()[1]
-        return journal.last_sequence if not marks else self._acked_sequence
+        return self.replica.acknowledged_sequence()
 
     def start_history(self, exporter: Exporter, every_ms: int) -> None:
         """Every ``every_ms``, as the primary: close the journal's segment and export the
@@ -773,7 +776,7 @@ class Partition:
 
         def tick() -> None:
             self._export_timer = loop.call_later(every_ms / 1000, tick)
-            if self.role == PRIMARY:
+            if self.replica.role is Role.PRIMARY:
                 self.export_history()
             elif not self._exporting:  # a backup learns how far the history goes (its journal keeps the rest)
                 self._exporting = True
@@ -788,9 +791,9 @@ class Partition:
         journal segment and waits for a process of its own (:mod:`history.export_worker`) that
         writes the Parquet files, so the export never takes this process's interpreter lock."""
         journal, exporter = self.journal, self.exporter
-        if journal is None or exporter is None or self._exporting or self.role != PRIMARY:
+        if journal is None or exporter is None or self._exporting or self.replica.role is not Role.PRIMARY:
             return None
-        if self.handing_over and not handing_over:
+        if self.replica.handing_over and not handing_over:
             return None
         upto = self.acknowledged_sequence()
         if upto <= exporter.exported:
@@ -840,7 +843,7 @@ class Partition:
             self._sync_timer.cancel()
         if self._scrub_timer is not None:
             self._scrub_timer.cancel()
-        self._drop_backup()
+        self._run(self.replica.stop())
         if self.server is not None:
             self.server.close()
         if self.journal is not None:
@@ -848,21 +851,20 @@ class Partition:
 
     def forget(self, peer: _Peer) -> None:
         if peer.follows:
-            if self.follower is peer:
-                self.follower = None
-                self._priming = None
+            self.replica.follower_lost(peer)
             return
         if peer.link is not None and self.links.get(peer.link) is peer:
             del self.links[peer.link]
             self.store.drop_gateway(peer.link)
 
     def stats(self) -> dict[str, Any]:
+        replica = self.replica
         return {
             "partition": self.index,
             "pid": os.getpid(),
             "address": self.address and {k: v for k, v in self.address.items() if k != "secret"},
             "role": self.role,
-            "epoch": self.epoch,
+            "epoch": replica.epoch,
             "topics": len(self.store.tree),
             "registrations": len(self.store.index),
             "removal_policies": len(self.store.removals.watched),
@@ -874,12 +876,12 @@ class Partition:
                 "sequence": self.journal.last_sequence, "snapshot": self.journal.snapshot_sequence,
                 "policy": str(self.journal.policy), "damaged_files": self.damaged_files,
             },
-            "backup": self.backup_address and {
-                "address": f"{self.backup_address['host']}:{self.backup_address['port']}",
-                "connected": self.backup is not None, "caught_up": self.caught_up,
-                "lag": self._sent - self._acked, "waiting_answers": len(self._outbox),
+            "backup": replica.backup and {
+                "address": f"{replica.backup.host}:{replica.backup.port}",
+                "connected": replica.stream is not None, "caught_up": replica.caught_up,
+                "lag": replica.lag(), "waiting_answers": replica.waiting(),
             },
-            "primed": self.primed if self.role == BACKUP else None,
+            "primed": replica.primed if replica.role is Role.BACKUP else None,
             "recovered": self.recovered,
             "history": self.exporter and {
                 "exported": self.exporter.exported, "rows": self.exporter.rows,
@@ -892,16 +894,13 @@ def _where(address: dict[str, Any] | None) -> str | None:
     return f"{address['host']}:{address['port']}" if address else None
 
 
+def _address(address: dict[str, Any] | None) -> Address | None:
+    """A backup's address as :meth:`PartitionActor.become_backup` answered it."""
+    return Address(address["host"], address["port"], address["secret"]) if address is not None else None
+
+
 _REPAIR_HINT = (" `canopy journal check --data-dir DIR` says what is damaged; `canopy journal repair` cuts the "
                 "journal at the damage (what follows it is lost), with serve stopped")
-
-
-class StaleEpoch(Exception):
-    """A placement older than the one this replica already follows."""
-
-
-class NotCaughtUp(Exception):
-    """A backup that does not hold its primary's state cannot take over."""
 
 
 class PartitionActor:

@@ -146,726 +146,45 @@ trust.
 
 from __future__ import annotations
 
-import enum
 import fcntl
 import json
 import logging
-import mmap
 import os
-import re
 import shutil
-import struct
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgpack
 
 from topics.changes import (
     Change,
-    ChangeFormatError,
-    EventAppended,
-    TopicAdded,
     TopicState,
-    ValueSet,
-    decode_change,
-    decode_state,
     encode_change,
     encode_state,
-    operation_name,
+)
+from replication.journal_check import (
+    Held, Problem, ProblemKind, Verification, damage_of, held, held_epoch, partition_directory, verify,
+)
+from replication.journal_format import (
+    DAMAGED_EPOCH, DAMAGED_FILE, DEFAULT_FSYNC, EPOCH_FILE, FORMAT, FsyncMode, FsyncPolicy, JournalBusy,
+    JournalCorrupt, JournalError, JournalGap, JournalWriteError, MAX_RECORD, Record, Recovery, SEGMENT_BYTES,
+    SEGMENT_MAGIC, SNAPSHOT_MAGIC, Segment, _FRAME, _Frames, _SEGMENT_NAME, _SNAPSHOT_NAME, _UNPACK_ERRORS,
+    _find_base, _frame, _list_files, _open_data, _read_data, _scan_segment, _segment_name, _snapshot_name,
+    _unpack, _walk_segments, read_segment, record_row,
 )
 
+
 __all__ = [
-    "DEFAULT_FSYNC", "FsyncMode", "FsyncPolicy", "Journal", "JournalBusy", "JournalCorrupt", "JournalError", "JournalGap",
-    "JournalWriteError", "Problem", "ProblemKind", "Record", "Recovery", "Segment", "Verification", "read_segment",
-    "record_row", "verify",
+    "DAMAGED_EPOCH", "DAMAGED_FILE", "DEFAULT_FSYNC", "MAX_RECORD", "SEGMENT_BYTES", "FsyncMode", "FsyncPolicy", "Held",
+    "Journal", "JournalBusy", "JournalCorrupt", "JournalError", "JournalGap", "JournalWriteError", "Problem",
+    "ProblemKind", "Record", "Recovery", "Segment", "Verification", "damage_of", "held", "held_epoch",
+    "partition_directory", "read_segment", "record_row", "verify",
 ]
 
 log = logging.getLogger("canopy.journal")
-
-FORMAT = 1
-SEGMENT_MAGIC = "canopy-journal"
-SNAPSHOT_MAGIC = "canopy-snapshot"
-#: the largest payload a frame may announce (a change carries one value)
-MAX_RECORD = 512 * 1024 * 1024
-SEGMENT_BYTES = 64 * 1024 * 1024
-EPOCH_FILE = "EPOCH"
-#: the mark of a journal whose files were set aside (:meth:`Journal.set_aside`)
-DAMAGED_FILE = "DAMAGED"
-#: what :func:`held_epoch` says of such a journal: older than any epoch, so a whole replica is preferred
-DAMAGED_EPOCH = -1
-_FRAME = struct.Struct("<II")
-_SEGMENT_NAME = re.compile(r"segment-(\d{20})\.log")
-_SNAPSHOT_NAME = re.compile(r"snapshot-(\d{20})\.snap")
-_RECORD_START = 0x93  # a record payload is a msgpack array of 3
-_SEARCH_BUDGET = 256 * 1024 * 1024
-_UNPACK_ERRORS = (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError)
-
-
-class JournalError(Exception):
-    """A journal cannot be used as asked."""
-
-
-class JournalCorrupt(JournalError):
-    """Bytes of ``path`` at ``offset`` fail their checks where later records depend on them."""
-
-    def __init__(self, path: Path, offset: int, reason: str, detail: str = "") -> None:
-        self.path = path
-        self.offset = offset
-        self.reason = reason
-        super().__init__(
-            f"journal file {path} is corrupt at offset {offset}: {reason}{detail}. Nothing was changed; "
-            "recover(repair=True) cuts the journal there (the damaged and later segments are kept as *.corrupt)"
-        )
-
-
-class JournalBusy(JournalError):
-    """Another process holds the journal's lock."""
-
-
-class JournalGap(JournalError):
-    """Records that would not follow the journal's last one."""
-
-
-class JournalWriteError(JournalError):
-    """The operating system refused a write or an fsync (the OSError is the cause)."""
-
-
-# -- policy ----------------------------------------------------------------------------
-
-
-class FsyncMode(enum.Enum):
-    ALWAYS = "always"
-    INTERVAL = "interval"
-    NEVER = "never"
-
-
-@dataclass(frozen=True)
-class FsyncPolicy:
-    """When appended bytes are forced to disk: ``always``, ``interval:<ms>`` or ``never``."""
-
-    mode: FsyncMode
-    interval_ms: int = 0
-
-    def __post_init__(self) -> None:
-        if self.mode is FsyncMode.INTERVAL and self.interval_ms <= 0:
-            raise ValueError(f"an fsync interval is a positive number of milliseconds, got {self.interval_ms}")
-
-    @classmethod
-    def parse(cls, text: str) -> FsyncPolicy:
-        """``always``, ``never``, ``interval`` (100 ms) or ``interval:<ms>``."""
-        word, _, ms = text.strip().lower().partition(":")
-        try:
-            mode = FsyncMode(word)
-        except ValueError:
-            raise ValueError(f"unknown fsync policy {text!r}: use always, interval:<ms> or never") from None
-        if mode is not FsyncMode.INTERVAL:
-            if ms:
-                raise ValueError(f"fsync policy {word} takes no interval, got {text!r}")
-            return cls(mode)
-        if not ms:
-            return DEFAULT_FSYNC
-        if not ms.isdigit():
-            raise ValueError(f"an fsync interval is a number of milliseconds, got {text!r}")
-        return cls(mode, int(ms))
-
-    def __str__(self) -> str:
-        return f"interval:{self.interval_ms}" if self.mode is FsyncMode.INTERVAL else self.mode.value
-
-
-DEFAULT_FSYNC = FsyncPolicy(FsyncMode.INTERVAL, 100)
-
-
-# -- records ---------------------------------------------------------------------------
-
-
-class Record(NamedTuple):
-    """One journaled change: its sequence in the partition and when it was appended."""
-
-    sequence: int
-    timestamp: int
-    change: Change
-
-
-class Segment(NamedTuple):
-    """A closed segment file and the sequences it holds."""
-
-    path: Path
-    first_sequence: int
-    last_sequence: int
-
-
-@dataclass(frozen=True)
-class Recovery:
-    """What :meth:`Journal.recover` found: load ``states``, then replay ``changes``."""
-
-    states: list[TopicState]
-    changes: list[Change]
-    snapshot_sequence: int  # 0: no snapshot
-    last_sequence: int
-    problems: tuple[str, ...] = ()  # what was cut, skipped or set aside (each also logged)
-    #: when each of ``changes`` was journaled (ms since the epoch), in the same order
-    times: list[int] = field(default_factory=list)
-
-
-ROW_COLUMNS = (
-    "sequence", "timestamp", "partition", "path", "operation", "type", "properties", "value",
-    "event_sequence", "event_timestamp", "author", "original_sequence", "original_timestamp", "original_author",
-)
-
-
-def record_row(partition: int, record: Record) -> dict[str, Any]:
-    """A record as one row of the history tables (:data:`ROW_COLUMNS`; ``None`` where a column does not apply)."""
-    change = record.change
-    row: dict[str, Any] = dict.fromkeys(ROW_COLUMNS)
-    row.update(sequence=record.sequence, timestamp=record.timestamp, partition=partition, path=change.path,
-               operation=operation_name(change))
-    if isinstance(change, ValueSet):
-        row.update(type=change.type, value=change.value)
-    elif isinstance(change, EventAppended):
-        e = change.event
-        row.update(type=change.type, value=e.value, event_sequence=e.sequence, event_timestamp=e.timestamp,
-                   author=e.author, original_sequence=e.original_sequence,
-                   original_timestamp=e.original_timestamp, original_author=e.original_author)
-    elif isinstance(change, TopicAdded):
-        row.update(type=change.type, properties=change.properties, value=change.value)
-    return row
-
-
-def _frame(payload: bytes) -> bytes:
-    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
-
-
-def _segment_name(first: int) -> str:
-    return f"segment-{first:020d}.log"
-
-
-def _snapshot_name(sequence: int) -> str:
-    return f"snapshot-{sequence:020d}.snap"
-
-
-class _Bad(Exception):
-    """A frame that fails its checks (internal: turned into a torn tail or :class:`JournalCorrupt`)."""
-
-    def __init__(self, offset: int, reason: str) -> None:
-        super().__init__(reason)
-        self.offset = offset
-        self.reason = reason
-
-
-class _Frames:
-    """The frames of a file's bytes from ``offset``; stops at the first bad one,
-    leaving :attr:`offset` at its start and :attr:`problem` saying why."""
-
-    def __init__(self, data: Any, offset: int = 0) -> None:
-        self.data = data
-        self.offset = offset
-        self.problem: str | None = None
-
-    def __iter__(self) -> Iterator[bytes]:
-        data, size = self.data, len(self.data)
-        offset = self.offset
-        while offset < size:
-            problem = _check_frame(data, offset, size)
-            if problem is not None:
-                self.problem = problem
-                return
-            length, _ = _FRAME.unpack_from(data, offset)
-            end = offset + 8 + length
-            yield data[offset + 8:end]
-            offset = self.offset = end
-
-    def bad(self, reason: str) -> _Bad:
-        """The error for the frame at :attr:`offset`."""
-        return _Bad(self.offset, reason)
-
-
-def _check_frame(data: Any, offset: int, size: int) -> str | None:
-    """Why the frame at ``offset`` is bad, or ``None``."""
-    if size - offset < 8:
-        return f"a frame header cut short ({size - offset} of 8 bytes)"
-    length, crc = _FRAME.unpack_from(data, offset)
-    if not 0 < length <= MAX_RECORD:
-        return f"impossible frame length {length}"
-    if offset + 8 + length > size:
-        return f"a frame cut short ({size - offset - 8} of {length} bytes)"
-    if zlib.crc32(data[offset + 8:offset + 8 + length]) != crc:
-        return "checksum mismatch"
-    return None
-
-
-def _valid_record_after(data: Any, offset: int) -> int | None:
-    """The offset of a valid record frame after ``offset``, if any (tells a
-    corrupt middle from a torn tail). Past a budget of checksummed bytes
-    (crafted values could make the search quadratic) it answers ``offset``:
-    corrupt, the safe side."""
-    size = len(data)
-    start = offset + 1
-    budget = _SEARCH_BUDGET
-    marker = bytes([_RECORD_START])
-    while start + 8 < size:
-        i: int = data.find(marker, start + 8)
-        if i < 0:
-            return None
-        candidate = i - 8
-        length = _FRAME.unpack_from(data, candidate)[0]
-        if 0 < length <= size - i:
-            budget -= length
-            if budget < 0:
-                return offset
-            if _check_frame(data, candidate, size) is None:
-                return candidate
-        start = candidate + 1
-    return None
-
-
-def _unpack(payload: bytes) -> Any:
-    return msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=True)
-
-
-def _open_data(path: Path) -> tuple[Any, Callable[[], None]]:
-    """The bytes of ``path`` (mapped, not read into memory) and how to let go of them."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return b"", lambda: None
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return mapped, mapped.close
-
-
-class _SegmentScan(NamedTuple):
-    records: list[Record]  # those after ``after``
-    last_sequence: int  # of the last good record (first - 1 when none)
-    end: int  # the offset just past the last good record (0: not even the header)
-    bad: _Bad | None
-    valid_after_bad: int | None  # offset of a valid record after the bad one
-    size: int  # of the bytes scanned
-
-
-def _read_data(path: Path) -> tuple[Any, Callable[[], None]]:
-    """The bytes of ``path``, read: a file another thread may change under a mapping would be a SIGBUS."""
-    with open(path, "rb") as f:
-        return f.read(), lambda: None
-
-
-def _scan_segment(
-    path: Path, partition: int, first: int, after: int,
-    opener: Callable[[Path], tuple[Any, Callable[[], None]]] = _open_data, *, keep: bool = True,
-) -> _SegmentScan:
-    """Check ``path``'s frames, header and sequences, decode the records after
-    ``after`` (and keep them unless not ``keep``); stop at the first bad frame."""
-    data, release = opener(path)
-    try:
-        frames = _Frames(data)
-        records: list[Record] = []
-        expected = first
-        end = 0
-        bad: _Bad | None = None
-        header_seen = False
-        try:
-            for payload in frames:
-                try:
-                    item = _unpack(payload)
-                except _UNPACK_ERRORS as e:
-                    raise frames.bad(f"a payload that is not msgpack ({e})") from None
-                if not header_seen:
-                    if item != [SEGMENT_MAGIC, FORMAT, partition, first]:
-                        raise frames.bad(
-                            f"not the header of partition {partition}'s segment from {first}: {item!r:.200}"
-                        )
-                    header_seen = True
-                else:
-                    if not (isinstance(item, list) and len(item) == 3 and item[0] == expected
-                            and isinstance(item[1], int)):
-                        raise frames.bad(f"not record {expected}: {item!r:.200}")
-                    if expected > after:
-                        try:
-                            change = decode_change(item[2])
-                        except ChangeFormatError as e:
-                            raise frames.bad(f"record {expected}: {e}") from None
-                        if keep:
-                            records.append(Record(expected, item[1], change))
-                    expected += 1
-                end = frames.offset + 8 + len(payload)
-            if frames.problem is not None:
-                raise frames.bad(frames.problem)
-        except _Bad as e:
-            bad = e
-        valid_after = _valid_record_after(data, bad.offset) if bad is not None else None
-        return _SegmentScan(records, expected - 1, end, bad, valid_after, len(data))
-    finally:
-        release()
-
-
-def read_segment(path: str | os.PathLike[str], partition: int) -> list[Record]:
-    """Every record of a closed segment (for the history side); :class:`JournalCorrupt` if one fails its checks."""
-    path = Path(path)
-    match = _SEGMENT_NAME.fullmatch(path.name)
-    if match is None:
-        raise JournalError(f"{path} is not named like a journal segment (segment-<first sequence>.log)")
-    scan = _scan_segment(path, partition, int(match.group(1)), 0)
-    if scan.bad is not None:
-        raise JournalCorrupt(path, scan.bad.offset, scan.bad.reason)
-    return scan.records
-
-
-def _read_snapshot(path: Path, partition: int, sequence: int, keep: bool = True) -> list[TopicState]:
-    """The topic states of snapshot ``path`` (none kept unless ``keep``, every one
-    decoded); :class:`_Bad` where it fails a check."""
-    data, release = _open_data(path)
-    try:
-        frames = _Frames(data)
-        states: list[TopicState] = []
-        count = 0
-        header: Any = None
-        done = False
-        for payload in frames:
-            if done:
-                raise frames.bad("bytes after the trailer")
-            try:
-                item = _unpack(payload)
-            except _UNPACK_ERRORS as e:
-                raise frames.bad(f"a payload that is not msgpack ({e})") from None
-            if header is None:
-                header = item
-                if item != [SNAPSHOT_MAGIC, FORMAT, partition, sequence]:
-                    raise frames.bad(f"not the header of partition {partition}'s snapshot {sequence}: {item!r:.200}")
-            elif isinstance(item, list) and len(item) == 2 and item[0] == "end":
-                if item[1] != count:
-                    raise frames.bad(f"the trailer counts {item[1]!r} topics, the file holds {count}")
-                done = True
-            else:
-                try:
-                    state = decode_state(item)
-                except ChangeFormatError as e:
-                    raise frames.bad(str(e)) from None
-                count += 1
-                if keep:
-                    states.append(state)
-        if frames.problem is not None:
-            raise frames.bad(frames.problem)
-        if not done:
-            raise frames.bad("no trailer: the snapshot is incomplete")
-        return states
-    finally:
-        release()
-
-
-# -- reading a journal's files (recovery and verification) -----------------------------
-
-
-class _Listing(NamedTuple):
-    segments: list[int]  # first sequences, ascending
-    snapshots: list[int]  # sequences, ascending
-
-
-def _list_files(directory: Path, remove_temporaries: bool = False) -> _Listing:
-    """The segments and snapshots in ``directory``; ``remove_temporaries`` (the owner
-    only): remove snapshots that were being written when their process ended."""
-    segments: list[int] = []
-    snapshots: list[int] = []
-    for entry in directory.iterdir():
-        if (m := _SEGMENT_NAME.fullmatch(entry.name)) is not None:
-            segments.append(int(m.group(1)))
-        elif (m := _SNAPSHOT_NAME.fullmatch(entry.name)) is not None:
-            snapshots.append(int(m.group(1)))
-        elif remove_temporaries and entry.name.startswith(".snapshot-") and entry.name.endswith(".tmp"):
-            entry.unlink()
-    segments.sort()
-    snapshots.sort()
-    return _Listing(segments, snapshots)
-
-
-class _Base(NamedTuple):
-    """The snapshot recovery starts from: the newest that reads back whole."""
-
-    sequence: int | None  # None: no snapshot reads back whole
-    states: list[TopicState]
-    unreadable: list[tuple[int, _Bad]]  # the newer snapshots, newest first, and why each fails
-
-
-def _find_base(directory: Path, partition: int, snapshots: list[int], keep: bool = True) -> _Base:
-    unreadable: list[tuple[int, _Bad]] = []
-    for sequence in reversed(snapshots):
-        try:
-            states = _read_snapshot(directory / _snapshot_name(sequence), partition, sequence, keep)
-        except _Bad as e:
-            unreadable.append((sequence, e))
-            continue
-        return _Base(sequence, states, unreadable)
-    return _Base(None, [], unreadable)
-
-
-class _Cut(NamedTuple):
-    """Where the records stop short of the journal's end."""
-
-    position: int  # of the segment in the listing
-    offset: int
-    reason: str
-    detail: str  # what follows the bad bytes
-    scan: _SegmentScan | None  # the segment's (None: the cut is before it, at a gap or an overlap)
-
-
-class _Walk(NamedTuple):
-    """The records after the base snapshot, read as :meth:`Journal.recover` reads them."""
-
-    start: int  # index of the first segment read: the snapshot covers the segments before it
-    kept: list[int]  # the segments that stay (the torn one, once cut, too)
-    changes: list[Change]
-    times: list[int]
-    last: int  # the sequence of the last good record
-    torn: _Cut | None  # a bad frame at the end of the last segment with nothing valid after it
-    damage: _Cut | None  # anything else bad: later records depend on it (JournalCorrupt)
-
-
-def _walk_segments(
-    directory: Path, partition: int, segments: list[int], base: int, *, keep: bool = True, skip_last: bool = False,
-    opener: Callable[[Path], tuple[Any, Callable[[], None]]] = _open_data,
-) -> _Walk:
-    """Read the records after record ``base`` (decoded; kept if ``keep``), checking
-    that each segment follows the one before; stop at the first bad frame, gap or
-    overlap. ``skip_last``: leave the last segment unread."""
-    changes: list[Change] = []
-    times: list[int] = []
-    last = base
-    # from the last segment starting at or before base + 1
-    start = 0
-    while start + 1 < len(segments) and segments[start + 1] <= base + 1:
-        start += 1
-    kept = segments[:start]
-    for i in range(start, len(segments) - 1 if skip_last else len(segments)):
-        first = segments[i]
-        cut: _Cut | None = None
-        if first > last + 1:
-            cut = _Cut(i, 0, f"records {last + 1}..{first - 1} are missing before it"
-                             + ("" if base or last else " (and no snapshot covers them)"), "", None)
-        elif i > start and first <= last:
-            cut = _Cut(i, 0, f"it starts at record {first}, which the segment before it holds already", "", None)
-        if cut is not None:
-            return _Walk(start, kept, changes, times, last, None, cut)
-        scan = _scan_segment(directory / _segment_name(first), partition, first, base, opener, keep=keep)
-        changes.extend(r.change for r in scan.records)
-        times.extend(r.timestamp for r in scan.records)
-        last = max(last, scan.last_sequence)
-        if scan.bad is None:
-            kept.append(first)
-            continue
-        if i == len(segments) - 1 and scan.valid_after_bad is None:
-            kept.append(first)
-            return _Walk(start, kept, changes, times, last, _Cut(i, scan.bad.offset, scan.bad.reason, "", scan), None)
-        detail = (f"; a valid record follows at offset {scan.valid_after_bad}" if scan.valid_after_bad
-                  is not None else f"; {len(segments) - 1 - i} later segment(s) follow")
-        return _Walk(start, kept, changes, times, last, None, _Cut(i, scan.bad.offset, scan.bad.reason, detail, scan))
-    return _Walk(start, kept, changes, times, last, None, None)
-
-
-# -- verification ----------------------------------------------------------------------
-
-
-class ProblemKind(enum.Enum):
-    """What :func:`verify` found wrong, from the least serious to the most."""
-
-    #: a bad frame at the very end of the last segment with nothing valid after it: a
-    #: write cut short by a crash, or one still under way; recovery cuts it
-    TORN_TAIL = "torn tail"
-    #: a snapshot that does not read back whole: recovery sets it aside and starts from
-    #: an older one (or none), or it is the older one a fallback would need
-    SNAPSHOT = "unreadable snapshot"
-    #: a bad frame, gap or overlap among the segments the snapshot covers: recovery does
-    #: not read them, but the history export and a fallback to an older snapshot do
-    COVERED = "damaged covered segment"
-    #: what :meth:`Journal.recover` refuses (:class:`JournalCorrupt`) and ``recover(repair=True)`` cuts
-    DAMAGE = "damaged"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong in ``path`` at ``offset``."""
-
-    kind: ProblemKind
-    path: Path
-    offset: int
-    reason: str
-
-    @property
-    def torn_tail(self) -> bool:
-        return self.kind is ProblemKind.TORN_TAIL
-
-    def __str__(self) -> str:
-        return f"{self.path} at offset {self.offset}: {self.kind.value}: {self.reason}"
-
-
-@dataclass(frozen=True)
-class Verification:
-    """What :func:`verify` found in a journal directory."""
-
-    directory: Path
-    partition: int
-    #: the last good record: where :meth:`Journal.recover` ends (``recover(repair=True)`` when damaged)
-    last_sequence: int
-    #: the snapshot recovery starts from (``None``: none reads back whole) and its sequence (0: none)
-    snapshot: Path | None
-    snapshot_sequence: int
-    problems: tuple[Problem, ...] = ()
-    #: the last segment, left unread (``skip_last_segment``)
-    skipped: Path | None = None
-
-    @property
-    def damaged(self) -> bool:
-        """Whether :meth:`Journal.recover` would raise :class:`JournalCorrupt`."""
-        return any(p.kind is ProblemKind.DAMAGE for p in self.problems)
-
-    @property
-    def worst(self) -> ProblemKind | None:
-        """The most serious kind of problem found (``None``: none)."""
-        order = list(ProblemKind)
-        return max((p.kind for p in self.problems), key=order.index, default=None)
-
-
-#: how many times :func:`verify` starts over when a file goes while it is read
-_VERIFY_ATTEMPTS = 5
-
-
-def verify(directory: str | os.PathLike[str], partition: int, *, skip_last_segment: bool = False) -> Verification:
-    """Check the journal of ``partition`` in ``directory`` without changing anything
-    and without its lock. It runs beside the process that owns the journal, on any
-    thread.
-
-    It checks every snapshot (header, frames, checksums, decoding, the trailer's
-    count) and every segment (header, frames, checksums, the sequence of its
-    records, decoding of the records recovery replays). It also checks that each
-    segment follows the one before with no gap or overlap, and that the snapshot
-    recovery starts from reaches back to the segments after it. What is found is
-    classified as :meth:`Journal.recover` would treat it (:class:`ProblemKind`).
-
-    Segments are read, not mapped, so the last one may grow or be cut meanwhile.
-    A batch still being written at its end counts as a torn tail, never as damage.
-    ``skip_last_segment`` leaves that segment unread, which suits a periodic check
-    of a journal in use. If a file goes while it is read (a snapshot let it go),
-    the check starts over. Raises :class:`JournalError` when ``directory`` is not
-    a directory."""
-    directory = Path(directory)
-    for _ in range(_VERIFY_ATTEMPTS):
-        if not directory.is_dir():
-            raise JournalError(f"no journal directory {directory}")
-        try:
-            return _verify(directory, partition, skip_last_segment)
-        except FileNotFoundError:
-            continue
-    raise JournalError(f"the files in {directory} kept going while they were read: try again")
-
-
-def _verify(directory: Path, partition: int, skip_last: bool) -> Verification:
-    segments, snapshots = _list_files(directory)
-    problems: list[Problem] = []
-    found = _find_base(directory, partition, snapshots, keep=False)
-    base = found.sequence or 0
-    for sequence, bad in found.unreadable:
-        problems.append(Problem(ProblemKind.SNAPSHOT, directory / _snapshot_name(sequence), bad.offset, bad.reason
-                                + "; recovery sets it aside and starts from "
-                                + (f"snapshot {found.sequence}" if found.sequence is not None else "no snapshot")))
-    for sequence in snapshots:
-        if found.sequence is not None and sequence < found.sequence:
-            path = directory / _snapshot_name(sequence)
-            try:
-                _read_snapshot(path, partition, sequence, keep=False)
-            except _Bad as e:
-                problems.append(Problem(ProblemKind.SNAPSHOT, path, e.offset, f"{e.reason}; no fallback if "
-                                        f"snapshot {found.sequence} fails"))
-    walk = _walk_segments(directory, partition, segments, base, keep=False, skip_last=skip_last, opener=_read_data)
-    for i in range(walk.start):  # covered by the snapshot: the history export and a fallback read them
-        path = directory / _segment_name(segments[i])
-        scan = _scan_segment(path, partition, segments[i], 0, _read_data, keep=False)
-        following = segments[i + 1]
-        covered = f"; snapshot {base} covers them"
-        if scan.bad is not None:
-            problems.append(Problem(ProblemKind.COVERED, path, scan.bad.offset,
-                                    f"{scan.bad.reason}; snapshot {base} covers it"))
-        elif following > scan.last_sequence + 1:
-            problems.append(Problem(ProblemKind.COVERED, directory / _segment_name(following), 0,
-                                    f"records {scan.last_sequence + 1}..{following - 1} are missing before it"
-                                    + covered))
-        elif following <= scan.last_sequence:
-            problems.append(Problem(ProblemKind.COVERED, directory / _segment_name(following), 0,
-                                    f"it starts at record {following}, which the segment before it holds already"
-                                    + covered))
-    for cut, kind in ((walk.torn, ProblemKind.TORN_TAIL), (walk.damage, ProblemKind.DAMAGE)):
-        if cut is None:
-            continue
-        reason = cut.reason + cut.detail
-        if kind is ProblemKind.TORN_TAIL and cut.scan is not None:
-            reason += (f": a write cut short, or still under way; recovery would cut the "
-                       f"{cut.scan.size - cut.scan.end} bytes after record {cut.scan.last_sequence}")
-        problems.append(Problem(kind, directory / _segment_name(segments[cut.position]), cut.offset, reason))
-    return Verification(
-        directory, partition, walk.last,
-        directory / _snapshot_name(found.sequence) if found.sequence is not None else None, base,
-        tuple(problems), directory / _segment_name(segments[-1]) if skip_last and segments else None,
-    )
-
-
-# -- the journal -----------------------------------------------------------------------
-
-
-def partition_directory(data_dir: str | os.PathLike[str], partition: int) -> Path:
-    return Path(data_dir) / "journal" / f"partition-{partition}"
-
-
-def damage_of(directory: Path) -> dict[str, Any] | None:
-    """The ``DAMAGED`` mark of a journal directory (:meth:`Journal.set_aside`), or ``None``."""
-    try:
-        found = json.loads((directory / DAMAGED_FILE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return {"reason": "an unreadable DAMAGED mark"}
-    return found if isinstance(found, dict) else {"reason": "an unreadable DAMAGED mark"}
-
-
-def held_epoch(data_dir: str | os.PathLike[str], partition: int) -> int | None:
-    """The epoch a replica of ``partition`` whose journal is under ``data_dir`` was last
-    given (0: none recorded), :data:`DAMAGED_EPOCH` for a journal set aside as damaged
-    (it holds nothing to trust, but it did hold the partition), or ``None`` when there is
-    no journal there. Reads only."""
-    directory = partition_directory(data_dir, partition)
-    if damage_of(directory) is not None:
-        return DAMAGED_EPOCH
-    try:
-        if not any(f.name.startswith(("segment-", "snapshot-")) for f in directory.iterdir()):
-            return None
-    except OSError:
-        return None
-    try:
-        return int(json.loads((directory / EPOCH_FILE).read_text(encoding="utf-8"))["epoch"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0
-
-
-class Held(NamedTuple):
-    """What a replica's journal holds, as a restarted cluster weighs it: the epoch it was
-    last given (:data:`DAMAGED_EPOCH` when its files fail their checks where recovery
-    would refuse them, or were set aside) and the last record recovery would give back."""
-
-    epoch: int
-    sequence: int
-
-
-def held(data_dir: str | os.PathLike[str], partition: int) -> Held | None:
-    """:func:`held_epoch`, with every file read back (:func:`verify`): a journal recovery
-    would refuse counts as damaged, and a torn tail counts for the records before it.
-    ``None`` when there is no journal there."""
-    epoch = held_epoch(data_dir, partition)
-    if epoch is None or epoch == DAMAGED_EPOCH:
-        return None if epoch is None else Held(DAMAGED_EPOCH, 0)
-    try:
-        checked = verify(partition_directory(data_dir, partition), partition)
-    except JournalError:
-        return Held(DAMAGED_EPOCH, 0)
-    return Held(DAMAGED_EPOCH, 0) if checked.damaged else Held(epoch, checked.last_sequence)
-
 
 class Journal:
     """One partition's journal in ``directory``. Call :meth:`recover` once,
@@ -910,6 +229,11 @@ class Journal:
     def for_partition(cls, data_dir: str | os.PathLike[str], partition: int, **options: Any) -> Journal:
         """The journal of partition ``partition`` in ``<data_dir>/journal/partition-<i>/``."""
         return cls(partition_directory(data_dir, partition), partition=partition, **options)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
 
     @property
     def last_sequence(self) -> int:
@@ -986,14 +310,14 @@ class Journal:
             size = path.stat().st_size
             report(f"torn tail of {path} at offset {walk.torn.offset} ({walk.torn.reason}): "
                    f"cut {size - scan.end} bytes after record {scan.last_sequence}")
-            os.truncate(path, scan.end)
+            self._cut_segment(path, scan.end)
         elif (cut := walk.damage) is not None:
             path = self.directory / _segment_name(segments[cut.position])
             if not repair:
                 raise JournalCorrupt(path, cut.offset, cut.reason, cut.detail)
             if cut.scan is not None:
                 shutil.copyfile(path, path.with_name(path.name + ".corrupt"))
-                os.truncate(path, cut.scan.end)
+                self._cut_segment(path, cut.scan.end)
                 kept.append(segments[cut.position])
                 report(f"repair: {path} cut at offset {cut.offset} ({cut.reason}{cut.detail}) after "
                        f"record {cut.scan.last_sequence}; the whole file kept as {path.name}.corrupt", error=True)
@@ -1008,7 +332,11 @@ class Journal:
 
         for path in unreadable:
             path.rename(path.with_name(path.name + ".corrupt"))
-        # the first append opens a new segment: one a previous process wrote is closed for good
+        # the first append opens a new segment: one a previous process wrote is closed for good,
+        # and synced now (a killed process may have left bytes the system never wrote: a power
+        # cut after this process's synced appends would make them a hole, not a tail)
+        if kept and self.policy.mode is not FsyncMode.NEVER:
+            self._sync_file(self.directory / _segment_name(kept[-1]))
         self._segments = kept
         self._snapshots = good_snapshots
         self._last = last
@@ -1016,6 +344,24 @@ class Journal:
             log.warning("partition %d: recovered %d topics and %d changes up to record %d after %d problem(s)",
                         self.partition, len(states), len(changes), last, len(problems))
         return Recovery(states, changes, base, last, tuple(problems), times)
+
+    def _sync_file(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self._sync(fd)
+        finally:
+            os.close(fd)
+
+    def _cut_segment(self, path: Path, end: int) -> None:
+        """Truncate ``path`` at ``end`` and fsync it, whatever the policy: a cut the
+        operating system still held could be undone by a power cut once later segments
+        exist, and the torn frame would then be damage in the middle of the journal."""
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, end)
+            self._sync(fd)
+        finally:
+            os.close(fd)
 
     # -- appending ---------------------------------------------------------
 
@@ -1109,8 +455,7 @@ class Journal:
         self._active_size = os.fstat(self._fd).st_size
         if not self._segments or self._segments[-1] != first:
             self._segments.append(first)
-        if self.policy.mode is not FsyncMode.NEVER:
-            self._sync_directory()  # the new name survives a power cut
+        self._sync_directory()  # the new name survives a power cut (under ``never`` too: see _close_active)
 
     def _close_active(self) -> None:
         """Close the active segment (fsynced unless the policy is ``never``): the next append opens a new one."""
@@ -1118,7 +463,9 @@ class Journal:
         if fd is None:
             return
         try:
-            if self._dirty_since is not None:
+            # under ``never`` too: a closed segment whose bytes the system had not written while a
+            # later one's had would be a gap in the middle after a power cut, not a torn tail
+            if self._dirty_since is not None or self.policy.mode is FsyncMode.NEVER:
                 self._dirty_since = None
                 self._sync(fd)
         finally:
@@ -1134,7 +481,8 @@ class Journal:
             if fd is None or self._last < self._active_first:
                 return False
             self._fd = None
-            dirty, self._dirty_since = self._dirty_since is not None, None
+            dirty = self._dirty_since is not None or self.policy.mode is FsyncMode.NEVER  # as _close_active
+            self._dirty_since = None
         try:  # outside the lock: appends (to a new segment) need not wait for this fsync
             if dirty:
                 self._sync(fd)
@@ -1206,23 +554,32 @@ class Journal:
 
     def reset(self, states: Iterable[TopicState], sequence: int) -> Path:
         """Start over from ``states`` after record ``sequence``: a backup takes its
-        primary's state (and numbering) this way. The snapshot is written first; then
-        every segment and every other snapshot goes (what this replica held before is
-        not the partition's history any more), and the next record is ``sequence + 1``."""
+        primary's state (and numbering) this way. Every segment and snapshot goes first
+        (what this replica held before is not the partition's history any more), newest
+        first, and the directory is fsynced; only then is the snapshot written, and the
+        next record is ``sequence + 1``. The other order could bring the old history back:
+        its numbers may be higher than the primary's, and after a power cut (the unlinks
+        not yet durable) or a kill between the unlinks recovery would take them for the
+        newest. The directory is marked ``DAMAGED`` meanwhile (:attr:`damaged`): a crash
+        anywhere in between leaves a replica that holds nothing to trust until it is primed."""
         with self._lock:
             self._check_usable()
             self._close_active()
+            if not (self.directory / DAMAGED_FILE).exists():
+                self._mark({"reason": f"a reset to its primary's state after record {sequence} was cut short"})
+            for first in reversed(self._segments):
+                (self.directory / _segment_name(first)).unlink(missing_ok=True)
+            for old in reversed(self._snapshots):
+                (self.directory / _snapshot_name(old)).unlink(missing_ok=True)
+            self._segments = []
+            self._snapshots = []
+            self._last = 0
+            self._dirty_since = None
+            self._sync_directory()
         final = self._put_snapshot(states, sequence)
         with self._lock:
-            for first in self._segments:
-                (self.directory / _segment_name(first)).unlink(missing_ok=True)
-            for old in self._snapshots:
-                if old != sequence:
-                    (self.directory / _snapshot_name(old)).unlink(missing_ok=True)
-            self._segments = []
             self._snapshots = [sequence]
             self._last = sequence
-            self._dirty_since = None
             if (self.directory / DAMAGED_FILE).exists():  # whole again: it holds its primary's state
                 (self.directory / DAMAGED_FILE).unlink()
                 self._sync_directory()
@@ -1275,10 +632,7 @@ class Journal:
                 if entry.is_file() and (entry.name == EPOCH_FILE or _SEGMENT_NAME.fullmatch(entry.name)
                                         or _SNAPSHOT_NAME.fullmatch(entry.name) or entry.name.endswith(".corrupt")):
                     entry.rename(aside / entry.name)
-            marker = self.directory / f".{DAMAGED_FILE}.tmp"
-            marker.write_text(json.dumps({"reason": reason, "at_ms": now_ms, "files": aside.name}), encoding="utf-8")
-            os.replace(marker, self.directory / DAMAGED_FILE)
-            self._sync_directory()
+            self._mark({"reason": reason, "at_ms": now_ms, "files": aside.name})
         finally:
             self._release_lock()
         log.error("partition %d: journal set aside in %s (%s); the replica starts empty until its peer primes it",
@@ -1348,6 +702,13 @@ class Journal:
         log.error("partition %d: damaged journal file(s) %s set aside in %s after a snapshot at record %d replaced them",
                   self.partition, ", ".join(p.name for p in damaged), aside, sequence)
         return aside
+
+    def _mark(self, damage: dict[str, Any]) -> None:
+        """Mark the directory ``DAMAGED`` (durably: written aside, renamed, the directory fsynced)."""
+        marker = self.directory / f".{DAMAGED_FILE}.tmp"
+        marker.write_text(json.dumps(damage), encoding="utf-8")
+        os.replace(marker, self.directory / DAMAGED_FILE)
+        self._sync_directory()
 
     def _put_snapshot(self, states: Iterable[TopicState], sequence: int) -> Path:
         """Write snapshot ``sequence`` aside, fsynced, rename it into place, fsync the directory."""
@@ -1441,3 +802,4 @@ class Journal:
                 last = self._segments[i + 1] - 1 if i + 1 < len(self._segments) else self._last
                 out.append(Segment(self.directory / _segment_name(first), first, last))
             return out
+

@@ -30,7 +30,12 @@ does not change exactly as they were (same epoch).
 function that chooses nodes; :attr:`replication.nodes.Node.head`) runs what
 the whole cluster needs (the GCS, ``canopy serve``), so it holds no partition
 replica, primary or backup, while at least :data:`WORKERS` other nodes are
-alive; with fewer, it is a node like the others (:func:`hosts`). So a 3-node
+alive; with fewer (:func:`hosts`), it takes backups, and a primary only when
+a failover leaves one there or it is the only node: new primaries go to a
+worker, rebalancing hands a primary on the head to a caught-up backup on a
+worker and spreads primaries over the workers alone (fewer handovers, each
+of which costs a session taken up elsewhere the recent messages its new
+primary was not primed with). So a 3-node
 cluster keeps its replicas on its two workers; when one is lost, the backups
 it held go to the head; when a worker is back, :func:`rebalance_step` moves
 them off again, first of all: a primary on the head is handed to its backup,
@@ -122,8 +127,8 @@ def initial(
         # the newest journal is the partition, wherever it is; an older one off the hosts is not worth keeping
         chosen = [node for _, _, node in holders[:1]]
         chosen += [node for weight, host, node in holders[1:] if host or weight[0] == holders[0][0][0]][:1]
-        if not chosen:
-            chosen = [min(nodes, key=lambda n: (primaries[n], load[n], n))]
+        if not chosen:  # a new primary: on a worker, if there is one (see rebalance_step)
+            chosen = [min([n for n in nodes if n != head] or nodes, key=lambda n: (primaries[n], load[n], n))]
         primaries[chosen[0]] += 1
         load[chosen[0]] += 2
         others = [n for n in nodes if n != chosen[0]]
@@ -207,29 +212,38 @@ def rebalance_step(
     usable = sorted((p for p in placements if p.primary in living), key=lambda p: p.partition)
     if len(living) < 2 or not usable:
         return placements
-    primaries: Counter[str] = Counter({node: 0 for node in living})
-    primaries.update(p.primary for p in usable)
+    # a head that takes replicas for want of workers takes backups, never a primary by choice: its
+    # primaries go to a worker, and primaries are spread over the workers alone (fewer handovers
+    # now and when a worker comes back; a primary newly primed has fewer recent messages to give)
+    leaders = living - {head} if head in living and len(living) > 1 else living
+    if head in living and head not in leaders:
+        for p in usable:
+            if p.primary == head and p.backup in leaders and p.partition in ready:
+                return _replace(placements, Placement(p.partition, p.backup, head, p.epoch + 1))
+    primaries: Counter[str] = Counter({node: 0 for node in leaders})
+    primaries.update(p.primary for p in usable if p.primary in leaders)
     handovers = [
         p for p in usable
-        if p.backup in living and p.partition in ready and primaries[p.primary] - primaries[p.backup] >= 2
+        if p.primary in leaders and p.backup in leaders and p.partition in ready
+        and primaries[p.primary] - primaries[p.backup] >= 2
     ]
     if handovers:
         p = max(handovers, key=lambda p: primaries[p.primary] - primaries[p.backup or ""])
         assert p.backup is not None
         return _replace(placements, Placement(p.partition, p.backup, p.primary, p.epoch + 1))
-    nodes = sorted(living)
+    nodes = sorted(leaders)
     low = min(nodes, key=lambda n: (primaries[n], n))
     high = max(primaries.values())
     if high - primaries[low] >= 2:
-        crowded = [p for p in usable if primaries[p.primary] == high]
+        crowded = [p for p in usable if p.primary in leaders and primaries[p.primary] == high]
         if any(p.backup == low for p in crowded):
             return placements  # a handover to ``low`` waits for its backup to catch up
         p = crowded[0]
         return _replace(placements, Placement(p.partition, p.primary, low, p.epoch + 1))
     backups: Counter[str] = Counter({node: 0 for node in living})
     backups.update(p.backup for p in usable if p.backup in living)
-    fewest = min(nodes, key=lambda n: (backups[n], n))
-    most = max(nodes, key=lambda n: (backups[n], n))
+    fewest = min(sorted(living), key=lambda n: (backups[n], n))
+    most = max(sorted(living), key=lambda n: (backups[n], n))
     if backups[most] - backups[fewest] >= 2:
         for p in usable:
             if p.backup == most and p.primary != fewest:

@@ -115,6 +115,7 @@ settings.load_profile("canopy")
 #: (path prefix, markers) of the tests under it
 _NEEDS = (
     ("tests/unit/", ("unit",)),
+    ("tests/simulation/", ("unit",)),
     ("tests/actors/", ("ray",)),
     ("tests/cluster/", ("ray", "cluster")),
     ("tests/e2e/test_console.py", ("ray", "server", "browser")),

@@ -5,8 +5,8 @@ Spark jobs on journal files) need a core and nothing the others use; the rest mo
 clusters, servers, containers and browsers starting and failing over. So those run in a second
 pytest beside the rest, with the client-side tests against one embedded `canopy serve` each
 (:data:`BESIDE`: the CLI, the JavaScript client, the reference API, the client's install, fan-out and remote
-servers between two embedded serves, the working directory's imports), which time nothing and fail
-nothing over, and so do not mind sharing the cores: its report is printed when both are done, and
+servers between two embedded serves, the working directory's imports) and the cluster of containers,
+which time nothing, and so do not mind sharing the cores: its report is printed when both are done, and
 the run fails if either does (or either collects nothing).
 
     python tests/run.py [PYTEST OPTIONS...]       # e.g. -m "not soak"
@@ -21,13 +21,15 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WITHOUT_RAY = ["tests/unit", "tests/deploy/test_kuberay.py", "tests/history/test_cli.py", "tests/history/test_jobs.py",
-               "tests/history/test_standalone.py", "tests/history/test_store.py"]
+WITHOUT_RAY = ["tests/unit", "tests/simulation", "tests/deploy/test_kuberay.py", "tests/history/test_cli.py",
+               "tests/history/test_jobs.py", "tests/history/test_standalone.py", "tests/history/test_store.py"]
 #: tests with an embedded `canopy serve` of their own that run in the side pytest too
 BESIDE = [
     "tests/e2e/test_cli.py", "tests/e2e/test_js_client.py", "tests/e2e/test_reference_api.py",
     "tests/e2e/test_client_install.py", "tests/e2e/test_fanout.py", "tests/e2e/test_fanout_missing.py",
     "tests/e2e/test_remote_views.py", "tests/e2e/test_serve_workdir.py",
+    # a cluster of containers: it waits on Docker mostly, and evens the two runs out
+    "tests/deploy/test_containers.py",
 ]
 
 

@@ -24,6 +24,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PURE = ["topics", "sessions", "views", "mqtt"]
+# Pure modules in a package that is not: decisions whose shells live in actors/.
+PURE_MODULES = ["replication/replica.py", "replication/placement.py"]
 FORBIDDEN = {
     "ray",
     "asyncio",
@@ -82,15 +84,18 @@ class Import(NamedTuple):
 
 def _imports(package: str) -> list[Import]:
     """Every absolute import in ``package``, at any depth (a lazy import counts)."""
+    return [i for file in _modules(package) for i in _file_imports(file)]
+
+
+def _file_imports(file: pathlib.Path) -> list[Import]:
     found: list[Import] = []
-    for file in _modules(package):
-        where = str(file.relative_to(ROOT))
-        for node in ast.walk(ast.parse(file.read_text(), str(file))):
-            if isinstance(node, ast.Import):
-                found.extend(Import(f"{where}:{node.lineno}", a.name) for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                # ``from cluster import config`` uses cluster.config
-                found.extend(Import(f"{where}:{node.lineno}", f"{node.module}.{a.name}") for a in node.names)
+    where = str(file.relative_to(ROOT))
+    for node in ast.walk(ast.parse(file.read_text(), str(file))):
+        if isinstance(node, ast.Import):
+            found.extend(Import(f"{where}:{node.lineno}", a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # ``from cluster import config`` uses cluster.config
+            found.extend(Import(f"{where}:{node.lineno}", f"{node.module}.{a.name}") for a in node.names)
     return found
 
 
@@ -101,6 +106,18 @@ def test_no_forbidden_import_statements(package: str) -> None:
         for node in ast.walk(ast.parse(file.read_text(), str(file))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
                 offenders.append(f"{file.relative_to(ROOT)}:{node.lineno} calls open()")
+    assert offenders == []
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_pure_modules_import_no_io_and_only_the_pure_core(module: str) -> None:
+    """No clock, no file system, no journal: only the standard library's pure parts and ``topics``."""
+    file = ROOT / module
+    project = set(LAYERS) - {"topics"}
+    offenders = [f"{i.where} imports {i.module}" for i in _file_imports(file)
+                 if i.top in FORBIDDEN | {"os", "pathlib", "shutil", "io", "secrets", "random"} | project]
+    offenders += [f"{module}:{node.lineno} calls open()" for node in ast.walk(ast.parse(file.read_text()))
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open"]
     assert offenders == []
 
 

@@ -371,6 +371,16 @@ async def test_a_promoted_backup_takes_over_the_removal_policies_and_removes_no_
         link.close()
 
 
+async def write_topics(link: PartitionLink) -> None:
+    """301 persistent topics, the last one acknowledged; then the link closes."""
+    try:
+        for i in range(300):
+            link.submit(0, p.SetValue(f"k/{i}", cb(i), False, None, True))
+        assert await link.request(0, p.SetValue("k/last", cb("v"), False, None, True)) == p.Ok("CREATED")
+    finally:
+        link.close()
+
+
 def flip_middle_byte(segment: Path) -> int:
     """Flip one bit half way through ``segment`` (records follow it): damage, not a torn tail."""
     data = bytearray(segment.read_bytes())
@@ -391,12 +401,7 @@ async def test_a_replica_whose_journal_is_damaged_starts_empty_and_is_primed_aga
 
     primary, backup = await pair(replicas)
     link, _ = await linked(primary, 1)
-    try:
-        for i in range(300):
-            link.submit(0, p.SetValue(f"k/{i}", cb(i), False, None, True))
-        assert await link.request(0, p.SetValue("k/last", cb("v"), False, None, True)) == p.Ok("CREATED")
-    finally:
-        link.close()
+    await write_topics(link)
     acknowledged = topics(primary, volatile=False)
     await crash(primary)
     await crash(backup)
@@ -429,12 +434,7 @@ async def test_an_unreplicated_partition_refuses_a_damaged_journal_and_says_how_
     config = {"data_dir": str(tmp_path), "journal_fsync": "never"}
     first = PartitionActor(0, 1, config, host="127.0.0.1")
     link, _ = await linked(first, 0)
-    try:
-        for i in range(300):
-            link.submit(0, p.SetValue(f"k/{i}", cb(i), False, None, True))
-        assert await link.request(0, p.SetValue("k/last", cb("v"), False, None, True)) == p.Ok("CREATED")
-    finally:
-        link.close()
+    await write_topics(link)
     await crash(first)
     (segment,) = sorted((tmp_path / "journal" / "partition-0").glob("segment-*.log"))
     flip_middle_byte(segment)
