@@ -236,7 +236,9 @@ class Partition:
 
     def _image(self) -> Image:
         """The whole state now (between two batches), for a new backup's prime."""
-        return Image([encode_state(state) for state in self.store.state(volatile=True)], self.store.position)
+        store = self.store
+        return Image([encode_state(state) for state in store.state(volatile=True)], store.position,
+                     [encode_event(event) for event in store.recent])
 
     # -- what the state machine holds, read as attributes ------------------------------------
 
@@ -585,10 +587,14 @@ class Partition:
                 self._schedule_sync()
             self.replicas_applied += 1
         else:
-            priming = replica.prime_part(frame, [decode_state(s) for s in frame.states])
-            if priming is not None:
+            primed = replica.prime_part(frame, [decode_state(s) for s in frame.states],
+                                        [decode_event(e) for e in frame.recent])
+            if primed is not None:
+                priming, recent = primed
                 store = self._new_store()
                 store.load(priming)
+                if recent:  # the primary's window, numbered as it numbered it
+                    store.extend_recent(recent, frame.position)
                 store.position = frame.position or store.position
                 self.store = store
                 if self.journal is not None:

@@ -79,6 +79,7 @@ class Image(NamedTuple):
 
     states: list[list[Any]]  # encoded TopicStates
     position: int  # the newest message position
+    recent: Sequence[list[Any]] = ()  # the recent messages (encoded events), oldest first
 
 
 class StaleEpoch(Exception):
@@ -191,9 +192,11 @@ class ReplicaState(Generic[S, W]):
         self._acked_sequence = 0
         # -- the backup's side
         self.follower: S | None = None
+        self._follower_epoch = 0  # the epoch the follower's primary followed at
         self.primed = False
         #: the prime's states so far (the shell's decoded items), while one comes in
         self.priming: list[Any] | None = None
+        self._priming_recent: list[Any] = []
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -356,8 +359,16 @@ class ReplicaState(Generic[S, W]):
         """Follow the primary that will connect with ``epoch`` (or a newer one). A primary
         demoted without a :meth:`handover` drops its links (what they have in flight fails:
         its fate is unknown); after one, they stay and are told MOVED. The current follower
-        stream, if any, stays (its frames are refused until a new prime: not primed)."""
+        stream stays if its primary followed at ``epoch`` or later (its frames are refused
+        until a new prime: not primed); one of an older epoch is dropped, so that no frame
+        from it applies at the new epoch (a prime in flight on it would otherwise prime
+        this backup from a primary the placement may have left)."""
         effects = self._move_to(epoch)
+        follower = self.follower
+        if follower is not None and self._follower_epoch < epoch:
+            self.follower = None
+            self.priming = None
+            effects.append(Abort(follower))
         if self.role is Role.PRIMARY:
             effects.extend(self._drop_backup())
             self.backup = None
@@ -403,6 +414,7 @@ class ReplicaState(Generic[S, W]):
                 f"{self.name}: a primary of epoch {epoch} cannot be followed by a {self.role} of epoch {self.epoch}"
             )
         old, self.follower = self.follower, stream
+        self._follower_epoch = epoch
         self.priming = None
         return [Abort(old)] if old is not None else NOTHING
 
@@ -434,17 +446,22 @@ class ReplicaState(Generic[S, W]):
             raise ProtocolError(f"{self.name}: record {first} follows record {self.sequence}")
         self.sequence += count
 
-    def prime_part(self, frame: Prime, states: Sequence[Any]) -> list[Any] | None:
-        """A chunk of the prime (checked by :meth:`from_primary`), its ``states`` decoded by
-        the shell. With the final chunk, every state of the prime: the shell loads them in a
-        new store and resets the journal after ``frame.sequence``, then says :meth:`primed_at`."""
+    def prime_part(
+        self, frame: Prime, states: Sequence[Any], recent: Sequence[Any] = (),
+    ) -> tuple[list[Any], list[Any]] | None:
+        """A chunk of the prime (checked by :meth:`from_primary`), its ``states`` and
+        ``recent`` messages decoded by the shell. With the final chunk, every state and
+        message of the prime: the shell loads them in a new store and resets the journal
+        after ``frame.sequence``, then says :meth:`primed_at`."""
         priming = self.priming if self.priming is not None else []
         priming.extend(states)
+        messages = self._priming_recent if self.priming is not None else []
+        messages.extend(recent)
         if not frame.final:
-            self.priming = priming
+            self.priming, self._priming_recent = priming, messages
             return None
-        self.priming = None
-        return priming
+        self.priming, self._priming_recent = None, []
+        return priming, messages
 
     def primed_at(self, sequence: int) -> None:
         """The prime is loaded and journaled: the backup holds its primary's state, and its
@@ -482,11 +499,14 @@ class ReplicaState(Generic[S, W]):
         backup = self.backup
         assert backup is not None
         image = self._image()
-        states, chunk = image.states, self.prime_chunk
-        chunks = [states[i:i + chunk] for i in range(0, len(states), chunk)] or [[]]
-        for n, part in enumerate(chunks, 1):
+        states, recent, chunk = image.states, image.recent, self.prime_chunk
+        chunks: list[tuple[list[list[Any]], Sequence[list[Any]]]] = [
+            (states[i:i + chunk], ()) for i in range(0, len(states), chunk)]
+        chunks += [([], recent[i:i + chunk]) for i in range(0, len(recent), chunk)]
+        for n, (part, messages) in enumerate(chunks or [([], ())], 1):
             self.sent += 1
-            self.pending.append(Prime(self.sent, self.sequence, part, n == len(chunks), image.position))
+            self.pending.append(
+                Prime(self.sent, self.sequence, part, n >= len(chunks), image.position, messages))
         self.prime_id = self.sent
         self._follow_epoch = self.epoch
         effects.append(self._connect(backup, delay_ms))

@@ -16,7 +16,7 @@ Frames (one msgpack array each, back to back on the stream)::
                         Events(events, position)
 
     primary -> backup   Follow(secret, epoch)        first frame, once
-                        Prime(id, sequence, states, final, position)
+                        Prime(id, sequence, states, final, position, recent)
                         Replicate(id, first, timestamp, changes, volatile, recent, position)
     backup -> primary   Replicated(id)
                         Superseded(epoch)            the follow was refused: a newer
@@ -613,13 +613,17 @@ class Prime(NamedTuple):
     items): a backup starts over from it. ``sequence`` is the primary's last
     journal record; the part with ``final`` completes it. ``id`` numbers what the
     backup acknowledges (:class:`Replicated`). ``position``: the primary's newest
-    message position, where the backup's numbering goes on."""
+    message position, where the backup's numbering goes on. ``recent``: part of the
+    primary's recent messages (encoded events, oldest first, the last of them at
+    ``position``), so that a backup promoted or handed the partition soon after its
+    prime still gives a session taken up elsewhere what it missed."""
 
     id: int
     sequence: int
     states: list[list[Any]]
     final: bool
     position: int = 0
+    recent: Sequence[list[Any]] = ()
 
 
 class Replicate(NamedTuple):

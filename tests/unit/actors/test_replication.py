@@ -320,6 +320,37 @@ async def test_a_promoted_backup_holds_the_recent_messages_numbered_as_its_prima
     assert positions == [before.last, before.last + 1]  # the link heard each position with its answers
 
 
+async def test_a_backup_primed_late_holds_the_recent_messages_made_before_its_prime(
+    replicas: dict[str, PartitionActor],
+) -> None:
+    """A primary alone takes messages; a backup primed afterwards gets its window of recent
+    messages with the prime (more than one chunk of them), so when it takes over, a session taken
+    up elsewhere still gets what was published before the prime."""
+    primary = replicas["a"]
+    await primary.become_primary(1, None)
+    link, routes = await linked(primary, 1)
+    try:
+        assert await link.request(0, p.SetValue("m/x", cb(0), False, None, True)) == p.Ok("CREATED")
+        start = await link.request(0, p.ReadRecent(["?m//"], 0))
+        assert isinstance(start, p.Ok)
+        for i in range(1, 1500):  # past one chunk of the prime (1,000)
+            link.submit(0, p.SetValue("m/x", cb(i), False, retain=i % 3 != 0))
+        assert not isinstance(await link.request(0, p.SetValue("m/x", cb(1500), False)), p.Failed)
+        before = await link.request(0, p.ReadRecent(["?m//"], start.value.last - 1))
+        assert isinstance(before, p.Ok) and len(before.value.events) == 1501, before
+        late = replicas["b"]
+        await primary.set_backup(2, await late.become_backup(2))
+        await until(lambda: primary.core and primary.core.caught_up, "the late backup to be primed")
+        await crash(primary)
+        await late.become_primary(3, None)
+        routes.route = Route(3, Handle(late))
+        await until(lambda: link.channels[0].broken is None and link.channels[0].epoch == 3, "the link to move")
+        after = await link.request(0, p.ReadRecent(["?m//"], start.value.last - 1))
+        assert isinstance(after, p.Ok) and after.value == before.value  # the same messages, the same positions
+    finally:
+        link.close()
+
+
 async def test_recent_messages_read_in_a_batch_include_the_whole_batch(replicas: dict[str, PartitionActor]) -> None:
     """A read of the recent messages answers for the end of its batch: a write after it in
     the same batch, whose event comes in the same Done ahead of the answer, is in it."""

@@ -350,7 +350,7 @@ def test_a_primed_backup_takes_over_and_drops_its_primary_stream() -> None:
     s = Stream("p")
     r.follow(s, 2)
     r.from_primary(s, Prime(1, 9, [[1]], True))
-    assert r.prime_part(Prime(1, 9, [[1]], True), ["state"]) == ["state"]
+    assert r.prime_part(Prime(1, 9, [[1]], True), ["state"]) == (["state"], [])
     r.primed_at(9)
     effects = r.become_primary(3, B, None)
     assert effects[:2] == [SaveEpoch(3), Abort(s)] and isinstance(effects[-1], Connect)
@@ -387,7 +387,7 @@ def primed_backup(sequence: int = 9) -> tuple[Replica, Stream]:
         frame = Prime(n, sequence, [[n]], final)
         r.from_primary(s, frame)
         got = r.prime_part(frame, [f"state-{n}"])
-        assert got == (["state-1", "state-2"] if final else None)
+        assert got == ((["state-1", "state-2"], []) if final else None)
         assert r.primed is False
     r.primed_at(sequence)
     assert r.primed and r.sequence == sequence and r.priming is None
@@ -441,18 +441,28 @@ def test_a_new_follower_replaces_the_old_and_starts_a_new_prime() -> None:
     assert r.follower is None and r.priming is None
 
 
-def test_become_backup_keeps_the_current_follower_but_unprimes_it() -> None:
-    """F4 as it is (step 7 changes it): the stream of the epoch 2 primary stays after the
-    placement at epoch 3; its batches are refused, but a new prime from it is taken."""
+def test_become_backup_keeps_a_follower_of_its_epoch_but_unprimes_it() -> None:
+    """The stream of a primary that followed at the placement's epoch stays; its batches are
+    refused, but a new prime from it is taken."""
     r, s = primed_backup()
-    assert r.become_backup(3) == [SaveEpoch(3)]
+    assert r.become_backup(2) == []
     assert r.follower is s and not r.primed
     with pytest.raises(ProtocolError, match="before the prime is complete"):
         r.from_primary(s, Replicate(3, 10, 0, [], []))
     r.from_primary(s, Prime(4, 9, [], True))
-    assert r.prime_part(Prime(4, 9, [], True), []) == []
+    assert r.prime_part(Prime(4, 9, [], True), []) == ([], [])
     r.primed_at(9)
-    assert r.primed and r.epoch == 3
+    assert r.primed and r.epoch == 2
+
+
+def test_become_backup_at_a_newer_epoch_drops_an_older_follower() -> None:
+    """F4: a follower of epoch 2 is dropped by the placement at epoch 3, so that a prime in
+    flight on it never primes the backup at epoch 3 (seed 632 of the simulator)."""
+    r, s = primed_backup()
+    assert r.become_backup(3) == [SaveEpoch(3), Abort(s)]
+    assert r.follower is None and not r.primed and r.priming is None
+    with pytest.raises(ProtocolError, match="follows no primary"):
+        r.from_primary(s, Prime(4, 9, [], True))
 
 
 def test_a_backup_refuses_an_older_placement_and_keeps_following() -> None:
@@ -660,10 +670,10 @@ class World:
                 expected = self.sequence_at[link.primary, frame.id]
             else:
                 got = state.prime_part(frame, [s[0] for s in frame.states])
-                if got is None:  # acknowledged, though the backup holds none of it yet (F5)
+                if got is None:  # acknowledged; the backup holds none of it yet, and nothing is released
                     link.up.append((frame, None))
                     return
-                node.tokens = set(got)
+                node.tokens = set(got[0])
                 state.primed_at(frame.sequence)
                 self.stats["primed"] += 1
                 expected = frame.sequence
@@ -820,3 +830,24 @@ def test_the_history_model_replicates_acknowledges_and_fences() -> None:
     assert a.state.role is Role.IDLE and b.state.role is Role.PRIMARY and b.state.epoch == 2
     assert a.dropped == {2} and a.released == 3  # the held answer never went out; the MOVED one did
     assert b.state.sequence == 1 and a.tokens >= b.tokens
+
+
+def test_a_prime_carries_the_recent_messages_after_the_states_in_chunks() -> None:
+    r = ReplicaState("p0", role=Role.IDLE, epoch=0, sequence=4, journaled=True,
+                     image=lambda: Image([[0], [1], [2]], 90, [["m", i] for i in range(5)]), prime_chunk=2)
+    r.become_primary(1, None, None)
+    r.set_backup(2, B)
+    frames = list(r.pending)
+    assert [(f.states, list(f.recent), f.final) for f in frames] == [
+        ([[0], [1]], [], False), ([[2]], [], False), ([], [["m", 0], ["m", 1]], False),
+        ([], [["m", 2], ["m", 3]], False), ([], [["m", 4]], True)]
+    assert all(f.position == 90 for f in frames) and r.prime_id == frames[-1].id
+    backup = ReplicaState("p0", role=Role.IDLE, epoch=0, sequence=0, journaled=True, image=lambda: Image([], 0))
+    backup.become_backup(2)
+    stream = Stream("from-primary")
+    backup.follow(stream, 2)
+    got = None
+    for f in frames:
+        backup.from_primary(stream, f)
+        got = backup.prime_part(f, [s[0] for s in f.states], list(f.recent))
+    assert got == ([0, 1, 2], [["m", i] for i in range(5)])
