@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP  := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test soak bench typecheck clean
+.PHONY: run test soak simulate bench typecheck clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,13 @@ run: $(RUN_STAMP)
 test: $(TEST_STAMP)
 	$(BIN)/python tests/run.py -m "not soak"
 
+# the long variants, and a million simulated schedules from a random base (tests/simulation, marked soak)
 soak: $(TEST_STAMP)
 	$(BIN)/python -m pytest -m soak
+
+# make simulate SEED=N: replay one simulated schedule, with its trace (tests/simulation)
+simulate: $(TEST_STAMP)
+	PYTHONHASHSEED=0 $(BIN)/python -m tests.simulation $(SEED) --trace
 
 bench: $(TEST_STAMP)
 	$(BIN)/python bench/selector_match.py

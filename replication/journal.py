@@ -706,7 +706,10 @@ class Journal:
     def _mark(self, damage: dict[str, Any]) -> None:
         """Mark the directory ``DAMAGED`` (durably: written aside, renamed, the directory fsynced)."""
         marker = self.directory / f".{DAMAGED_FILE}.tmp"
-        marker.write_text(json.dumps(damage), encoding="utf-8")
+        with open(marker, "w", encoding="utf-8") as f:  # its bytes durable before its name
+            json.dump(damage, f)
+            f.flush()
+            self._sync(f.fileno())
         os.replace(marker, self.directory / DAMAGED_FILE)
         self._sync_directory()
 

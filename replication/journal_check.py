@@ -181,16 +181,20 @@ def damage_of(directory: Path) -> dict[str, Any] | None:
 
 def held_epoch(data_dir: str | os.PathLike[str], partition: int) -> int | None:
     """The epoch a replica of ``partition`` whose journal is under ``data_dir`` was last
-    given (0: none recorded), :data:`DAMAGED_EPOCH` for a journal set aside as damaged
-    (it holds nothing to trust, but it did hold the partition), or ``None`` when there is
-    no journal there. Reads only."""
+    given (0: none recorded), :data:`DAMAGED_EPOCH` for a journal marked ``DAMAGED`` that
+    held the partition (its files, or files set aside: it holds nothing to trust, but the
+    partition was there), or ``None`` when there is no journal there (a mark on nothing,
+    as a backup that was never primed leaves, holds nothing either way). Reads only."""
     directory = partition_directory(data_dir, partition)
-    if damage_of(directory) is not None:
-        return DAMAGED_EPOCH
     try:
-        if not any(f.name.startswith(("segment-", "snapshot-")) for f in directory.iterdir()):
-            return None
+        names = [f.name for f in directory.iterdir()]
     except OSError:
+        return None
+    held = any(name.startswith(("segment-", "snapshot-")) for name in names)
+    damage = damage_of(directory)
+    if damage is not None:  # "files": set aside (Journal.set_aside), so the partition was here
+        return DAMAGED_EPOCH if held or "files" in damage or any(n.startswith("damaged-") for n in names) else None
+    if not held:
         return None
     try:
         return int(json.loads((directory / EPOCH_FILE).read_text(encoding="utf-8"))["epoch"])

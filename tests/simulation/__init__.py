@@ -4,7 +4,12 @@ The kernel: :mod:`~tests.simulation.world` (the event queue, the clock, seeded r
 trace), :mod:`~tests.simulation.network` (Ray-call messages and TCP-like streams between
 nodes, cuts, latency), :mod:`~tests.simulation.disk` (a partition's journal and a node's disk,
 with process kills, power cuts and corruption) and :mod:`~tests.simulation.schedule` (what
-happens in a run, drawn from a seed, printable as Python). Production state machines plug into
-the network's stream ends and the disk's journals. Nothing here imports Ray
-(``test_world.py`` checks it in a subprocess).
+happens in a run, drawn from a seed, printable as Python). On it, step 6a of design 28:
+:mod:`~tests.simulation.processes` (nodes, processes Ray restarts, Ray calls),
+:mod:`~tests.simulation.replica` (the real ``ReplicaState`` in a shell like ``Partition``'s),
+:mod:`~tests.simulation.controller` (a scripted controller over the real placement functions),
+:mod:`~tests.simulation.client` (a gateway's writes, by ``actors/link.py``'s rules),
+:mod:`~tests.simulation.invariants` (what every run must keep) and
+:mod:`~tests.simulation.run` (one seeded run; ``python -m tests.simulation SEED [--trace]``
+replays one). Nothing here imports Ray (``test_world.py`` checks it in a subprocess).
 """

@@ -120,9 +120,10 @@ class SimJournal:
 
     def held(self) -> Held | None:
         """What ``replication.journal.held`` says of these files (any process, even none, may have them)."""
-        if self.damage is not None:
-            return Held(DAMAGED_EPOCH, 0)
-        if not self.records and self.snapshot is None and not self._segments:
+        files = bool(self.records or self.snapshot is not None or self._segments)
+        if self.damage is not None:  # a mark on nothing (a backup never primed) holds nothing
+            return Held(DAMAGED_EPOCH, 0) if files or "files" in self.damage else None
+        if not files:
             return None
         if self._hole:
             return Held(DAMAGED_EPOCH, 0)

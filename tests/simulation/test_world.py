@@ -213,7 +213,8 @@ def test_the_same_seed_gives_the_same_trace_under_any_hash_seed() -> None:
 
 def test_the_simulator_never_imports_ray() -> None:
     code = ("import sys, tests.simulation, tests.simulation.world, tests.simulation.network, "
-            "tests.simulation.disk, tests.simulation.schedule; print('ray' in sys.modules)")
+            "tests.simulation.disk, tests.simulation.schedule, tests.simulation.run, tests.simulation.__main__; "
+            "print('ray' in sys.modules)")
     assert _in_subprocess(code, "0") == "False"
 
 

@@ -1,0 +1,172 @@
+"""Schedules that broke an invariant, kept as they were drawn (shrunk: the operations whose
+removal keeps the violation), each named for the bug it shows.
+
+A bug fixed: the schedule must pass. A bug open: ``xfail(strict=True)`` with what it is, and
+the cause the checker diagnoses for it in :data:`OPEN`: ``test_schedules.py`` counts a seed
+that loses a write through an open cause as known instead of failing (every seed of another
+cause, or of none the checker can name, fails it). Fixing the bug turns its regression into a
+pass, which fails the strict ``xfail`` until the marker and the cause go.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.simulation.invariants import SHORT, STALE, Violation
+from tests.simulation.run import run
+from tests.simulation.schedule import Corrupt, CrashProcess, Cut, Isolate, PowerCut, Rejoin, RestartAll
+from tests.simulation.schedule import Schedule, Write
+
+#: the causes of lost writes (``Violation.cause``) of the bugs still open -> their regressions
+OPEN: dict[str, tuple[str, ...]] = {
+    STALE: ("test_a_backup_never_primed_is_not_promoted_after_a_restart",
+            "test_a_journal_never_primed_at_its_epoch_does_not_outrank_a_whole_one"),
+    SHORT: ("test_a_copy_whose_last_record_recovery_cut_does_not_lead",),
+}
+
+
+def fails_through(cause: str, schedule: Schedule) -> None:
+    """Run ``schedule``; a violation must be a lost write through ``cause`` (else the test fails
+    rather than xfails: another bug)."""
+    try:
+        run(schedule)
+    except Violation as e:
+        assert e.kind == "lost write" and e.cause == cause, f"{e}: not through {cause}"
+        raise
+
+
+def test_a_backup_follows_no_older_primary_after_a_newer_placement() -> None:
+    """F4 (fixed in ``ReplicaState.become_backup``): partition 1 was placed at epoch 2 and, a
+    few milliseconds later, at epoch 3 with the same nodes; the backup took ``become_backup(3)``
+    while the epoch-2 primary's follow and prime were on the way, kept that stream, and was
+    primed from it at epoch 3. A placement at a newer epoch now drops an older follower."""
+    run(Schedule(
+        seed=632,
+        nodes=('node-0', 'node-1', 'node-2'),
+        partitions=2,
+        policy='always',
+        ops=(
+            Write(608, 'node-1', 'k/4'),
+            Write(609, 'node-1', 'k/8'),
+            Write(679, 'node-2', 'k/0'),
+            Write(1049, 'node-1', 'k/6'),
+            Write(1270, 'node-1', 'k/7'),
+            Write(1364, 'node-1', 'k/6'),
+            Write(1477, 'node-2', 'k/1'),
+            Write(1766, 'node-1', 'k/9'),
+            Write(1849, 'node-2', 'k/6'),
+            Write(2116, 'node-1', 'k/0'),
+            Write(2254, 'node-1', 'k/7'),
+            Write(2268, 'node-2', 'k/6'),
+            Write(3011, 'node-1', 'k/0'),
+            Write(3315, 'node-1', 'k/1'),
+            Write(3532, 'node-2', 'k/6'),
+            Write(3588, 'node-1', 'k/8'),
+            Write(3970, 'node-2', 'k/4'),
+            Isolate(4068, 'node-1', 1293),
+            Write(4744, 'node-1', 'k/4'),
+            Write(5095, 'node-1', 'k/2'),
+            Write(5397, 'node-2', 'k/0'),
+            Write(5894, 'node-2', 'k/7'),
+            CrashProcess(5911, 'partition-0@node-2'),
+            Write(6497, 'node-2', 'k/3'),
+            CrashProcess(6501, 'partition-1@node-1'),
+            Write(6741, 'node-1', 'k/5'),
+            Rejoin(7815, 'node-2'),
+        ),
+        faults_end_ms=10000,
+        spike_rate=0.01,
+        loss_rate=0.01,
+    ))
+
+
+@pytest.mark.xfail(strict=True, raises=Violation, reason=(
+    "a backup that was never primed and restarted comes back idle, and an idle replica may become "
+    "the primary: ReplicaState refuses only a backup it knows to be unprimed, and nothing durable says "
+    "that this replica's journal never held the partition (its saved epoch is the placement's, not "
+    "its data's)"))
+def test_a_backup_never_primed_is_not_promoted_after_a_restart() -> None:
+    """Write 1 is acknowledged at epoch 2 by partition 0's primary on node-1 and its backup on
+    node-0 (node-2's raylet restarted). node-2 is back and rebalancing moves the backup there
+    at epoch 3: node-2 follows (saving epoch 3; its journal is epoch 1's, without write 1), but
+    node-1 is cut off before it hears that it is the primary at 3, so node-2 is never primed.
+    node-2 loses power and comes back; node-1 is lost, and ``after_loss`` makes the backup the
+    map names, node-2, the primary at epoch 4: its new replica is idle, and ``become_primary``
+    takes. Write 1, held by node-0 (now told to follow node-2) and node-1, is gone."""
+    fails_through(STALE, Schedule(
+        seed=1561,
+        nodes=('node-0', 'node-1', 'node-2'),
+        partitions=3,
+        policy='always',
+        ops=(
+            Rejoin(1611, 'node-2'),
+            Write(2564, 'node-1', 'k/3'),
+            Isolate(2673, 'node-1', 6904),
+            PowerCut(5983, 'node-2', 129),
+        ),
+        faults_end_ms=10000,
+        loss_rate=0.001,
+    ))
+
+
+@pytest.mark.xfail(strict=True, raises=Violation, reason=(
+    "placement.initial ranks journals by the epoch they were last given, and a backup saves the epoch "
+    "it is told to follow before it is primed: a backup never primed outranks the whole journals of an "
+    "older epoch (the saved epoch is the placement's, not its data's)"))
+def test_a_journal_never_primed_at_its_epoch_does_not_outrank_a_whole_one() -> None:
+    """Write 1 is acknowledged at epoch 1 (partition 0's primary on node-1, its backup on
+    node-2). node-1's raylet restarts, so node-2 takes over at epoch 2 with a backup on node-0
+    (the head, for want of workers), and they acknowledge write 2. node-1 is back and the
+    backup moves there at epoch 3: node-1 follows, saving epoch 3 (its journal is still the
+    one of epoch 1, without write 2), but node-2, cut off from the head, has not heard that it
+    is the primary at 3 when the whole instance restarts. ``initial`` prefers node-1's journal
+    (epoch 3) to node-2's and node-0's (epoch 2, with write 2) and makes it the primary."""
+    fails_through(STALE, Schedule(
+        seed=2003,
+        nodes=('node-0', 'node-1', 'node-2'),
+        partitions=2,
+        policy='always',
+        ops=(
+            Write(4176, 'node-2', 'k/0'),
+            Rejoin(4542, 'node-1'),
+            Write(5646, 'node-2', 'k/1'),
+            Cut(6122, 'node-0', 'node-2', 1584),
+            RestartAll(7303),
+        ),
+        faults_end_ms=10000,
+    ))
+
+
+@pytest.mark.xfail(strict=True, raises=Violation, reason=(
+    "recovery cuts a bad last record as a torn tail (under `always` it may be an acknowledged one: a bad "
+    "sector there looks like a torn write) and says so only in Recovery.problems: the replica comes back "
+    "idle, looks whole, and may lead while its peer holds the record"))
+def test_a_copy_whose_last_record_recovery_cut_does_not_lead() -> None:
+    """Partition 1's primary on node-2 acknowledges write 9 with its backup on node-1. node-2
+    loses power (under ``always``: nothing lost) and node-1's raylet restarts; a bad sector
+    then takes the last record of node-2's journal, write 9, which recovery cuts off as a torn
+    tail. When they are back, node-0 and node-1 have been made backups, never primed (they
+    cannot lead), so the scripted controller lets the last primary, node-2, back idle with its
+    journal, lead: it lacks write 9, which node-1's journal holds. (``ReplicaSet.restarted``
+    makes the same choice when it swaps a restarted primary with a backup that restarted too.)"""
+    fails_through(SHORT, Schedule(
+        seed=3129,
+        nodes=('node-0', 'node-1', 'node-2'),
+        partitions=2,
+        policy='always',
+        ops=(
+            Write(865, 'node-2', 'k/5'),
+            Write(1193, 'node-2', 'k/5'),
+            Write(1296, 'node-2', 'k/6'),
+            Write(2020, 'node-1', 'k/5'),
+            Write(2496, 'node-2', 'k/6'),
+            Write(3065, 'node-1', 'k/6'),
+            Write(3169, 'node-1', 'k/4'),
+            Write(3421, 'node-2', 'k/6'),
+            Write(4258, 'node-1', 'k/7'),
+            PowerCut(4956, 'node-2', 1839),
+            Rejoin(5310, 'node-1'),
+            Corrupt(6214, 'node-2', 1),
+        ),
+        faults_end_ms=10000,
+    ))
