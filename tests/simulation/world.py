@@ -125,18 +125,7 @@ class World:
 
     def run_for(self, ns: int) -> None:
         """Run every event due in the next ``ns``; the clock then reads ``now + ns``."""
-        deadline = self.now_ns + ns
-        queue = self._queue
-        pop = heapq.heappop
-        while queue and queue[0][0] <= deadline:
-            at, _, fn, args = pop(queue)
-            if fn is None:
-                continue
-            self.now_ns = at
-            self.events += 1
-            fn(*args)
-        if deadline > self.now_ns:
-            self.now_ns = deadline
+        self.run_until(_never, self.now_ns + ns)
 
     # -- the trace ---------------------------------------------------------------------------
 
@@ -195,3 +184,7 @@ class SimClock:
 
     def sleep(self, seconds: float) -> None:
         self._world.run_for(round(seconds * SECOND))
+
+
+def _never() -> bool:
+    return False
