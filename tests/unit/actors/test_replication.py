@@ -510,3 +510,24 @@ async def test_a_running_replica_replaces_a_journal_file_damaged_under_it(tmp_pa
         assert topics(again, volatile=False) == acknowledged and len(acknowledged) == 402
     finally:
         await again.stop()
+
+
+async def test_a_quiet_partition_syncs_its_last_bytes_though_its_timer_fired_early(tmp_path: Path) -> None:
+    """Under ``interval``, a roll (a snapshot, a rollover, an export) fsyncs what waited and the
+    next append starts a new wait: the timer set for the earlier due time ticks in vain and must be
+    set again, or the last bytes of a partition that then goes quiet are never forced to disk."""
+    config = {"data_dir": str(tmp_path), "journal_fsync": "interval:200"}
+    actor = PartitionActor(0, 1, config, host="127.0.0.1")
+    link, _ = await linked(actor, 0)
+    try:
+        assert await link.request(0, p.SetValue("a", cb(1), False, None, True)) == p.Ok("CREATED")
+        journal = actor.core.journal  # type: ignore[union-attr]
+        assert journal is not None and journal.next_sync_ms is not None  # the timer is set for it
+        assert journal.roll()  # what waited is fsynced; the timer stays set for the old due time
+        await asyncio.sleep(0.05)  # the next append comes later: its wait ends after the timer
+        assert await link.request(0, p.SetValue("b", cb(2), False, None, True)) == p.Ok("CREATED")
+        assert journal.next_sync_ms is not None
+        await until(lambda: journal.next_sync_ms is None, "the last append to be fsynced, the partition quiet")
+    finally:
+        link.close()
+        await actor.stop()
