@@ -31,7 +31,7 @@ from actors.locks import LockKeeper
 from actors.node_control import NodeControl
 from actors.replicas import ReplicaSet
 from replication.configuration import SECURITY_FILE, SESSION_TREES_FILE, VIEWS_FILE
-from replication.nodes import alive_by_name, from_ray
+from replication.nodes import LABEL, Node, alive_by_name, from_ray
 from sessions.collectors import CollectorError, Collectors, from_dict
 from sessions.security import ADMINISTRATOR, SecurityStore, default_store
 
@@ -171,6 +171,24 @@ def gateway_port(port: int, info: list[dict[str, Any]], nodes: list[str], node: 
     return next(port + k for k in range(len(ports) + 1) if port + k not in set(ports))
 
 
+def on_node(node: Node) -> dict[str, Any]:
+    """Ray's options that hold an actor to ``node`` for good: by its canopy label when it has one,
+    so that Ray restarts the actor there when the node comes back under a new Ray id (the head
+    after ``canopy cluster kill-head``, a node added again under its name), and by its Ray id
+    otherwise (the actor goes with the node)."""
+    if node.labelled:
+        return {"label_selector": {LABEL: node.name}}
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.id, soft=False)}
+
+
+def pinned(node_id: str) -> dict[str, Any]:
+    """:func:`on_node` for the node of Ray id ``node_id`` (canopy serve's, for the controller)."""
+    node = next((n for n in from_ray(ray.nodes()) if n.id == node_id and n.alive), None)
+    if node is None:
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
+    return on_node(node)
+
+
 def _restarted() -> bool:
     """Whether Ray restarted this actor (the runtime context's question, without the
     deprecation warning Ray's own implementation prints on every controller start)."""
@@ -210,6 +228,8 @@ class ControllerActor:
         #: the configuration log's writer and each node's copy (``{node name: NodeAgentActor}``)
         self.config_log: Any = None
         self.agents: dict[str, Any] = {}
+        #: the Ray id of the node each agent this controller made was made on
+        self.agent_nodes: dict[str, str] = {}
         self.security = default_store(secrets.token_urlsafe(12))  # until start() reads the log
         #: the ids of the last security changes made, stored with the store
         self.security_changes: list[str] = []
@@ -256,7 +276,9 @@ class ControllerActor:
         return store
 
     def _agent(self, node: Any) -> Any:
-        """The configuration log's copy on ``node``, in its data directory."""
+        """The configuration log's copy on ``node``, in its data directory (it goes with the node:
+        one that comes back under a new Ray id gets a new one, :meth:`_agents_follow_nodes`)."""
+        self.agent_nodes[node.name] = node.id
         return configuration.agent_class().options(
             name=names.agent(node.name), lifetime="detached",
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
@@ -283,6 +305,9 @@ class ControllerActor:
         security store and routes, which the dead controller may not have pushed."""
         import re
 
+        # Ray may have restarted this actor on another node than its first: the head came back
+        # under a new Ray id (canopy cluster kill-head), and this actor is held to it by its label
+        self.home_node = self.node_control.home_node = ray.get_runtime_context().get_node_id()
         nodes = self._nodes()
         alive = {n.name: n for n in nodes}
         by_id = {n.id: n.name for n in nodes}
@@ -340,15 +365,15 @@ class ControllerActor:
             self.replicas.start({n.name: n for n in nodes})
             routes = self.replicas.routes()
             self._routes_pushed = [(r.epoch, r.node) for r in routes]
-            # the log's writer on the controller's node (it goes with it), the view evaluator
-            # and the session tree actor on another: re-created on a living node when theirs
+            # the log's writer on the controller's node (Ray restarts both there when that node
+            # comes back under its name: on_node), the view evaluator and the session tree actor
+            # on another: re-created on a living node when theirs
             # is lost (see _services_follow_nodes; Ray's soft node affinity does not hold
             # a detached actor to its node, so the controller moves them itself)
-            home = NodeAffinitySchedulingStrategy(nodes[0].id, soft=False)
             aside = NodeAffinitySchedulingStrategy(self._aside(nodes).id, soft=False)
             self.agents = {n.name: self._agent(n) for n in nodes}
             self.config_log = configuration.log_class().options(
-                name=names.CONFIG_LOG, scheduling_strategy=home, lifetime="detached"
+                name=names.CONFIG_LOG, lifetime="detached", **on_node(nodes[0])
             ).remote()
             data_dir = self.config["data_dir"]
             imports = {name: os.path.join(data_dir, file) for name, file in
@@ -638,8 +663,9 @@ class ControllerActor:
         ``failed`` (it came back but could not be brought into the instance),
         ``cluster`` (a node was lost or joined, a partition failed over, moved or got a
         new backup: ``reason`` says what), ``add_node`` (serve is to start the
-        simulated node named by ``reason``) or ``restart_gcs`` (serve is to kill Ray's
-        GCS and start it again ``reason`` seconds later).
+        simulated node named by ``reason``), ``restart_gcs`` (serve is to kill Ray's
+        GCS and start it again ``reason`` seconds later) or ``kill_head`` (the same with the
+        whole head node).
 
         Cheap and never blocks on a busy actor (see :class:`Liveness`), except to carry
         out a change; canopy serve calls it about every second."""
@@ -694,6 +720,9 @@ class ControllerActor:
         outage = self.node_control.take_gcs_restart()
         if outage is not None:
             report.append({"name": "cluster", "actor": "", "event": "restart_gcs", "reason": repr(outage)})
+        outage = self.node_control.take_head_kill()
+        if outage is not None:
+            report.append({"name": "cluster", "actor": "", "event": "kill_head", "reason": repr(outage)})
         return report
 
     def _replica_event(self, name: str, event: str, reason: str) -> list[dict[str, str]]:
@@ -721,9 +750,19 @@ class ControllerActor:
 
     def _agents_follow_nodes(self, alive: dict[str, Any]) -> None:
         """Each alive node keeps a copy of the configuration log; a lost node's copy leaves the count."""
-        if self.config_log is None or self.started_at is None or set(self.agents) == set(alive):
+        if self.config_log is None or self.started_at is None:
             return
-        self.agents = {name: self.agents.get(name) or self._agent(node) for name, node in alive.items()}
+        # a node back under a new Ray id between two checks (the head after kill-head): its copy went
+        moved = {name for name, node in alive.items() if self.agent_nodes.get(name, node.id) != node.id}
+        if set(self.agents) == set(alive) and not moved:
+            return
+        agents = {}
+        for name, node in alive.items():
+            if name in moved and name in self.agents:
+                agents[name] = _replace(self.agents[name], lambda node=node: self._agent(node))
+            else:
+                agents[name] = self.agents.get(name) or self._agent(node)
+        self.agents = agents
         self.config_log.set_agents.remote(self.agents)
 
     def _aside(self, nodes: list[Any]) -> Any:

@@ -21,6 +21,11 @@ for users who want to watch failover happen (and for the cluster tests).
   Redis the cluster would be lost with its GCS). serve carries it out, like
   ``add``.
 
+* ``kill-head``: the head node (Ray's GCS and every process on the head, canopy's
+  controller included) is killed and started again ``seconds`` later (the same clusters
+  as ``restart-gcs``; see :mod:`cluster.head`). The partitions, on the other nodes, serve
+  throughout; the controller comes back on the new head and takes the instance over.
+
 Killing and pausing are refused on clusters not started with ``--local-nodes``
 unless forced (they hit real machines' processes), and so is killing or pausing
 the controller's own node (the head of an embedded Ray: without GCS fault
@@ -39,7 +44,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from replication.nodes import Node, NodeError, check_name
 
-ACTIONS = ("kill", "pause", "add", "restart-gcs")
+ACTIONS = ("kill", "pause", "add", "restart-gcs", "kill-head")
 #: a pause longer than this is refused (a forgotten node should come back)
 MAX_PAUSE = 3600.0
 #: the longest GCS outage ``restart-gcs`` makes (Ray's processes wait gcs_reconnect_timeout for it)
@@ -81,6 +86,8 @@ class NodeControl:
         self.requested: list[str] = []
         #: the GCS outage serve is to make, in seconds (taken by :meth:`take_gcs_restart`)
         self.gcs_restart: float | None = None
+        #: the head's outage serve is to make, in seconds (taken by :meth:`take_head_kill`)
+        self.head_kill: float | None = None
 
     def act(self, action: str, name: str | None, seconds: float, force: bool, nodes: list[Node]) -> dict[str, Any]:
         if action not in ACTIONS:
@@ -90,8 +97,8 @@ class NodeControl:
                 "INVALID_REQUEST", f"pause for more than 0 and at most {MAX_PAUSE:g} seconds, not {seconds:g}")
         if action == "add":
             return self._add(name, nodes)
-        if action == "restart-gcs":
-            return self._restart_gcs(seconds)
+        if action in ("restart-gcs", "kill-head"):
+            return self._outage(action, seconds)
         if name is None:
             raise NodeActionError("INVALID_REQUEST", f"{action}: which node?")
         alive = {n.name: n for n in nodes if n.alive}
@@ -137,24 +144,32 @@ class NodeControl:
         rejoins = any(n.name == name for n in nodes)
         return {"node": name, "action": "add", "rejoins": rejoins}
 
-    def _restart_gcs(self, seconds: float) -> dict[str, Any]:
+    def _outage(self, action: str, seconds: float) -> dict[str, Any]:
+        what = "restart GCS" if action == "restart-gcs" else "kill head"
         if not self.local:
             raise NodeActionError(
-                "REFUSED", "restart GCS: only a cluster started with --local-nodes restarts Ray's GCS itself; on a "
+                "REFUSED", f"{what}: only a cluster started with --local-nodes restarts Ray's head itself; on a "
                 "real cluster restart the head (`ray start --head` with the same $RAY_REDIS_ADDRESS)")
         if not self.gcs_redis:
             raise NodeActionError(
-                "REFUSED", "restart GCS: this cluster's GCS keeps its tables in memory only, so the whole cluster "
+                "REFUSED", f"{what}: this cluster's GCS keeps its tables in memory only, so the whole cluster "
                 "would be lost with it; start canopy with gcs_redis_address (a Redis server) for a GCS that restarts")
         limit = min(MAX_GCS_OUTAGE, self.gcs_reconnect_timeout / 2)
         if not 0 <= seconds <= limit:
             raise NodeActionError(
-                "INVALID_REQUEST", f"restart GCS: an outage of 0 to {limit:g} s (half of gcs_reconnect_timeout, at "
+                "INVALID_REQUEST", f"{what}: an outage of 0 to {limit:g} s (half of gcs_reconnect_timeout, at "
                 f"most {MAX_GCS_OUTAGE:g}), not {seconds:g}")
-        if self.gcs_restart is not None:
-            raise NodeActionError("REFUSED", "restart GCS: a restart is already asked for")
-        self.gcs_restart = seconds
-        return {"node": None, "action": "restart-gcs", "seconds": seconds}
+        if self.gcs_restart is not None or self.head_kill is not None:
+            raise NodeActionError("REFUSED", f"{what}: a GCS restart or head kill is already asked for")
+        if action == "restart-gcs":
+            self.gcs_restart = seconds
+        else:
+            self.head_kill = seconds
+        return {"node": None, "action": action, "seconds": seconds}
+
+    def take_head_kill(self) -> float | None:
+        out, self.head_kill = self.head_kill, None
+        return out
 
     def take_gcs_restart(self) -> float | None:
         out, self.gcs_restart = self.gcs_restart, None

@@ -211,8 +211,8 @@ trace           every (int), limit (int)                         [[path, value,
                                                                  written]]
 cluster_status                                                   {nodes, partitions,
                                                                  gateways, ...}
-cluster_node    action ("kill"|"pause"|"add"), node|nil,        {node, action, ...}
-                seconds, force
+cluster_node    action ("kill"|"pause"|"add"|"restart-gcs"|    {node, action, ...}
+                "kill-head"), node|nil, seconds, force
 ==============  ===============================================  ==================
 
 Client control (other sessions, on any gateway; see below):
@@ -407,7 +407,12 @@ node (see ``actors/node_control.py``). Killing and pausing are refused
 (``REFUSED``) on clusters not started with ``--local-nodes``, and on the
 controller's own node, unless ``force``; adding works with ``--local-nodes``
 only, and a node named after a dead one starts again on its data directory.
-An unknown node is ``NO_SUCH_NODE``.
+An unknown node is ``NO_SUCH_NODE``. ``restart-gcs`` kills Ray's GCS and
+``kill-head`` the whole head node (the GCS and every process on it, the
+controller included), each started again ``seconds`` later, on
+``--local-nodes`` clusters whose GCS keeps its tables in Redis only
+(``REFUSED`` otherwise). While the controller is away, a request that needs it
+fails ``UNAVAILABLE``.
 
 ``trace`` (CONTROL_SERVER) makes the gateway time every ``every``-th set it
 receives from then on (0 stops), keeping up to ``limit`` records, and

@@ -57,12 +57,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from actors import names
-from cluster import watchdog
+from cluster import head, watchdog
 from cluster.config import ConfigError, ServerConfig
 from cluster.watchdog import LOCK_FILE, SERVER_FILE, write_json
 
 HEALTH_INTERVAL = 1.0
 CONTROLLER_TIMEOUT = 30.0
+#: how long the controller may take to answer after the head came back (Ray reschedules it once it
+#: has declared the old head dead; it then takes the instance over)
+HEAD_TIMEOUT = 120.0
 EXIT_FAILED = 3
 
 RAY_TOKEN_FILE = "ray-auth-token"  # in the data directory, when ~/.ray cannot hold Ray's token
@@ -537,7 +540,6 @@ def _run(
     gcs_prefix = _gcs_fault_tolerance(config)
 
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from actors import controller as controller_module
 
@@ -550,9 +552,7 @@ def _run(
         home = ray.get_runtime_context().get_node_id()
         try:
             controller = cls.options(
-                name=names.CONTROLLER,
-                lifetime="detached",
-                scheduling_strategy=NodeAffinitySchedulingStrategy(home, soft=False),
+                name=names.CONTROLLER, lifetime="detached", **controller_module.pinned(home),
             ).remote({**config.as_dict(), "data_dir": str(data_dir), "instance_id": _instance_id(config, data_dir)}, home)
         except ValueError:
             raise ServeError(_already_running(config)) from None
@@ -628,8 +628,35 @@ def _run(
                 f"{time.monotonic() - began:.1f} s after its start, {alive} nodes alive: its tables came back "
                 "from Redis)")
 
+        def kill_head(seconds: str) -> Any:
+            """Kill the head node, every process on it, and start it again ``seconds`` later
+            (``canopy cluster kill-head``: see :mod:`cluster.head`); connect again through its
+            new raylet and return the controller, which Ray restarts there."""
+            nonlocal controller
+            if local is None or config.gcs_redis_address is None:
+                return None
+            node = local.head_node
+            out(f"canopy: killing the head node node-0 (Ray's GCS, its raylet and every process on it: "
+                f"{', '.join(f'{kind} {pid}' for kind, found in head.pids(node).items() for pid in found)}); "
+                f"starting it again in {float(seconds):g} s")
+            sys.stdout.flush()
+            ray.shutdown()  # this process's raylet goes with the head
+            killed = head.kill(node)
+            stop.wait(float(seconds))
+            began = time.monotonic()
+            node_id = head.start(node)
+            head.reconnect(local.address, config.namespace, node_id)
+            recorded["local_nodes"] = local_node_processes(local)
+            record.write(recorded)
+            out(f"canopy: the head node is back ({len(killed)} processes were killed; Ray's GCS and the head's "
+                f"raylet answer {time.monotonic() - began:.1f} s after their start, under node id {node_id[:8]}); "
+                "the controller comes back on it and takes the instance over")
+            sys.stdout.flush()
+            controller = ray.get_actor(names.CONTROLLER)
+            return controller
+
         failure, controller_alive = _supervise(
-            controller, stop, guard, out, {"add_node": add_node, "restart_gcs": restart_gcs})
+            controller, stop, guard, out, {"add_node": add_node, "restart_gcs": restart_gcs, "kill_head": kill_head})
         if not controller_alive:
             controller = None
         if failure is None:
@@ -662,35 +689,40 @@ def _supervise(
     stop: threading.Event,
     guard: subprocess.Popen[bytes] | None,
     out: Callable[[str], None],
-    requests: dict[str, Callable[[str], None]],
+    requests: dict[str, Callable[[str], Any]],
 ) -> tuple[str | None, bool]:
     """Wait for a stop signal or a death: ``(None, True)`` when asked to stop, else
     ``(what died, whether the controller still answers)``. ``requests`` carries out
-    what the controller asks serve for (``add_node``, ``restart_gcs``)."""
+    what the controller asks serve for (``add_node``, ``restart_gcs``, ``kill_head``);
+    one that returns a handle replaced the controller's (``kill_head``: serve connected
+    again), which may take up to :data:`CONTROLLER_TIMEOUT` to answer."""
     import ray
 
     from actors.controller import death_reason
 
     down_since: float | None = None  # the controller crashed (Ray restarts it) or is unreachable
+    limit = CONTROLLER_TIMEOUT  # how long it may take to come back
     while not stop.wait(HEALTH_INTERVAL):
         try:
             dead: list[dict[str, str]] = ray.get(controller.check.remote(), timeout=CONTROLLER_TIMEOUT)
         except ray.exceptions.GetTimeoutError:
+            if down_since is not None and time.monotonic() - down_since < limit:
+                continue  # still coming back (after the head's loss: scheduled once Ray declares the old head dead)
             return f"the controller did not answer for {CONTROLLER_TIMEOUT:.0f} s", False
         except ray.exceptions.RayActorError as e:  # crashed or unreachable: Ray restarts it, give it time
             if down_since is None:
                 down_since = time.monotonic()
                 out(f"canopy: {names.CONTROLLER} (ControllerActor) crashed: {death_reason(e)}; Ray restarts it")
                 sys.stdout.flush()
-            elif time.monotonic() - down_since > CONTROLLER_TIMEOUT:
+            elif time.monotonic() - down_since > limit:
                 return (f"the controller ({names.CONTROLLER}, ControllerActor) did not come back within "
-                        f"{CONTROLLER_TIMEOUT:.0f} s: {death_reason(e)}"), False
+                        f"{limit:.0f} s: {death_reason(e)}"), False
             continue
         except Exception as e:
             return f"the controller failed: {type(e).__name__}: {e}", True
         if down_since is not None:
             out(f"canopy: {names.CONTROLLER} (ControllerActor) is back and serving")
-        down_since = None
+        down_since, limit = None, CONTROLLER_TIMEOUT
         for d in dead:
             if d["event"] == "crashed":
                 out(f"canopy: {d['name']} ({d['actor']}) crashed: {d['reason']}; Ray restarts it")
@@ -699,7 +731,10 @@ def _supervise(
             elif d["event"] == "cluster":
                 out(f"canopy: {d['reason']}")
             elif d["event"] in requests:
-                requests[d["event"]](d["reason"])
+                replaced = requests[d["event"]](d["reason"])
+                if replaced is not None:  # the head came back: the controller, through serve's new connection
+                    controller = replaced
+                    down_since, limit = time.monotonic(), HEAD_TIMEOUT
         final = [d for d in dead if d["event"] in ("dead", "failed")]
         if final:
             return "; ".join(

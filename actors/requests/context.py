@@ -88,8 +88,18 @@ class Context:
 
 
 async def answer_of(ref: Any) -> Any:
-    """What an actor call answers: a handler returns this to answer the request with it."""
-    return await ref
+    """What an actor call answers: a handler returns this to answer the request with it. An
+    actor that is away (its process or node was lost and Ray is bringing it back: the
+    controller while the head is down) makes the request fail ``UNAVAILABLE`` at once: a call
+    made while it is away never reaches it (one it was carrying out when it went has the
+    unknown fate ``UNAVAILABLE`` says)."""
+    import ray
+
+    try:
+        return await ref
+    except (ray.exceptions.ActorUnavailableError, ray.exceptions.ActorDiedError) as e:
+        raise RequestError("UNAVAILABLE", f"the server process this request needs is not answering now "
+                                          f"({type(e).__name__}); try again") from None
 
 
 def _log_failure(future: asyncio.Future[Result]) -> None:

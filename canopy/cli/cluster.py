@@ -37,6 +37,11 @@ def _cluster_node(args: argparse.Namespace) -> int:
             done = session.server.restart_gcs(args.seconds)
             print(f"Ray's GCS: being killed and started again {args.seconds:g} s later (its tables come back "
                   "from Redis); watch canopy serve's output and `canopy cluster status`")
+        elif args.action == "kill-head":
+            done = session.server.kill_head(args.seconds)
+            print(f"the head node: its GCS, raylet and every process on it being killed, started again "
+                  f"{args.seconds:g} s later; the partitions serve throughout through the other nodes' gateways; "
+                  "watch canopy serve's output and `canopy cluster status`")
         else:
             done = session.server.add_node(args.node)
             print(f"node {done['node']}: {'starting again' if done.get('rejoins') else 'starting'}; "
@@ -140,5 +145,11 @@ def add_commands(
              "(--local-nodes clusters with gcs_redis_address)",
     )
     gcs.add_argument("--seconds", type=_seconds, default=2.0, help="how long it stays down (default: 2)")
-    for p in (status, kill, pause, add, gcs):
+    head = cluster.add_parser(
+        "kill-head", parents=[client],
+        help="kill the head node (Ray's GCS, its raylet and every process on it, canopy's controller included) "
+             "and start it again (--local-nodes clusters with gcs_redis_address)",
+    )
+    head.add_argument("--seconds", type=_seconds, default=5.0, help="how long it stays down (default: 5)")
+    for p in (status, kill, pause, add, gcs, head):
         p.set_defaults(run=_cluster)

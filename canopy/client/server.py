@@ -62,6 +62,15 @@ class Server:
         carries it out at its next health check."""
         return await self._node("restart-gcs", None, seconds, False)
 
+    async def kill_head(self, seconds: float = 5.0) -> dict[str, Any]:
+        """Kill the head node (Ray's GCS, the head's raylet and every process on it, the
+        controller included) and start it again ``seconds`` later (the same clusters as
+        :meth:`restart_gcs`, else :class:`~canopy.errors.RefusedError`). The partitions live on
+        the other nodes and serve throughout, through their gateways; changes that need the
+        controller wait for it or are refused UNAVAILABLE; once the head is back the controller
+        takes the instance over. Answered once asked for; canopy serve carries it out."""
+        return await self._node("kill-head", None, seconds, False)
+
     async def _node(self, action: str, node: str | None, seconds: float, force: bool) -> dict[str, Any]:
         answer: dict[str, Any] = await self._s._call("cluster_node", action, node, seconds, force)
         return answer

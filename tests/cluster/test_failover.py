@@ -520,7 +520,13 @@ async def test_a_crashed_node_loses_nothing_acknowledged_and_rejoins(cluster: Se
             caught_up = log["log_copies"].get("node-1") == log["log_committed"]  # its copy of the log too
             return s if ok and caught_up else False
 
-        back = await loop.run_in_executor(None, lambda: wait_for(rejoined, FAILOVER, "node-1 back, holding partitions"))
+        def seen() -> Any:
+            s = status(cluster)
+            return {"healthy": s["healthy"], "balanced": s["balanced"], "configuration": s["configuration"],
+                    "partitions": s["partitions"], "serve said": cluster.lines[-12:]}
+
+        back = await loop.run_in_executor(None, lambda: wait_for(
+            rejoined, FAILOVER, "node-1 back, holding partitions", describe=seen))
         for p in back["partitions"]:  # each replica placed on node-1 again set its damaged journal aside
             if "node-1" in (p["primary"], p["backup"]) and p["partition"] in damaged:
                 segment = damaged[p["partition"]]

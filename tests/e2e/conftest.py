@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +32,8 @@ class Server:
         self.mqtt_port = self.port + 4
         self.data_dir = data_dir
         self.lines: list[str] = []
+        #: each line with the time it was read (time.monotonic())
+        self.timed_lines: list[tuple[float, str]] = []
         self.proc = subprocess.Popen(
             [str(BIN / "canopy"), "serve", "--port", str(self.port), "--data-dir", str(data_dir), *args],
             stdout=subprocess.PIPE,
@@ -53,6 +56,7 @@ class Server:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            self.timed_lines.append((time.monotonic(), line.rstrip("\n")))
             self.lines.append(line.rstrip("\n"))
 
     @property

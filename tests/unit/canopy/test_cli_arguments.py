@@ -65,10 +65,16 @@ def test_pause_seconds_are_checked_before_anything_is_sent(seconds: str, capsys:
 
 
 @pytest.mark.parametrize("seconds", ["nan", "inf", "-1"])
-def test_restart_gcs_seconds_are_checked_too(seconds: str) -> None:
-    with pytest.raises(SystemExit) as caught:
-        parse("cluster", "restart-gcs", "--seconds", seconds)
-    assert caught.value.code == 2
+def test_restart_gcs_and_kill_head_seconds_are_checked_too(seconds: str) -> None:
+    for action in ("restart-gcs", "kill-head"):
+        with pytest.raises(SystemExit) as caught:
+            parse("cluster", action, "--seconds", seconds)
+        assert caught.value.code == 2
+
+
+def test_kill_head_takes_its_outage() -> None:
+    assert parse("cluster", "kill-head")["seconds"] == 5.0
+    assert parse("cluster", "kill-head", "--seconds", "8")["seconds"] == 8.0
 
 
 def test_the_cli_and_the_server_agree_on_pauses() -> None:
