@@ -11,6 +11,7 @@ brings back the ones Ray restarted, and says which died for good.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -236,7 +237,8 @@ class ControllerActor:
         self._liveness = Liveness()
         self.node_control = NodeControl(int(config.get("local_nodes") or 1), home_node,
                                         bool(config.get("gcs_redis_address")),
-                                        float(config.get("gcs_reconnect_timeout") or 60))
+                                        float(config.get("gcs_reconnect_timeout") or 60),
+                                        bool(config.get("node_namespaces")))
         #: what taking the instance over after a restart of this actor did (said by the next check)
         self._adopted: list[str] = []
         if _restarted():
@@ -398,7 +400,7 @@ class ControllerActor:
                 strategy = NodeAffinitySchedulingStrategy(node.id, soft=False)
                 self.gateways.append(
                     gateway_cls.options(name=names.gateway(k), scheduling_strategy=strategy, lifetime="detached").remote(
-                        gateway_id, routes, self.config, self.config["host"],
+                        gateway_id, routes, self.config, self._gateway_host(node),
                         port if self.config.get("gateway_ports") == "same" else port + k if port else 0,
                         security, trees, self.session_trees,
                     )
@@ -652,9 +654,10 @@ class ControllerActor:
         Links ask this when their stream to the partition broke or was told ``MOVED``."""
         return tuple(self.replicas.route(index))  # type: ignore[return-value]
 
-    def node_action(self, action: str, name: str | None, seconds: float = 0.0, force: bool = False) -> dict[str, Any]:
-        """Crash, pause or add a node (see :mod:`actors.node_control`)."""
-        return self.node_control.act(action, name, seconds, force, from_ray(ray.nodes()))
+    def node_action(self, action: str, name: str | None, seconds: float = 0.0, force: bool = False,
+                    options: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Crash, pause, add or cut off a node (see :mod:`actors.node_control`)."""
+        return self.node_control.act(action, name, seconds, force, from_ray(ray.nodes()), options)
 
     def check(self) -> list[dict[str, str]]:
         """What happened to the serving actors and the nodes since the last call:
@@ -723,6 +726,8 @@ class ControllerActor:
         outage = self.node_control.take_head_kill()
         if outage is not None:
             report.append({"name": "cluster", "actor": "", "event": "kill_head", "reason": repr(outage)})
+        report += [{"name": "cluster", "actor": "", "event": "partition", "reason": json.dumps(cut)}
+                   for cut in self.node_control.take_partitions()]
         return report
 
     def _replica_event(self, name: str, event: str, reason: str) -> list[dict[str, str]]:
@@ -871,7 +876,7 @@ class ControllerActor:
                     name=names.gateway(k), lifetime="detached",
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
                 ).remote(
-                    f"gw{k}-{uuid.uuid4().hex[:8]}", self.replicas.routes(), self.config, self.config["host"],
+                    f"gw{k}-{uuid.uuid4().hex[:8]}", self.replicas.routes(), self.config, self._gateway_host(node),
                     gateway_port(
                         self.config["port"], self.gateway_info, self.gateway_nodes, name,
                         same=self.config.get("gateway_ports") == "same",
@@ -893,6 +898,11 @@ class ControllerActor:
                     timeout=RECOVER_TIMEOUT)
             report.append({"name": names.gateway(k), "actor": gateway.GatewayActor.__name__, "event": "cluster",
                            "reason": f"gateway on node {name} serving {info['url']}"})
+
+    def _gateway_host(self, node: Any) -> str:
+        """Where a gateway on ``node`` listens: the configured host, or the node's own address when
+        each simulated node has a network namespace of its own (``node_namespaces``)."""
+        return str(node.address) if self.config.get("node_namespaces") else str(self.config["host"])
 
     def _live_gateways(self) -> list[Any]:
         return [g for k, g in enumerate(self.gateways) if not self.gateway_info[k].get("lost")]

@@ -26,6 +26,12 @@ for users who want to watch failover happen (and for the cluster tests).
   as ``restart-gcs``; see :mod:`cluster.head`). The partitions, on the other nodes, serve
   throughout; the controller comes back on the new head and takes the instance over.
 
+* ``partition``: the node is cut off from the other nodes (or from those named) for
+  ``seconds``, both ways or one way, then healed; a node Ray declared dead meanwhile is
+  started again under its name and rejoins (``--local-nodes`` clusters with
+  ``node_namespaces``: each simulated node in a network namespace, see :mod:`cluster.netns`;
+  serve carries it out).
+
 Killing and pausing are refused on clusters not started with ``--local-nodes``
 unless forced (they hit real machines' processes), and so is killing or pausing
 the controller's own node (the head of an embedded Ray: without GCS fault
@@ -44,7 +50,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from replication.nodes import Node, NodeError, check_name
 
-ACTIONS = ("kill", "pause", "add", "restart-gcs", "kill-head")
+ACTIONS = ("kill", "pause", "add", "restart-gcs", "kill-head", "partition")
+#: which way a partition drops traffic: what the node sends and receives, only what it receives, only what it sends
+DIRECTIONS = ("both", "in", "out")
 #: a pause longer than this is refused (a forgotten node should come back)
 MAX_PAUSE = 3600.0
 #: the longest GCS outage ``restart-gcs`` makes (Ray's processes wait gcs_reconnect_timeout for it)
@@ -77,8 +85,11 @@ class NodeControl:
     """The controller's part: checks a request against the cluster and carries it out."""
 
     def __init__(self, local_nodes: int, home_node: str | None, gcs_redis: bool = False,
-                 gcs_reconnect_timeout: float = 60.0) -> None:
+                 gcs_reconnect_timeout: float = 60.0, namespaces: bool = False) -> None:
         self.local = local_nodes > 1
+        self.namespaces = namespaces
+        #: the partitions serve is to make (taken by :meth:`take_partitions`)
+        self.partitions: list[dict[str, Any]] = []
         self.home_node = home_node
         self.gcs_redis = gcs_redis
         self.gcs_reconnect_timeout = gcs_reconnect_timeout
@@ -89,7 +100,8 @@ class NodeControl:
         #: the head's outage serve is to make, in seconds (taken by :meth:`take_head_kill`)
         self.head_kill: float | None = None
 
-    def act(self, action: str, name: str | None, seconds: float, force: bool, nodes: list[Node]) -> dict[str, Any]:
+    def act(self, action: str, name: str | None, seconds: float, force: bool, nodes: list[Node],
+            options: dict[str, Any] | None = None) -> dict[str, Any]:
         if action not in ACTIONS:
             raise NodeActionError("INVALID_REQUEST", f"unknown node action {action!r} (one of {', '.join(ACTIONS)})")
         if action == "pause" and not 0 < seconds <= MAX_PAUSE:  # NaN fails every comparison
@@ -99,6 +111,8 @@ class NodeControl:
             return self._add(name, nodes)
         if action in ("restart-gcs", "kill-head"):
             return self._outage(action, seconds)
+        if action == "partition":
+            return self._partition(name, seconds, nodes, options or {})
         if name is None:
             raise NodeActionError("INVALID_REQUEST", f"{action}: which node?")
         alive = {n.name: n for n in nodes if n.alive}
@@ -166,6 +180,35 @@ class NodeControl:
         else:
             self.head_kill = seconds
         return {"node": None, "action": action, "seconds": seconds}
+
+    def _partition(self, name: str | None, seconds: float, nodes: list[Node], options: dict[str, Any]) -> dict[str, Any]:
+        if not self.local or not self.namespaces:
+            raise NodeActionError(
+                "REFUSED", "partition: only a cluster started with --local-nodes and --node-namespaces (each simulated "
+                "node in a network namespace of its own) cuts nodes off; on a real network, cut it there")
+        if not 0 < seconds <= MAX_PAUSE:  # NaN fails every comparison
+            raise NodeActionError(
+                "INVALID_REQUEST", f"partition for more than 0 and at most {MAX_PAUSE:g} seconds, not {seconds:g}")
+        alive = sorted(n.name for n in nodes if n.alive)
+        if name not in alive:
+            raise NodeActionError("NO_SUCH_NODE", f"no alive node named {name!r} (alive: {', '.join(alive) or 'none'})")
+        peers = options.get("peers")
+        if peers is not None:
+            if not peers or name in peers or any(p not in alive for p in peers):
+                raise NodeActionError(
+                    "INVALID_REQUEST", f"partition {name} from {', '.join(peers) or 'nothing'}: name other alive nodes "
+                    f"(alive: {', '.join(alive)})")
+            peers = sorted(set(peers))
+        direction = options.get("direction") or "both"
+        if direction not in DIRECTIONS:
+            raise NodeActionError("INVALID_REQUEST", f"partition direction {direction!r}: one of {', '.join(DIRECTIONS)}")
+        cut = {"node": name, "peers": peers, "direction": direction, "seconds": seconds}
+        self.partitions.append(cut)
+        return {"action": "partition", **cut}
+
+    def take_partitions(self) -> list[dict[str, Any]]:
+        out, self.partitions = self.partitions, []
+        return out
 
     def take_head_kill(self) -> float | None:
         out, self.head_kill = self.head_kill, None

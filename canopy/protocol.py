@@ -212,7 +212,9 @@ trace           every (int), limit (int)                         [[path, value,
 cluster_status                                                   {nodes, partitions,
                                                                  gateways, ...}
 cluster_node    action ("kill"|"pause"|"add"|"restart-gcs"|    {node, action, ...}
-                "kill-head"), node|nil, seconds, force
+                "kill-head"|"partition"), node|nil,
+                seconds, force, options (map; may be
+                left out)
 ==============  ===============================================  ==================
 
 Client control (other sessions, on any gateway; see below):
@@ -412,7 +414,10 @@ An unknown node is ``NO_SUCH_NODE``. ``restart-gcs`` kills Ray's GCS and
 controller included), each started again ``seconds`` later, on
 ``--local-nodes`` clusters whose GCS keeps its tables in Redis only
 (``REFUSED`` otherwise). While the controller is away, a request that needs it
-fails ``UNAVAILABLE``.
+fails ``UNAVAILABLE``. ``partition`` cuts the node off the other nodes' network
+for ``seconds`` (``options``: ``peers``, a list of node names or nil for every
+other node; ``direction``, ``both``, ``in`` or ``out``), then heals it; only
+on ``--local-nodes`` clusters started with ``node_namespaces``.
 
 ``trace`` (CONTROL_SERVER) makes the gateway time every ``every``-th set it
 receives from then on (0 stops), keeping up to ``limit`` records, and

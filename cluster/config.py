@@ -138,6 +138,11 @@ class ServerConfig:
         "directory (<data_dir>/nodes/node-<k>), gateway (port + k) and partition replicas, for trying "
         "failover and replication locally", low=1, high=16, metavar="N",
     )
+    node_namespaces: bool = setting(
+        False, "give each simulated node (--local-nodes) a network namespace and an address of its own on a "
+        "private bridge (10.213.X.0/24, made and removed by serve; needs root), so that `canopy cluster partition` "
+        "can cut nodes off each other; gateways then listen on their node's address",
+    )
     gcs_redis_address: str | None = setting(
         None, "a Redis server (HOST:PORT) that keeps the embedded Ray's GCS tables, so that Ray's head "
         "(its GCS) can restart without losing the cluster (GCS fault tolerance); embedded Ray only (for a "
@@ -404,6 +409,9 @@ def _check_together(values: Mapping[str, Any], source: str) -> None:
         raise ConfigError(
             f"{source}: gateway_ports = 'same' puts every gateway on one port, but the {values['local_nodes']} "
             "local_nodes share one address: use 'offset' (gateway k on port + k)")
+    if values["node_namespaces"] and values["local_nodes"] < 2:
+        raise ConfigError(f"{source}: node_namespaces puts simulated nodes in network namespaces: it goes with "
+                          "local_nodes of 2 or more")
     if (values["tls_cert"] is None) != (values["tls_key"] is None):
         raise ConfigError(f"{source}: tls_cert and tls_key go together: give both or neither")
 

@@ -71,7 +71,8 @@ def start(head: Any) -> str:
     return str(head._node_id)
 
 
-def reconnect(address: str, namespace: str, node_id: str, timeout: float = REGISTER_TIMEOUT) -> None:
+def reconnect(address: str, namespace: str, node_id: str, timeout: float = REGISTER_TIMEOUT,
+              node_ip: str | None = None) -> None:
     """Connect this process to Ray again, through the head's new raylet (the driver goes with
     its raylet: Ray prefers the head among the raylets of this machine once it has registered;
     until then, connect again)."""
@@ -80,7 +81,8 @@ def reconnect(address: str, namespace: str, node_id: str, timeout: float = REGIS
     ray.shutdown()
     deadline = time.monotonic() + timeout
     while True:
-        ray.init(address=address, namespace=namespace, logging_level="WARNING")
+        ray.init(address=address, namespace=namespace, logging_level="WARNING",
+                 **({"_node_ip_address": node_ip} if node_ip else {}))
         through = ray.get_runtime_context().get_node_id()
         if through == node_id:
             return

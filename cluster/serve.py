@@ -357,50 +357,87 @@ def _system_config(config: ServerConfig) -> dict[str, Any]:
     return settings
 
 
-def _check_loopback() -> None:
+def _check_loopback(allowed: str | None = None) -> None:
     import ray
 
     node = ray.util.get_node_ip_address()
-    if not _is_loopback(node):  # Ray ignored RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER: never listen wider
+    if not _is_loopback(node) and node != allowed:  # Ray ignored RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER: never listen wider
         ray.shutdown()
         raise ServeError(f"the embedded Ray took {node} as its address instead of 127.0.0.1; not starting")
 
 
-def _local_cluster(config: ServerConfig) -> Any:
+def _in_namespace(network: Any, node: str) -> Any:
+    """The block runs with the calling thread in ``node``'s network namespace (``node_namespaces``)."""
+    return network.entered(node) if network is not None else contextlib.nullcontext()
+
+
+def _local_cluster(config: ServerConfig) -> tuple[Any, Any]:
     """``local_nodes`` simulated Ray nodes on this machine (Ray's own multi-node test
-    harness), labelled ``node-0`` ... (see :mod:`replication.nodes`); node-0 is the head."""
+    harness), labelled ``node-0`` ... (see :mod:`replication.nodes`); node-0 is the head.
+    With ``node_namespaces`` each is in a network namespace of its own (:mod:`cluster.netns`),
+    this process's Ray connection in node-0's. Returns the cluster and the network (or None)."""
     import ray
     from ray.cluster_utils import Cluster
 
     from replication.nodes import LABEL
 
-    cluster = Cluster(
-        initialize_head=True, connect=False,
-        head_node_args={
-            "num_cpus": _node_cpus(config), "include_dashboard": False, "labels": {LABEL: "node-0"},
-            "_system_config": {**_system_config(config), **_health_checks(config)},
-        },
-    )
+    network = None
+    if config.node_namespaces:
+        from cluster import netns
+
+        try:
+            network = netns.Network.create()
+        except netns.NetworkError as e:
+            raise ServeError(str(e)) from None
+    cluster = None
     try:
+        head_address = network.add("node-0") if network is not None else None
+        with _in_namespace(network, "node-0"):
+            cluster = Cluster(
+                initialize_head=True, connect=False,
+                head_node_args={
+                    "num_cpus": _node_cpus(config), "include_dashboard": False, "labels": {LABEL: "node-0"},
+                    "_system_config": {**_system_config(config), **_health_checks(config)},
+                    **({"node_ip_address": head_address} if head_address else {}),
+                },
+            )
         for k in range(1, config.local_nodes):
-            _start_local_node(cluster, config, f"node-{k}")
+            _start_local_node(cluster, config, f"node-{k}", network)
         cluster.wait_for_nodes()
-        ray.init(address=cluster.address, namespace=config.namespace, logging_level="WARNING")
-        _check_loopback()
+        with _in_namespace(network, "node-0"):
+            ray.init(address=cluster.address, namespace=config.namespace, logging_level="WARNING",
+                     **({"_node_ip_address": head_address} if head_address else {}))
+        _check_loopback(head_address)
     except BaseException:
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+        if network is not None:
+            network.close()
         raise
-    return cluster
+    return cluster, network
 
 
 def _node_cpus(config: ServerConfig) -> int:
     return max(1, (os.cpu_count() or 1) // config.local_nodes)
 
 
-def _start_local_node(cluster: Any, config: ServerConfig, name: str) -> None:
+def _start_local_node(cluster: Any, config: ServerConfig, name: str, network: Any = None) -> None:
     from replication.nodes import LABEL
 
-    cluster.add_node(num_cpus=_node_cpus(config), labels={LABEL: name})
+    address = network.add(name) if network is not None else None
+    with _in_namespace(network, name):
+        cluster.add_node(num_cpus=_node_cpus(config), labels={LABEL: name},
+                         **({"node_ip_address": address} if address else {}))
+
+
+def reap(cluster: Any) -> None:
+    """Collect the exit status of the simulated nodes' Ray processes that exited (a raylet that
+    learnt it was declared dead, after a partition healed): a zombie raylet counts as alive to
+    its workers, which would otherwise serve on."""
+    for node in [cluster.head_node, *cluster.worker_nodes]:
+        for found in list(getattr(node, "all_processes", {}).values()):
+            for info in found:
+                info.process.poll()
 
 
 def local_node_processes(cluster: Any) -> list[dict[str, Any]]:
@@ -421,8 +458,9 @@ def local_node_processes(cluster: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _init_ray(config: ServerConfig) -> Any:
-    """Start or join Ray; return the simulated local cluster when there is one (to shut down)."""
+def _init_ray(config: ServerConfig) -> tuple[Any, Any]:
+    """Start or join Ray; return the simulated local cluster when there is one (to shut down)
+    and its network namespaces (``node_namespaces``), else None."""
     import ray
 
     if config.address is None and config.local_nodes > 1:
@@ -442,7 +480,7 @@ def _init_ray(config: ServerConfig) -> Any:
             _system_config=_system_config(config),
         )
         _check_loopback()
-        return None
+        return None, None
     try:
         ray.init(address=config.address, namespace=config.namespace, logging_level="WARNING")
     except ConnectionError as e:
@@ -450,6 +488,7 @@ def _init_ray(config: ServerConfig) -> Any:
             f"cannot join the Ray cluster at {config.address}: {e} (if it uses token authentication, "
             f"give this process its token: {ray_token_path()}, $RAY_AUTH_TOKEN_PATH or $RAY_AUTH_TOKEN)"
         ) from None
+    return None, None
 
 
 # --- serve ---------------------------------------------------------------------------------------
@@ -543,7 +582,7 @@ def _run(
 
     from actors import controller as controller_module
 
-    local = _init_ray(config)
+    local, network = _init_ray(config)
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     controller = None
@@ -568,6 +607,7 @@ def _run(
             "data_dir": str(data_dir),
             "ray_address": ray.get_runtime_context().gcs_address,
             **({"local_nodes": local_node_processes(local)} if local is not None else {}),
+            **({"network": network.name, "client_address": network.client_address} if network is not None else {}),
             **info,
         }
         record.write(recorded)
@@ -580,6 +620,9 @@ def _run(
         where = "embedded Ray on 127.0.0.1" if config.address is None else f"Ray at {config.address}"
         if local is not None:
             where = f"{config.local_nodes} simulated nodes of an embedded Ray on 127.0.0.1"
+            if network is not None:
+                where = (f"{config.local_nodes} simulated nodes of an embedded Ray, each in a network namespace "
+                         f"of its own on {network.client_address.rsplit('.', 1)[0]}.0/24")
         if config.gcs_redis_address is not None:
             where += f", Ray's GCS tables in Redis at {config.gcs_redis_address}"
         out(
@@ -598,7 +641,7 @@ def _run(
             if local is None:
                 return
             try:
-                _start_local_node(local, config, name)
+                _start_local_node(local, config, name, network)
             except Exception as e:
                 out(f"canopy: could not start node {name}: {type(e).__name__}: {e}")
                 return
@@ -644,8 +687,10 @@ def _run(
             killed = head.kill(node)
             stop.wait(float(seconds))
             began = time.monotonic()
-            node_id = head.start(node)
-            head.reconnect(local.address, config.namespace, node_id)
+            with _in_namespace(network, "node-0"):
+                node_id = head.start(node)
+                head.reconnect(local.address, config.namespace, node_id,
+                               node_ip=network.address("node-0") if network is not None else None)
             recorded["local_nodes"] = local_node_processes(local)
             record.write(recorded)
             out(f"canopy: the head node is back ({len(killed)} processes were killed; Ray's GCS and the head's "
@@ -655,8 +700,17 @@ def _run(
             controller = ray.get_actor(names.CONTROLLER)
             return controller
 
+        cuts = Partitions(network, out, lambda name: add_node(name))
+
+        def tick() -> None:
+            if local is not None:
+                reap(local)
+                cuts.tick(local_node_processes(local))
+
         failure, controller_alive = _supervise(
-            controller, stop, guard, out, {"add_node": add_node, "restart_gcs": restart_gcs, "kill_head": kill_head})
+            controller, stop, guard, out,
+            {"add_node": add_node, "restart_gcs": restart_gcs, "kill_head": kill_head, "partition": cuts.start},
+            tick)
         if not controller_alive:
             controller = None
         if failure is None:
@@ -679,9 +733,66 @@ def _run(
         ray.shutdown()
         if local is not None:
             local.shutdown()
+        if network is not None:
+            network.close()
         _drop_gcs_tables(config, gcs_prefix, out)
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+class Partitions:
+    """``canopy cluster partition``, carried out by serve: cut a node off (:meth:`start`), heal it
+    after the asked seconds, and start it again under its name once its raylet exited (Ray
+    declared it dead while it was cut off; on healing it learns that and exits): it rejoins
+    as a new node on its data directory, as after ``add-node``. Driven by serve's health loop
+    (:meth:`tick`); nothing here blocks."""
+
+    #: how long after healing serve waits for a node's raylet to exit before it takes it for alive
+    REJOIN_WAIT = 120.0
+
+    def __init__(self, network: Any, out: Callable[[str], None], restart: Callable[[str], None]) -> None:
+        self.network = network
+        self.out = out
+        self.restart = restart
+        self.cut: dict[str, float] = {}  # node -> when to heal it
+        self.healed: dict[str, tuple[float, int | None]] = {}  # node -> (give up at, raylet pid)
+
+    def start(self, request: str) -> None:
+        asked = json.loads(request)
+        node, seconds, direction = str(asked["node"]), float(asked["seconds"]), str(asked.get("direction") or "both")
+        if self.network is None:
+            return
+        try:
+            self.network.partition(node, asked.get("peers"), direction)
+        except Exception as e:
+            self.out(f"canopy: could not cut {node} off: {type(e).__name__}: {e}")
+            return
+        what = {"both": "what it sends and receives", "in": "what it receives", "out": "what it sends"}[direction]
+        peers = ", ".join(asked["peers"]) if asked.get("peers") else "every other node"
+        self.out(f"canopy: network partition: {node} cut off from {peers} ({what} is dropped); "
+                 f"healing in {seconds:g} s")
+        sys.stdout.flush()
+        self.cut[node] = time.monotonic() + seconds
+
+    def tick(self, nodes: list[dict[str, Any]]) -> None:
+        now = time.monotonic()
+        raylets = {n["name"]: n["raylet_pid"] for n in nodes}
+        for node, heal_at in list(self.cut.items()):
+            if now < heal_at:
+                continue
+            del self.cut[node]
+            self.network.heal(node)
+            self.out(f"canopy: network partition healed: {node} reaches the other nodes again")
+            sys.stdout.flush()
+            self.healed[node] = (now + self.REJOIN_WAIT, raylets.get(node))
+        for node, (give_up, pid) in list(self.healed.items()):
+            if raylets.get(node) != pid or pid is None:  # its raylet exited: declared dead while cut off
+                del self.healed[node]
+                self.out(f"canopy: {node} was declared dead while cut off; starting it again on its data directory")
+                sys.stdout.flush()
+                self.restart(node)
+            elif now > give_up:
+                del self.healed[node]  # never declared dead: it stayed in the cluster
 
 
 def _supervise(
@@ -690,6 +801,7 @@ def _supervise(
     guard: subprocess.Popen[bytes] | None,
     out: Callable[[str], None],
     requests: dict[str, Callable[[str], Any]],
+    tick: Callable[[], None] = lambda: None,
 ) -> tuple[str | None, bool]:
     """Wait for a stop signal or a death: ``(None, True)`` when asked to stop, else
     ``(what died, whether the controller still answers)``. ``requests`` carries out
@@ -703,6 +815,7 @@ def _supervise(
     down_since: float | None = None  # the controller crashed (Ray restarts it) or is unreachable
     limit = CONTROLLER_TIMEOUT  # how long it may take to come back
     while not stop.wait(HEALTH_INTERVAL):
+        tick()
         try:
             dead: list[dict[str, str]] = ray.get(controller.check.remote(), timeout=CONTROLLER_TIMEOUT)
         except ray.exceptions.GetTimeoutError:

@@ -11,8 +11,10 @@ driver (``PR_SET_PDEATHSIG``) and the workers follow the raylet, but its
 dashboard and runtime-env agents notice the raylet's death and then hang
 while exiting. A process belongs to the instance when it is a Ray process
 started after the watchdog that names the instance's session directory
-(``session_<date>_<serve pid>``) in its arguments or open files. It then
-marks a ``server.json`` its serve left behind as failed, and exits.
+(``session_<date>_<serve pid>``) in its arguments or open files. It removes
+the simulated nodes' network namespaces (``node_namespaces``, named in
+``server.json``) with what runs in them, then marks a ``server.json`` its serve
+left behind as failed, and exits.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ def watch(serve_pid: int, data_dir: Path) -> int:
         lock.write(f"the watchdog of canopy serve pid {serve_pid} (pid {os.getpid()}), stopping what it left\n")
         lock.flush()
         stopped = stop_instance(serve_pid, since)
+        stopped += _remove_network(data_dir / SERVER_FILE, serve_pid)
         abandoned = _mark_abandoned(data_dir / SERVER_FILE, serve_pid)
         lock.seek(0)
         lock.truncate()
@@ -81,6 +84,22 @@ def watch(serve_pid: int, data_dir: Path) -> int:
     except OSError:  # nobody reads the console any more
         pass
     return 0
+
+
+def _remove_network(path: Path, serve_pid: int) -> int:
+    """Remove the network namespaces of the simulated nodes (``node_namespaces``) that ``serve_pid``
+    recorded in ``server.json`` and left, killing what still runs in them; return how many processes."""
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    name = info.get("network") if isinstance(info, dict) and info.get("pid") == serve_pid else None
+    if not isinstance(name, str) or not name.startswith("cnp"):
+        return 0
+    from cluster import netns
+
+    removed = netns.teardown(name)
+    return sum(int(m.group(1)) for line in removed if (m := re.search(r"\((\d+) processes killed\)", line)))
 
 
 def _mark_abandoned(path: Path, serve_pid: int) -> bool:

@@ -193,7 +193,7 @@ MATRIX: Mapping[str, Rule] = {
     # the cluster, fan-out and remote servers
     "trace": Rule(("every", "limit"), 1, (_global(G.CONTROL_SERVER),)),
     "cluster_status": Rule((), 0, (_global(G.VIEW_SERVER),)),
-    "cluster_node": Rule(("action", "node", "seconds", "force"), 4, (_global(G.CONTROL_SERVER),)),
+    "cluster_node": Rule(("action", "node", "seconds", "force", "options"), 4, (_global(G.CONTROL_SERVER),)),
     "fanout_list": Rule((), 0, (_global(G.VIEW_SERVER),)),
     "fanout_add": Rule(("definition",), 1, (_global(G.CONTROL_SERVER),)),
     "fanout_remove": Rule(("name",), 1, (_global(G.CONTROL_SERVER),)),

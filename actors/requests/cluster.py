@@ -1,4 +1,4 @@
-"""Cluster requests: cluster_status, cluster_node (kill, pause or add a node), fanout_list."""
+"""Cluster requests: cluster_status, cluster_node (kill, pause, add or cut off a node), fanout_list."""
 
 from __future__ import annotations
 
@@ -14,15 +14,28 @@ def cluster_status(ctx: Context, sid: str) -> Any:
     return answer_of(ctx.controller.status.remote())
 
 
-def cluster_node(ctx: Context, sid: str, action: Any, node: Any, seconds: Any, force: Any) -> Any:
-    """CONTROL_SERVER: crash (``kill``), ``pause`` or ``add`` a node (see :mod:`actors.node_control`)."""
+def cluster_node(ctx: Context, sid: str, action: Any, node: Any, seconds: Any, force: Any, options: Any = None) -> Any:
+    """CONTROL_SERVER: crash (``kill``), ``pause``, ``add`` or cut off (``partition``) a node, restart
+    Ray's GCS or the head (see :mod:`actors.node_control`). ``options``: a partition's ``peers``
+    (node names, or nil for every other node) and ``direction`` (``both``, ``in``, ``out``)."""
     expect(action, str, "action")
     if node is not None:
         expect(node, str, "node")
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise RequestError("INVALID_REQUEST", f"seconds has the wrong type ({type(seconds).__name__})")
     expect(force, bool, "force")
-    return answer_of(ctx.controller.node_action.remote(action, node, float(seconds), force))
+    if options is not None:
+        expect(options, dict, "options")
+        unknown = set(options) - {"peers", "direction"}
+        if unknown:
+            raise RequestError("INVALID_REQUEST", f"options: unknown keys {sorted(unknown)} (peers, direction)")
+        peers = options.get("peers")
+        if peers is not None and (not isinstance(peers, list) or not all(isinstance(p, str) for p in peers)
+                                  or len(peers) > 64):
+            raise RequestError("INVALID_REQUEST", "options.peers: a list of at most 64 node names, or nil")
+        if options.get("direction") is not None:
+            expect(options["direction"], str, "options.direction")
+    return answer_of(ctx.controller.node_action.remote(action, node, float(seconds), force, options))
 
 
 def fanout_list(ctx: Context, sid: str) -> Any:

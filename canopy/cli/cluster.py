@@ -1,4 +1,4 @@
-"""``canopy cluster``: the cluster's status, and crashing, pausing and adding nodes."""
+"""``canopy cluster``: the cluster's status, and crashing, pausing, adding and cutting off nodes."""
 
 from __future__ import annotations
 
@@ -37,6 +37,13 @@ def _cluster_node(args: argparse.Namespace) -> int:
             done = session.server.restart_gcs(args.seconds)
             print(f"Ray's GCS: being killed and started again {args.seconds:g} s later (its tables come back "
                   "from Redis); watch canopy serve's output and `canopy cluster status`")
+        elif args.action == "partition":
+            peers = [p.strip() for p in args.peers.split(",") if p.strip()] if args.peers else None
+            done = session.server.partition(args.node, args.seconds, peers=peers, direction=args.one_way or "both")
+            what = {"both": "both ways", "in": "what it receives only", "out": "what it sends only"}[done["direction"]]
+            print(f"node {done['node']}: being cut off from {', '.join(done['peers'] or ['every other node'])} "
+                  f"({what}) for {args.seconds:g} s, then healed; watch canopy serve's output and "
+                  "`canopy cluster status`")
         elif args.action == "kill-head":
             done = session.server.kill_head(args.seconds)
             print(f"the head node: its GCS, raylet and every process on it being killed, started again "
@@ -151,5 +158,17 @@ def add_commands(
              "and start it again (--local-nodes clusters with gcs_redis_address)",
     )
     head.add_argument("--seconds", type=_seconds, default=5.0, help="how long it stays down (default: 5)")
-    for p in (status, kill, pause, add, gcs, head):
+    cut = cluster.add_parser(
+        "partition", parents=[client],
+        help="cut a node off the other nodes' network for --seconds, then heal it (--local-nodes clusters with "
+             "--node-namespaces); a node declared dead meanwhile is started again and rejoins",
+    )
+    cut.add_argument("node", help="the node's name, as `canopy cluster status` shows it")
+    cut.add_argument("--from", dest="peers", metavar="NODE,...",
+                     help="cut it off from these nodes only (default: from every other node)")
+    cut.add_argument("--one-way", choices=("in", "out"),
+                     help="drop only what the node receives (in) or only what it sends (out); default: both")
+    cut.add_argument("--seconds", type=_pause_seconds, default=10.0,
+                     help=f"how long it stays cut off (more than 0, at most {MAX_PAUSE:g}; default: 10)")
+    for p in (status, kill, pause, add, gcs, head, cut):
         p.set_defaults(run=_cluster)

@@ -71,6 +71,18 @@ class Server:
         takes the instance over. Answered once asked for; canopy serve carries it out."""
         return await self._node("kill-head", None, seconds, False)
 
+    async def partition(self, node: str, seconds: float, *, peers: list[str] | None = None,
+                        direction: str = "both") -> dict[str, Any]:
+        """Cut ``node`` off the other nodes' network (or off ``peers`` only) for ``seconds``, then heal
+        it: ``direction`` ``both``, ``in`` (it receives nothing from them) or ``out`` (it sends them
+        nothing). Clients still reach its gateway. A node Ray declares dead meanwhile leaves the
+        cluster, and once healed is started again under its name and rejoins. ``--local-nodes``
+        clusters started with ``node_namespaces`` only (else :class:`~canopy.errors.RefusedError`).
+        Answered once asked for; canopy serve carries it out at its next health check."""
+        options = {"peers": peers, "direction": direction}
+        answer: dict[str, Any] = await self._s._call("cluster_node", "partition", node, seconds, False, options)
+        return answer
+
     async def _node(self, action: str, node: str | None, seconds: float, force: bool) -> dict[str, Any]:
         answer: dict[str, Any] = await self._s._call("cluster_node", action, node, seconds, force)
         return answer

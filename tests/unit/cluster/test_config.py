@@ -144,8 +144,9 @@ def _sample(s: Setting) -> Any:
 SAMPLES = {"journal_fsync": "always", "gcs_redis_address": "127.0.0.1:6379", "gateway_ports": "same",
            "mqtt_create_type": "JSON"}
 #: settings that cannot go with the others' samples (gcs_redis_address: with no address only;
-#: gateway_ports = "same": not with local_nodes)
-APART = {"gcs_redis_address", "gateway_ports"}
+#: gateway_ports = "same": not with local_nodes; node_namespaces: with local_nodes of 2 or more),
+#: each group given alone
+APART = [{"gcs_redis_address", "gateway_ports"}, {"node_namespaces", "local_nodes"}]
 
 
 def test_every_setting_is_a_flag_or_deliberately_file_only() -> None:
@@ -157,10 +158,18 @@ def test_every_setting_is_a_flag_or_deliberately_file_only() -> None:
     assert {s.name for s in SETTINGS} == set(ServerConfig.__dataclass_fields__)
 
 
+def _given(s: Setting) -> list[str]:
+    """The command line that gives ``s`` its sample value (a boolean flag takes none)."""
+    if s.kind is bool:
+        return [str(s.flag) if _sample(s) else f"--no-{str(s.flag)[2:]}"]
+    return [str(s.flag), str(_sample(s))]
+
+
 def test_the_flags_and_the_file_give_the_same_configuration(tmp_path: Path) -> None:
     every = [s for s in SETTINGS if s.flag is not None]
-    for flagged in ([s for s in every if s.name not in APART], [s for s in every if s.name in APART]):
-        args = _serve_parser().parse_args([part for s in flagged for part in (str(s.flag), str(_sample(s)))])
+    apart = set().union(*APART)
+    for flagged in ([s for s in every if s.name not in apart], *([s for s in every if s.name in group] for group in APART)):
+        args = _serve_parser().parse_args([part for s in flagged for part in _given(s)])
         from_flags = {s.name: getattr(args, s.name) for s in flagged}
         assert from_flags == {s.name: _sample(s) for s in flagged}
 
@@ -205,7 +214,9 @@ def test_the_readme_lists_every_serve_flag_and_file_only_setting() -> None:
     assert set(re.findall(r"--[a-z][a-z-]*", synopsis)) == {"--config"} | {s.flag for s in SETTINGS if s.flag}
     shown = dict(re.findall(r"\[(--[a-z-]+) ([^\]]+)\]", synopsis))
     for s in SETTINGS:
-        if s.flag is not None:  # each flag shows its default, or a placeholder when the default varies
+        if s.flag is not None and s.kind is bool:  # a switch: no value
+            assert f"[{s.flag}]" in synopsis, s.flag
+        elif s.flag is not None:  # each flag shows its default, or a placeholder when the default varies
             assert shown[s.flag] in (str(s.default), s.metavar or "N"), (s.flag, shown[s.flag])
     for s in SETTINGS:
         if s.flag is None:
