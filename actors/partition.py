@@ -57,6 +57,7 @@ from replication.journal import SEGMENT_BYTES, FsyncPolicy, Journal, JournalCorr
 from replication.replica import (
     Abort,
     Address,
+    AwaitPrime,
     Connect,
     DropLinks,
     Effect,
@@ -477,6 +478,9 @@ class Partition:
             case SaveEpoch(epoch):
                 if self.journal is not None:
                     self.journal.set_epoch(epoch)
+            case AwaitPrime(epoch):
+                if self.journal is not None:
+                    self.journal.await_prime(epoch)
             case Connect(address, delay_ms, attempt):
                 self._backup_task = asyncio.ensure_future(self._connect_backup(address, delay_ms, attempt))
             case StopConnecting():

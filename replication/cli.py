@@ -15,11 +15,15 @@ else ``data``). Both commands act on every journal under it:
 no lock, so it can run beside a serving server. For each journal it prints the
 state (``OK``, ``torn tail``, ``unreadable snapshot``, ``damaged covered segment``
 or ``damaged``), one line per problem with file, offset and reason, the last
-good record, and a journal's ``DAMAGED`` mark (:meth:`Journal.set_aside
-<replication.journal.Journal.set_aside>`). Exit status: 0 when no journal is
-damaged; recovery copes with a torn tail, an unreadable snapshot or a damaged
-covered segment, and those are still reported. 1 when a journal is damaged
-(recovery would refuse it) or cannot be read.
+good record, and a journal's ``DAMAGED`` mark: its files set aside
+(:meth:`Journal.set_aside <replication.journal.Journal.set_aside>`), or a
+backup that awaits its prime (:meth:`Journal.await_prime
+<replication.journal.Journal.await_prime>`). Only a frame cut short at the end
+of a journal is a torn tail; a whole frame there that fails its checks is
+damage. Exit status: 0 when no journal is damaged; recovery copes with a torn
+tail, an unreadable snapshot or a damaged covered segment, and those are still
+reported. 1 when a journal is damaged (recovery would refuse it) or cannot be
+read.
 
 ``repair`` takes each journal's lock and runs
 ``Journal.recover(repair=True)``. A torn tail is cut. At damage, the journal is
@@ -123,15 +127,19 @@ def _quiet_recovery_log() -> None:
         logger.addHandler(logging.NullHandler())
 
 
-def _set_aside_note(mark: dict[str, Any] | None) -> str | None:
+def _mark_note(mark: dict[str, Any] | None, awaited: int | None) -> str | None:
+    """What a ``DAMAGED`` mark says: files set aside, or (``awaited``) a backup awaiting its prime."""
     if mark is None:
         return None
+    if awaited is not None:
+        return (f"a backup awaiting its prime at epoch {awaited}: its records are an older state of the "
+                "partition, kept; its replica leads from them only when no copy is newer")
     files = f" (its files are in {mark['files']}/)" if mark.get("files") else ""
     return f"set aside as damaged: {mark.get('reason', 'no reason given')}{files}; the replica waits for its peer"
 
 
 def _check(args: argparse.Namespace) -> int:
-    from replication.journal import JournalError, damage_of, verify
+    from replication.journal import JournalError, awaiting_prime, damage_of, verify
 
     found = _journals(args)
     if found is None:
@@ -145,9 +153,12 @@ def _check(args: argparse.Namespace) -> int:
             failed = True
             continue
         failed |= verification.damaged
-        note = _set_aside_note(damage_of(directory))
+        mark = damage_of(directory)
+        awaited = mark["awaiting_prime"] if mark is not None and awaiting_prime(mark) else None
+        note = _mark_note(mark, awaited)
         if args.json:
-            print(json.dumps(_verification_json(verification, note)), flush=True)
+            print(json.dumps(_verification_json(verification, None if awaited is not None else note, awaited)),
+                  flush=True)
             continue
         worst = verification.worst
         snapshot = (f"snapshot {verification.snapshot_sequence}" if verification.snapshot is not None
@@ -164,7 +175,7 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _verification_json(verification: Verification, set_aside: str | None) -> dict[str, Any]:
+def _verification_json(verification: Verification, set_aside: str | None, awaiting_prime: int | None) -> dict[str, Any]:
     worst = verification.worst
     return {
         "directory": str(verification.directory),
@@ -178,6 +189,7 @@ def _verification_json(verification: Verification, set_aside: str | None) -> dic
             for p in verification.problems
         ],
         "set_aside": set_aside,
+        "awaiting_prime": awaiting_prime,
     }
 
 

@@ -91,15 +91,21 @@ Recovery
 unreadable one is logged and renamed ``*.corrupt``) and every record after
 it, checking each frame's length, checksum, decoding and sequence:
 
-* A bad frame in the *last* segment with no valid frame after it is a torn
+* A frame *cut short* at the end of the last segment (its header or payload
+  runs past the end of the file, or zero bytes follow where the file grew
+  before its bytes reached the disk) with no valid frame after it is a torn
   tail (a write cut short by a crash): logged with file and offset, and the
   segment truncated at the last good record. Its batch was never
   acknowledged under ``always``; under the other policies only a power cut
   tears a segment, and it may lose what the policy says.
-* Anything else (a bad frame in an older segment, one followed by valid
-  records, a gap or overlap between segments, no snapshot reaching back to
-  the oldest segment) would lose later records silently if cut: it raises
-  :class:`JournalCorrupt` naming the file and offset, and changes nothing.
+* Anything else would lose records silently if cut: a bad frame in an older
+  segment or one followed by valid records (later records depend on it), a
+  gap or overlap between segments, no snapshot reaching back to the oldest
+  segment, and a last frame whose bytes are all there but fail its checks.
+  A write cut short leaves a prefix of its bytes (appends only grow a file),
+  so such a frame was damaged after it was written, and under ``always`` its
+  record may have been acknowledged. It raises :class:`JournalCorrupt`
+  naming the file and offset, and changes nothing.
   ``recover(repair=True)`` cuts there instead: the damaged segment is copied
   to ``<name>.corrupt`` and truncated, every later segment renamed
   ``*.corrupt``, and the cut reported in :attr:`Recovery.problems`.
@@ -139,9 +145,13 @@ A partition's backup journals what its primary sends under the primary's
 numbers (``append(changes, now, first=...)``), and starts over from the
 primary's state with :meth:`Journal.reset` (a snapshot after the primary's
 last record, every older file gone). ``EPOCH`` holds the partition map epoch
-the replica was last given (:meth:`Journal.set_epoch`): after a full restart
-the replica with the newest epoch, then the longest journal, is the one to
-trust.
+whose state the journal holds: the epoch its replica was last given as a
+primary (:meth:`Journal.set_epoch`), or primed at as a backup. A replica told
+to follow marks its journal ``DAMAGED`` first (:meth:`Journal.await_prime`:
+its files are an older state, and it may not become a primary from them), and
+the prime's :meth:`Journal.reset` records the epoch it awaited and lifts the
+mark. After a full restart the journal with the newest epoch, then the longest
+one, is the one to trust (:func:`held`).
 """
 
 from __future__ import annotations
@@ -166,7 +176,8 @@ from topics.changes import (
     encode_state,
 )
 from replication.journal_check import (
-    Held, Problem, ProblemKind, Verification, damage_of, held, held_epoch, partition_directory, verify,
+    Held, Problem, ProblemKind, Verification, awaiting_prime, damage_of, held, held_epoch, partition_directory,
+    verify,
 )
 from replication.journal_format import (
     DAMAGED_EPOCH, DAMAGED_FILE, DEFAULT_FSYNC, EPOCH_FILE, FORMAT, FsyncMode, FsyncPolicy, JournalBusy,
@@ -180,7 +191,7 @@ from replication.journal_format import (
 __all__ = [
     "DAMAGED_EPOCH", "DAMAGED_FILE", "DEFAULT_FSYNC", "MAX_RECORD", "SEGMENT_BYTES", "FsyncMode", "FsyncPolicy", "Held",
     "Journal", "JournalBusy", "JournalCorrupt", "JournalError", "JournalGap", "JournalWriteError", "Problem",
-    "ProblemKind", "Record", "Recovery", "Segment", "Verification", "damage_of", "held", "held_epoch",
+    "ProblemKind", "Record", "Recovery", "Segment", "Verification", "awaiting_prime", "damage_of", "held", "held_epoch",
     "partition_directory", "read_segment", "record_row", "verify",
 ]
 
@@ -561,7 +572,9 @@ class Journal:
         its numbers may be higher than the primary's, and after a power cut (the unlinks
         not yet durable) or a kill between the unlinks recovery would take them for the
         newest. The directory is marked ``DAMAGED`` meanwhile (:attr:`damaged`): a crash
-        anywhere in between leaves a replica that holds nothing to trust until it is primed."""
+        anywhere in between leaves a replica that holds nothing to trust until it is primed.
+        A journal that awaited its prime (:meth:`await_prime`) keeps that mark, and records
+        the epoch it awaited in ``EPOCH`` before the mark goes: it holds that epoch's state."""
         with self._lock:
             self._check_usable()
             self._close_active()
@@ -577,6 +590,9 @@ class Journal:
             self._dirty_since = None
             self._sync_directory()
         final = self._put_snapshot(states, sequence)
+        awaited = (self.damaged or {}).get("awaiting_prime")
+        if isinstance(awaited, int):
+            self.set_epoch(awaited)
         with self._lock:
             self._snapshots = [sequence]
             self._last = sequence
@@ -610,9 +626,35 @@ class Journal:
 
     @property
     def damaged(self) -> dict[str, Any] | None:
-        """Why this journal's files were set aside (:meth:`set_aside`), until a
-        :meth:`reset` gives the replica a whole state again; ``None`` otherwise."""
+        """Why this journal holds nothing to trust: its files were set aside
+        (:meth:`set_aside`), or its replica awaits its prime (:meth:`await_prime`),
+        until a :meth:`reset` gives the replica a whole state again; ``None`` otherwise."""
         return damage_of(self.directory)
+
+    def await_prime(self, epoch: int) -> None:
+        """Mark the journal ``DAMAGED``, durably, for a replica told to follow a primary of
+        ``epoch``, before anything else of that command happens: until a prime's
+        :meth:`reset` lifts the mark (and records ``epoch``), its files hold the partition
+        as it was at the epoch ``EPOCH`` keeps, which may lack what was acknowledged since,
+        so its replica may not become a primary from them. A restarted cluster weighs them
+        at that older epoch (:func:`held`). A mark already there stays (one of
+        :meth:`set_aside` still says the files went); only the epoch awaited changes."""
+        damage = self.damaged
+        if damage is not None and damage.get("awaiting_prime") == epoch:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        mark: dict[str, Any] = dict(damage) if damage is not None else {
+            "reason": "it was told to follow a primary and has not been primed since"}
+        mark["awaiting_prime"] = epoch
+        self._mark(mark)
+
+    def trust(self) -> None:
+        """Lift the ``DAMAGED`` mark (durably): its replica takes over from what this journal
+        holds after all, as a placement from every copy's journal found none newer (the prime
+        it awaited will not come; files set aside leave it empty). It is the partition's now."""
+        if (self.directory / DAMAGED_FILE).exists():
+            (self.directory / DAMAGED_FILE).unlink()
+            self._sync_directory()
 
     def set_aside(self, reason: str, now_ms: int) -> Path:
         """Move every file of this journal (segments, snapshots, ``EPOCH``) into
@@ -642,7 +684,7 @@ class Journal:
     def scrub(self) -> list[tuple[Path, str]]:
         """Read every file of the journal back and check every frame (a running replica
         calls it now and then on a worker thread, while it appends): the damaged files,
-        each with why. A bad frame at the very end of the active segment, with nothing
+        each with why. A frame cut short at the very end of the active segment, with nothing
         valid after it, is an append in progress, not damage; a file removed meanwhile
         (a snapshot let it go) is skipped. Files are read, never mapped."""
         with self._lock:
@@ -662,7 +704,7 @@ class Journal:
                 scan = _scan_segment(path, self.partition, first, 1 << 62, _read_data)
             except FileNotFoundError:
                 continue
-            if scan.bad is None or (first == active and scan.valid_after_bad is None):
+            if scan.bad is None or (first == active and scan.valid_after_bad is None and scan.bad.short):
                 continue
             damaged.append((path, f"offset {scan.bad.offset}: {scan.bad.reason}"))
         return damaged

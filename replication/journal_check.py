@@ -22,8 +22,9 @@ from replication.journal_format import (
 class ProblemKind(enum.Enum):
     """What :func:`verify` found wrong, from the least serious to the most."""
 
-    #: a bad frame at the very end of the last segment with nothing valid after it: a
-    #: write cut short by a crash, or one still under way; recovery cuts it
+    #: a frame cut short (its bytes run out) at the very end of the last segment, with
+    #: nothing valid after it: a write cut short by a crash, or one still under way;
+    #: recovery cuts it (a whole frame that fails its checks there is damage)
     TORN_TAIL = "torn tail"
     #: a snapshot that does not read back whole: recovery sets it aside and starts from
     #: an older one (or none), or it is the older one a fallback would need
@@ -96,7 +97,8 @@ def verify(directory: str | os.PathLike[str], partition: int, *, skip_last_segme
     classified as :meth:`Journal.recover` would treat it (:class:`ProblemKind`).
 
     Segments are read, not mapped, so the last one may grow or be cut meanwhile.
-    A batch still being written at its end counts as a torn tail, never as damage.
+    A batch still being written at its end counts as a torn tail, never as damage
+    (the file holds a prefix of its bytes: a frame cut short).
     ``skip_last_segment`` leaves that segment unread, which suits a periodic check
     of a journal in use. If a file goes while it is read (a snapshot let it go),
     the check starts over. Raises :class:`JournalError` when ``directory`` is not
@@ -169,7 +171,8 @@ def partition_directory(data_dir: str | os.PathLike[str], partition: int) -> Pat
 
 
 def damage_of(directory: Path) -> dict[str, Any] | None:
-    """The ``DAMAGED`` mark of a journal directory (:meth:`Journal.set_aside`), or ``None``."""
+    """The ``DAMAGED`` mark of a journal directory (:meth:`Journal.set_aside`,
+    :meth:`Journal.await_prime`), or ``None``."""
     try:
         found = json.loads((directory / DAMAGED_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -179,12 +182,22 @@ def damage_of(directory: Path) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else {"reason": "an unreadable DAMAGED mark"}
 
 
+def awaiting_prime(damage: dict[str, Any] | None) -> bool:
+    """Whether a ``DAMAGED`` mark only says that its replica awaits its prime
+    (:meth:`Journal.await_prime`): the files are the replica's own, of the epoch ``EPOCH``
+    keeps, and may lack what its primaries acknowledged since."""
+    return damage is not None and "awaiting_prime" in damage and "files" not in damage
+
+
 def held_epoch(data_dir: str | os.PathLike[str], partition: int) -> int | None:
-    """The epoch a replica of ``partition`` whose journal is under ``data_dir`` was last
-    given (0: none recorded), :data:`DAMAGED_EPOCH` for a journal marked ``DAMAGED`` that
-    held the partition (its files, or files set aside: it holds nothing to trust, but the
-    partition was there), or ``None`` when there is no journal there (a mark on nothing,
-    as a backup that was never primed leaves, holds nothing either way). Reads only."""
+    """The epoch whose state the journal of ``partition`` under ``data_dir`` holds, as its
+    ``EPOCH`` keeps it: the epoch its replica was last given as a primary, or was primed at
+    as a backup (0: none recorded). A journal that awaits its prime (:func:`awaiting_prime`)
+    says so too: its records are that epoch's, if older than what was acknowledged since.
+    :data:`DAMAGED_EPOCH` for any other journal marked ``DAMAGED`` that held the partition
+    (its files, or files set aside: it holds nothing to trust, but the partition was there);
+    ``None`` when there is no journal there (a mark on nothing, as a new backup that was
+    never primed leaves, holds nothing either way). Reads only."""
     directory = partition_directory(data_dir, partition)
     try:
         names = [f.name for f in directory.iterdir()]
@@ -192,7 +205,7 @@ def held_epoch(data_dir: str | os.PathLike[str], partition: int) -> int | None:
         return None
     held = any(name.startswith(("segment-", "snapshot-")) for name in names)
     damage = damage_of(directory)
-    if damage is not None:  # "files": set aside (Journal.set_aside), so the partition was here
+    if damage is not None and not awaiting_prime(damage):  # "files": set aside, so the partition was here
         return DAMAGED_EPOCH if held or "files" in damage or any(n.startswith("damaged-") for n in names) else None
     if not held:
         return None
@@ -203,9 +216,10 @@ def held_epoch(data_dir: str | os.PathLike[str], partition: int) -> int | None:
 
 
 class Held(NamedTuple):
-    """What a replica's journal holds, as a restarted cluster weighs it: the epoch it was
-    last given (:data:`DAMAGED_EPOCH` when its files fail their checks where recovery
-    would refuse them, or were set aside) and the last record recovery would give back."""
+    """What a replica's journal holds, as a restarted cluster weighs it: the epoch whose
+    state it holds (:func:`held_epoch`; :data:`DAMAGED_EPOCH` when its files fail their
+    checks where recovery would refuse them, or were set aside) and the last record
+    recovery would give back."""
 
     epoch: int
     sequence: int

@@ -198,12 +198,15 @@ def _snapshot_name(sequence: int) -> str:
 
 
 class _Bad(Exception):
-    """A frame that fails its checks (internal: turned into a torn tail or :class:`JournalCorrupt`)."""
+    """A frame that fails its checks (internal: turned into a torn tail or :class:`JournalCorrupt`).
+    ``short``: its bytes run out before it ends, as a write cut short leaves it (see
+    :func:`_check_frame`); any other bad frame is damage, wherever it is."""
 
-    def __init__(self, offset: int, reason: str) -> None:
+    def __init__(self, offset: int, reason: str, short: bool = False) -> None:
         super().__init__(reason)
         self.offset = offset
         self.reason = reason
+        self.short = short
 
 
 class _Frames:
@@ -214,36 +217,51 @@ class _Frames:
         self.data = data
         self.offset = offset
         self.problem: str | None = None
+        self.short = False  # the problem: a frame cut short (see _check_frame)
 
     def __iter__(self) -> Iterator[bytes]:
         data, size = self.data, len(self.data)
         offset = self.offset
         while offset < size:
-            problem = _check_frame(data, offset, size)
-            if problem is not None:
-                self.problem = problem
+            found = _check_frame(data, offset, size)
+            if found is not None:
+                self.problem, self.short = found
                 return
             length, _ = _FRAME.unpack_from(data, offset)
             end = offset + 8 + length
             yield data[offset + 8:end]
             offset = self.offset = end
 
-    def bad(self, reason: str) -> _Bad:
+    def bad(self, reason: str, short: bool = False) -> _Bad:
         """The error for the frame at :attr:`offset`."""
-        return _Bad(self.offset, reason)
+        return _Bad(self.offset, reason, short)
 
 
-def _check_frame(data: Any, offset: int, size: int) -> str | None:
-    """Why the frame at ``offset`` is bad, or ``None``."""
+def _check_frame(data: Any, offset: int, size: int) -> tuple[str, bool] | None:
+    """Why the frame at ``offset`` is bad and whether it is *short*, or ``None``.
+
+    A file grows by appends, and a write cut short (a crash, a power cut) leaves a prefix
+    of its bytes: the last frame's header or payload then runs past the end of the file,
+    or, where the file grew before its bytes reached the disk, zero bytes follow the last
+    whole frame. Those are the only bad frames a cut write makes. One whose bytes are all
+    there but fail their checksum, or whose length is impossible, was damaged after it was
+    written (and under ``always`` its record may have been acknowledged); so was one that
+    runs past the end of the file while the bytes there match its checksum (its length
+    went bad)."""
     if size - offset < 8:
-        return f"a frame header cut short ({size - offset} of 8 bytes)"
+        return f"a frame header cut short ({size - offset} of 8 bytes)", True
     length, crc = _FRAME.unpack_from(data, offset)
     if not 0 < length <= MAX_RECORD:
-        return f"impossible frame length {length}"
+        if not length and not crc and not any(data[offset + 8:size]):
+            return f"{size - offset} zero bytes to the end of the file", True
+        return f"impossible frame length {length}", False
     if offset + 8 + length > size:
-        return f"a frame cut short ({size - offset - 8} of {length} bytes)"
+        if size > offset + 8 and zlib.crc32(data[offset + 8:size]) == crc:
+            return (f"a frame length of {length} bytes past the end of the file, whose {size - offset - 8} "
+                    "bytes match the frame's checksum"), False
+        return f"a frame cut short ({size - offset - 8} of {length} bytes)", True
     if zlib.crc32(data[offset + 8:offset + 8 + length]) != crc:
-        return "checksum mismatch"
+        return "checksum mismatch", False
     return None
 
 
@@ -341,7 +359,7 @@ def _scan_segment(
                     expected += 1
                 end = frames.offset + 8 + len(payload)
             if frames.problem is not None:
-                raise frames.bad(frames.problem)
+                raise frames.bad(frames.problem, frames.short)
         except _Bad as e:
             bad = e
         valid_after = _valid_record_after(data, bad.offset) if bad is not None else None
@@ -467,8 +485,8 @@ class _Walk(NamedTuple):
     changes: list[Change]
     times: list[int]
     last: int  # the sequence of the last good record
-    torn: _Cut | None  # a bad frame at the end of the last segment with nothing valid after it
-    damage: _Cut | None  # anything else bad: later records depend on it (JournalCorrupt)
+    torn: _Cut | None  # a frame cut short at the end of the last segment with nothing valid after it
+    damage: _Cut | None  # anything else bad (JournalCorrupt): later records depend on it, or it was written whole
 
 
 def _walk_segments(
@@ -503,11 +521,17 @@ def _walk_segments(
         if scan.bad is None:
             kept.append(first)
             continue
-        if i == len(segments) - 1 and scan.valid_after_bad is None:
+        final = i == len(segments) - 1 and scan.valid_after_bad is None
+        if final and scan.bad.short:
             kept.append(first)
             return _Walk(start, kept, changes, times, last, _Cut(i, scan.bad.offset, scan.bad.reason, "", scan), None)
-        detail = (f"; a valid record follows at offset {scan.valid_after_bad}" if scan.valid_after_bad
-                  is not None else f"; {len(segments) - 1 - i} later segment(s) follow")
+        if final:
+            detail = ("; it ends the journal, but a write cut short leaves no such frame: it was damaged once "
+                      "written, and its record may have been acknowledged")
+        elif scan.valid_after_bad is not None:
+            detail = f"; a valid record follows at offset {scan.valid_after_bad}"
+        else:
+            detail = f"; {len(segments) - 1 - i} later segment(s) follow"
         return _Walk(start, kept, changes, times, last, None, _Cut(i, scan.bad.offset, scan.bad.reason, detail, scan))
     return _Walk(start, kept, changes, times, last, None, None)
 

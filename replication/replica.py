@@ -14,7 +14,7 @@ Two kinds of calls:
 
 * **Commands and stream events** (the controller's placement, a connection made or
   lost, a follow, a fence) return effects (:data:`Effect`), to be carried out in order:
-  a :class:`SaveEpoch` first, before anything else happens.
+  a :class:`SaveEpoch` or :class:`AwaitPrime` first, before anything else happens.
 * **The data path** (once per batch and per acknowledgement) is direct and allocates
   nothing it need not: :meth:`ReplicaState.hold`, :meth:`~ReplicaState.replicate`,
   :meth:`~ReplicaState.appended`, :meth:`~ReplicaState.acknowledged` with
@@ -99,6 +99,18 @@ class SaveEpoch(NamedTuple):
     epoch: int
 
 
+class AwaitPrime(NamedTuple):
+    """Mark the journal durably as awaiting a prime from a primary of ``epoch``, before any
+    other effect of the same call (:meth:`~replication.journal.Journal.await_prime`): a
+    backup saves no epoch before it holds that epoch's state (a primary that handed over and
+    drained holds it already: it saves it, unmarked). Until the prime's
+    :meth:`~replication.journal.Journal.reset` lifts the mark and records ``epoch``, the
+    journal keeps the epoch of the state it holds, and its replica, restarted, may become
+    a primary only when told that no copy of the partition is newer."""
+
+    epoch: int
+
+
 class Connect(NamedTuple):
     """Connect to the backup at ``address`` after ``delay_ms``; then tell
     :meth:`ReplicaState.connected` or :meth:`ReplicaState.connect_failed` with ``attempt``."""
@@ -141,7 +153,8 @@ class DropLinks(NamedTuple):
     """Drop every link: what they have in flight has an unknown fate."""
 
 
-Effect: TypeAlias = SaveEpoch | Connect | StopConnecting | Send[S] | Abort[S] | Refuse[S] | Release | DropLinks
+Effect: TypeAlias = (SaveEpoch | AwaitPrime | Connect | StopConnecting | Send[S] | Abort[S] | Refuse[S] | Release
+                     | DropLinks)
 NOTHING: tuple[()] = ()
 STOP_CONNECTING = StopConnecting()
 RELEASE = Release()
@@ -160,7 +173,8 @@ class ReplicaState(Generic[S, W]):
     ) -> None:
         self.name = name
         self.role = role
-        #: the placement epoch of this replica's role (the shell keeps it durable: SaveEpoch)
+        #: the placement epoch of this replica's role (the shell keeps it durable: SaveEpoch; a
+        #: backup's once it is primed: AwaitPrime)
         self.epoch = epoch
         #: the epoch at which this replica last became the primary
         self.since = epoch
@@ -362,8 +376,14 @@ class ReplicaState(Generic[S, W]):
         stream stays if its primary followed at ``epoch`` or later (its frames are refused
         until a new prime: not primed); one of an older epoch is dropped, so that no frame
         from it applies at the new epoch (a prime in flight on it would otherwise prime
-        this backup from a primary the placement may have left)."""
-        effects = self._move_to(epoch)
+        this backup from a primary the placement may have left). The epoch is not saved
+        but awaited (:class:`AwaitPrime`): the journal holds an older state, or none, until
+        the prime. A primary that handed over and drained saves it (:class:`SaveEpoch`): its
+        journal holds all its backup does, the state the new primary starts ``epoch`` from,
+        and it may have to lead from it again if the handover is cut off."""
+        drained = self.role is Role.PRIMARY and self.handing_over and not self.outbox
+        saved = self._move_to(epoch)
+        effects: list[Effect[S]] = saved if drained else [AwaitPrime(epoch)]
         follower = self.follower
         if follower is not None and self._follower_epoch < epoch:
             self.follower = None

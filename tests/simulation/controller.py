@@ -8,20 +8,26 @@ a synchronous actor would: one job at a time (a generator that yields Ray calls 
 outcomes), ``route`` calls waiting while a job runs.
 
 * **Start** (and after a whole restart), once every node is alive:
-  :func:`~replication.placement.initial` from what the nodes' journals hold (``held``).
+  :func:`~replication.placement.initial` from what the nodes' journals hold (``held``); the
+  primary takes over from its journal even if that awaits a prime (``become_primary``'s
+  third argument: the journal as the controller weighed it, none being newer), which
+  ``ReplicaSet.start`` does not say yet.
 * **Every second** (a job, unless one runs), with a ``position`` probe of every replica in
   flight: nodes the failure detector lost, or that came back with a new id ->
-  :func:`~replication.placement.after_loss` then :func:`~replication.placement.fill_backups`;
-  a replica whose process restarted (the probe says a new incarnation) -> as
-  ``ReplicaSet.restarted``: a primary swaps with its backup (only one the last probe saw
-  primed), anyone else is placed again at a new epoch; a partition whose last step failed,
-  or with a node alive but no replica there -> placed again from its replicas' positions
-  (:meth:`Controller._replan`); on a quiet tick, one
+  :func:`~replication.placement.after_loss` then :func:`~replication.placement.fill_backups`,
+  but for a partition with a node back (its replica there is a new process, whose journal
+  may have lost its tail) or whose last step failed (its map may name a backup that never
+  heard of it): those are placed again from their replicas' positions
+  (:meth:`Controller._replan`), as is one with a node alive but no replica there; a replica
+  whose process restarted (the probe says a new incarnation) -> as ``ReplicaSet.restarted``:
+  a primary swaps with its backup (only one the last probe saw primed), anyone else is
+  placed again at a new epoch; on a quiet tick, one
   :func:`~replication.placement.rebalance_step` with ``caught_up`` from the probes (a
   handover: ``handover``, ``become_backup``, ``become_primary``).
 * **Carrying a placement out** as ``ReplicaSet._place``: the map records it, the backup
   ``become_backup`` first, then the primary ``become_primary`` with the backup's address;
-  then the replicas on nodes it left are killed. A step that fails leaves the partition
+  then the replicas on nodes it left are killed (a new replica on such a node starts once
+  the old one is dead: ``Sim.make_replica``). A step that fails leaves the partition
   *unsettled*, placed again on the next tick (step 7 gives the real controller that reconcile).
 * **A crash**: Ray restarts the controller, which adopts the map from the replicas' positions
   (:func:`~replication.placement.from_replicas`, per partition; one it cannot adopt waits for
@@ -36,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from replication.placement import Placement, Placements, Standing, after_loss, fill_backups, from_replicas, initial
 from replication.placement import rebalance_step
-from replication.journal import DAMAGED_EPOCH, JournalBusy
+from replication.journal import JournalBusy
 from replication.replica import NotCaughtUp, Role, StaleEpoch
 from tests.simulation.processes import CallError, Calls, Process, SimNode
 from tests.simulation.replica import Position, SimReplica
@@ -59,6 +65,12 @@ Job = Generator[list[Call], list[Outcome], None]
 
 
 class Controller(Process):
+    #: False: as trusting as ``ReplicaSet``, which this controller's safeguards against copies
+    #: that lost their tail do not protect (a map's partition with a node back, or unsettled,
+    #: goes through ``after_loss``; the holder leads whatever the other journals say): what
+    #: the replicas and their journals must then refuse by themselves (``test_regressions.py``)
+    careful = True
+
     def __init__(self, sim: Sim, head: SimNode, count: int) -> None:
         super().__init__(sim.world, "controller", head)
         self.sim = sim
@@ -73,6 +85,8 @@ class Controller(Process):
         self.unsettled: set[int] = set()
         #: per partition: the node of the primary the last settled placement named
         self.holder: dict[int, str] = {}
+        #: per partition: the nodes of that placement (whose journals hold what it acknowledged)
+        self.copies: dict[int, tuple[str, ...]] = {}
         self.failovers = 0
         self.handovers = 0
         self.busy = False
@@ -188,7 +202,7 @@ class Controller(Process):
         if not self._everyone():
             return
         self.fresh = False
-        self.holder = {}
+        self.holder, self.copies = {}, {}
         self.replicas = {}
         held: dict[int, dict[str, tuple[int, int]]] = {}
         for name in sorted(self.nodes):
@@ -199,11 +213,11 @@ class Controller(Process):
         self.placements = initial(self.count, sorted(self.nodes), held, self.head)
         self.since = [p.epoch for p in self.placements]
         for p in self.placements:
-            yield from self._place(p, None)
+            yield from self._place(p, None, held.get(p.partition, {}).get(p.primary, ()))
 
     def _adopt(self) -> Job:
         self.nodes = self.sim.alive()
-        self.holder = {}
+        self.holder, self.copies = {}, {}
         found = [r for r in self.sim.replicas if not r.dead and r.node.name in self.nodes]
         self._made = max((int(r.name.rpartition("#")[2]) for r in self.sim.replicas), default=0)
         outcomes = yield [(r, "position", (), CALL_MS) for r in found]
@@ -234,7 +248,7 @@ class Controller(Process):
                 continue
             placements.append(adoption.placement._replace(partition=i))
             self.since.append(adoption.since)
-            self.holder[i] = (adoption.again or adoption.placement).primary
+            self._hold((adoption.again or adoption.placement)._replace(partition=i))
             for s in mine:
                 if s.name in adoption.keep:
                     self.replicas[(i, s.node)] = replicas[s.name]
@@ -248,16 +262,23 @@ class Controller(Process):
         yield from self._after_loss()
 
     def _after_loss(self) -> Job:
-        """Lost replicas replaced, and every partition given a backup (``ReplicaSet._after_loss``)."""
+        """Lost replicas replaced, and every partition given a backup (``ReplicaSet._after_loss``),
+        but an unsettled one: its map may name a backup that never heard of its placement
+        (``become_backup`` failed, or never got there), whose journal, never marked, may be an
+        old one; :meth:`_replan` places it from what its replicas say instead."""
         names = sorted(self.nodes)
         before = self.placements
         after = fill_backups(after_loss(before, names, self.head), names, self.head)
         for old, new in zip(before, after):
-            if old != new:
+            if old != new and (old.partition not in self.unsettled or not self.careful):
                 yield from self._place(new, old)
 
     def _everyone(self) -> bool:
         return len(self.nodes) == len(self.sim.nodes)
+
+    def _weigh(self, p: Placement) -> tuple[int, ...]:
+        """What the journal of ``p``'s primary holds, as ``held`` says now (``()``: no journal)."""
+        return self.sim.disks[p.primary].held(p.partition) or ()
 
     def _from_journals(self, index: int) -> Placement:
         held = {n: (h.epoch, h.sequence) for n in sorted(self.nodes) if (h := self.sim.disks[n].held(index))}
@@ -278,6 +299,9 @@ class Controller(Process):
             for key in [k for k in self.replicas if k[1] in lost]:
                 self._forget(*key)
             self.nodes = alive
+            for p in self.placements:  # a node of it is back: a new process, whose journal may have lost its tail
+                if self.careful and any(n in joined for n in p.nodes()):
+                    self.unsettled.add(p.partition)
             yield from self._after_loss()
         restarted, self._restarted = self._restarted, []
         for name in restarted:
@@ -289,8 +313,8 @@ class Controller(Process):
                 quiet = False
                 if self._everyone():
                     new = self._from_journals(i)
-                    self.holder[i] = new.primary
-                    yield from self._place(new._replace(epoch=max(new.epoch, p.epoch + 1)), p)
+                    self._hold(new)
+                    yield from self._place(new._replace(epoch=max(new.epoch, p.epoch + 1)), p, self._weigh(new))
                 continue
             if i in self.unsettled or any(n in self.nodes and (i, n) not in self.replicas for n in p.nodes()):
                 quiet = False
@@ -311,11 +335,15 @@ class Controller(Process):
             self._made += 1
             replica = self.sim.make_replica(f"partition-{index}@{node}#{self._made}", index, node)
             self.replicas[(index, node)] = replica
-            self._seen[replica.name] = replica.incarnation
+            self._seen[replica.name] = max(replica.incarnation, 1)  # 0: it waits to start (Sim.make_replica)
         return replica
 
-    def _place(self, p: Placement, before: Placement | None) -> Job:
-        """Carry out ``p`` (``before``: the one it replaces), as ``ReplicaSet._place``."""
+    def _place(self, p: Placement, before: Placement | None, weighed: tuple[int, ...] | None = None) -> Job:
+        """Carry out ``p`` (``before``: the one it replaces), as ``ReplicaSet._place``.
+        ``weighed``: ``p`` was placed from every node's journal, its primary on the newest
+        copy (:func:`~replication.placement.initial`), whose journal the controller weighed
+        so (``held``; ``()``: none): it takes over from that journal even when it awaits a
+        prime, or was set aside (no copy holds more), unless it changed since."""
         i = p.partition
         self.placements = tuple(p if q.partition == i else q for q in self.placements)
         self.world.note("place", i, p.primary, p.backup, p.epoch)
@@ -323,13 +351,13 @@ class Controller(Process):
             address = None
             if p.backup is not None:
                 address = yield from self._ask(self._replica(i, p.backup), "become_backup", p.epoch)
-            yield from self._ask(self._replica(i, p.primary), "become_primary", p.epoch, address)
+            yield from self._ask(self._replica(i, p.primary), "become_primary", p.epoch, address, weighed)
         except (CallError, StaleEpoch, NotCaughtUp, TimeoutError, JournalBusy) as e:
             self.world.note("place failed", i, type(e).__name__, str(e))
             self.unsettled.add(i)
             return
         self.unsettled.discard(i)
-        self.holder[i] = p.primary
+        self._hold(p)
         for key in [k for k in self.replicas if k[0] == i and k[1] not in p.nodes()]:
             self._forget(*key)
         if before is None or before.primary != p.primary:
@@ -343,13 +371,17 @@ class Controller(Process):
         again at a new epoch (a backup follows before its primary primes it again). The swap
         only when the last probe saw the backup primed at the map's epoch (``ReplicaSet``
         does not ask: a backup that restarted too is idle, with a journal that may lack what
-        its recovery cut), else the partition is placed again from its positions."""
+        its recovery cut), else the partition is placed again from its positions, as an
+        unsettled one always is (its map may be one that never took, or lack a backup that
+        :meth:`_after_loss` left to :meth:`_replan`)."""
         key = next((k for k, r in self.replicas.items() if r.name == name), None)
         if key is None:
             return
         i, node = key
         p = self.placements[i]
-        if node == p.primary and p.backup is not None:
+        if i in self.unsettled:
+            yield from self._replan(i)
+        elif node == p.primary and p.backup is not None:
             backup = self.replicas.get((i, p.backup))
             pos = self._positions.get(backup.name) if backup is not None else None
             if (backup is not None and pos is not None and pos.role is Role.BACKUP and pos.primed
@@ -362,28 +394,32 @@ class Controller(Process):
 
     def _replan(self, i: int) -> Job:
         """Place partition ``i`` again from the positions of its replicas: those on the map's
-        nodes and on the node of its *holder* (the primary the last settled placement named).
+        nodes and on the nodes of the last settled placement (its primary is the *holder*).
         Who leads, in this order:
 
         * a primary or a primed backup (the newest epoch first, the map's primary among equals);
         * the holder, back idle with its journal, unless an idle copy at its epoch or a newer
-          one has a longer journal (the holder's lost its tail: recovery cut a bad last record
-          as torn, or a power cut took what was not synced);
-        * with no holder known (a restarted controller), the idle replica with the newest
-          epoch and the longest journal, as :func:`~replication.placement.initial` ranks them.
+          one has a longer journal, a node of its placement is not alive, or a journal on
+          another node is newer or longer (:meth:`_newer_elsewhere`): the holder's may have
+          lost its tail to a power cut, and a copy the map no longer names may hold it;
+        * with no holder known (a placement from the journals that did not take), the idle
+          replica with the newest epoch and the longest journal, once every node is alive
+          and no journal is newer, as :func:`~replication.placement.initial` ranks them.
 
-        A journal's epoch does not say whether it holds that epoch's data (a backup saves the
-        epoch it is told to follow before it is primed): the holder sidesteps that where it
-        can (``test_regressions.py`` shows where it cannot). When none of them can lead (the
-        holder became a backup never primed again: a handover cut off between its two steps),
-        the partition waits until every node is alive, then starts over from the journals, as
-        at start: its backups are killed (their successors come back idle), and it is placed
-        by :func:`~replication.placement.initial`, the holder leading if its journal is whole."""
+        A copy whose journal awaits a prime (a backup never primed, restarted) cannot lead
+        here: what it holds may lack what was acknowledged since. When none of them can lead
+        (the holder became a backup never primed again: a handover cut off between its two
+        steps), the partition waits until every node is alive, then starts over from the
+        journals, as at start: its backups are killed (their successors come back idle), and
+        it is placed by :func:`~replication.placement.initial` (the journal of the newest
+        state, then the longest), its primary taking over from its journal even if that
+        awaits a prime (no copy holds more)."""
         p = self.placements[i]
         holder = self.holder.get(i)
         nodes = [n for n in p.nodes() if n in self.nodes]
-        if holder is not None and holder in self.nodes and holder not in nodes:
-            nodes.append(holder)
+        for n in self.copies.get(i, ()):
+            if n in self.nodes and n not in nodes:
+                nodes.append(n)
         if not nodes:
             return  # every node that holds it is lost: it waits for one to come back
         replicas = [self._replica(i, n) for n in nodes]
@@ -398,12 +434,18 @@ class Controller(Process):
         idle = sorted((n for n in nodes if _can_lead(positions[n])), key=lambda n: _rank(positions[n]))
         if serving:
             leader: str | None = serving[0]
-        elif holder is None:
-            leader = idle[0] if idle else None
+        elif holder is None:  # compared with every journal, as at start
+            first = positions[idle[0]] if idle else None
+            newest = first is not None and (not self.careful or self._everyone() and not self._newer_elsewhere(
+                i, (first.epoch, first.sequence)))
+            leader = idle[0] if newest else None
         elif holder in idle:
             mark = positions[holder]
             longer = [n for n in idle if positions[n].epoch >= mark.epoch and positions[n].sequence > mark.sequence]
             leader = max(longer, key=lambda n: positions[n].sequence) if longer else holder
+            if self.careful and leader == holder and (any(n not in self.nodes for n in self.copies.get(i, ()))
+                                                      or self._newer_elsewhere(i, (mark.epoch, mark.sequence))):
+                leader = None
         else:
             leader = None
         if leader is None:
@@ -414,11 +456,7 @@ class Controller(Process):
                     if positions[node].role is not Role.IDLE:
                         self._forget(i, node)
                 new = self._from_journals(i)
-                held = self.sim.disks[holder].held(i) if holder is not None else None
-                if holder is not None and held is not None and held.epoch != DAMAGED_EPOCH:
-                    rest = [n for n in new.nodes() if n != holder]
-                    new = Placement(i, holder, rest[0] if rest else None, new.epoch)
-                yield from self._place(new._replace(epoch=max(new.epoch, top + 1)), p)
+                yield from self._place(new._replace(epoch=max(new.epoch, top + 1)), p, self._weigh(new))
             return
         others = [n for n in nodes if n != leader]
         new = Placement(i, leader, others[0] if others else None, top + 1)
@@ -426,6 +464,23 @@ class Controller(Process):
             names = sorted(self.nodes)
             new = fill_backups(self.placements[:i] + (new,) + self.placements[i + 1:], names, self.head)[i]
         yield from self._place(new, p)
+
+    def _hold(self, p: Placement) -> None:
+        """``p`` took (or is the one to take): its primary is the partition's holder."""
+        self.holder[p.partition] = p.primary
+        self.copies[p.partition] = p.nodes()
+
+    def _newer_elsewhere(self, index: int, mine: tuple[int, int]) -> bool:
+        """Whether a journal of partition ``index`` on an alive node holds more than ``mine``
+        (epoch, last record): a newer epoch, or the same and a longer journal, as
+        :func:`~replication.placement.initial` ranks them. A copy the map no longer names (a
+        backup replaced meanwhile) or one that cannot lead (a backup never primed since) may
+        hold what a holder back from a power cut lost from its tail."""
+        for node in sorted(self.nodes):
+            h = self.sim.disks[node].held(index)
+            if h is not None and (h.epoch, h.sequence) > mine:
+                return True
+        return False
 
     def _rebalance(self) -> Job:
         caught_up = []
@@ -449,13 +504,13 @@ class Controller(Process):
             yield from self._ask(self._replica(old.partition, old.primary), "handover", HANDOVER_MS,
                                  timeout_ms=HANDOVER_MS + CALL_MS)
             address = yield from self._ask(self._replica(old.partition, old.primary), "become_backup", new.epoch)
-            yield from self._ask(self._replica(new.partition, new.primary), "become_primary", new.epoch, address)
+            yield from self._ask(self._replica(new.partition, new.primary), "become_primary", new.epoch, address, None)
         except (CallError, StaleEpoch, NotCaughtUp, TimeoutError, JournalBusy) as e:
             self.world.note("handover failed", new.partition, type(e).__name__, str(e))
             self.unsettled.add(new.partition)
             return
         self.since[new.partition] = new.epoch
-        self.holder[new.partition] = new.primary
+        self._hold(new)
         self.handovers += 1
 
 

@@ -3,7 +3,7 @@
 :class:`SimJournal` stands for :class:`replication.journal.Journal` *and* the files under it:
 what a process may call (``recover``, ``append`` with :class:`JournalGap`, ``reset``,
 ``write_snapshot``, ``set_epoch``/``epoch``, ``next_sync_ms``/``tick``, ``set_aside``,
-``damaged``, ``close``) and what a fault does to the files (``kill``, ``power_cut``,
+``await_prime``, ``trust``, ``damaged``, ``close``) and what a fault does to the files (``kill``, ``power_cut``,
 ``corrupt``). It raises the real exception types and returns the real
 :class:`~replication.journal.Recovery` and :class:`~replication.journal.Held`.
 ``test_models.py`` runs the same random scripts against it and the real journal.
@@ -19,14 +19,16 @@ The files, as the model keeps them:
   a killed process's unsynced tail can stay undurable while later records are: a power
   cut then leaves a hole, and recovery raises :class:`JournalCorrupt` as the real one does.
 * ``snapshot``: ``(sequence, states)``, durable when written (``reset``, ``write_snapshot``).
-* ``epoch``: durable when set (``set_epoch`` fsyncs); moved aside with the rest by ``set_aside``.
-* ``damage``: the ``DAMAGED`` mark of ``set_aside``, until a ``reset``.
+* ``epoch``: durable when set (``set_epoch`` fsyncs, and ``reset`` the epoch a mark of
+  ``await_prime`` awaited); moved aside with the rest by ``set_aside``.
+* ``damage``: the ``DAMAGED`` mark of ``set_aside`` or ``await_prime``, until a ``reset`` or ``trust``.
 
 Faults: :meth:`SimJournal.kill` (the process dies; the operating system keeps every byte),
 :meth:`SimJournal.power_cut` (what was not durable goes; with an ``rng``, writeback may
-have kept some of the unsynced tail), :meth:`SimJournal.corrupt` (a durable record's bytes
-go bad: recovery raises :class:`JournalCorrupt`, unless no good record follows it: a torn
-tail, which recovery cuts off, as the real journal does).
+have kept some of the unsynced tail, whole records: a frame cut short is a record not kept),
+:meth:`SimJournal.corrupt` (a durable record's bytes go bad: recovery raises
+:class:`JournalCorrupt` wherever it is, the last record too, as the real journal does for a
+whole frame that fails its checksum).
 
 Not modelled: segments and their rollover (the real journal also fsyncs a segment it
 closes, so under ``interval`` it keeps at least what the model keeps), snapshots that do not
@@ -49,6 +51,7 @@ from replication.journal import (
     JournalError,
     JournalGap,
     Recovery,
+    awaiting_prime,
 )
 
 __all__ = ["NodeDisk", "SimJournal"]
@@ -121,41 +124,28 @@ class SimJournal:
     def held(self) -> Held | None:
         """What ``replication.journal.held`` says of these files (any process, even none, may have them)."""
         files = bool(self.records or self.snapshot is not None or self._segments)
-        if self.damage is not None:  # a mark on nothing (a backup never primed) holds nothing
+        if self.damage is not None and not awaiting_prime(self.damage):  # a mark on nothing holds nothing
             return Held(DAMAGED_EPOCH, 0) if files or "files" in self.damage else None
         if not files:
             return None
-        if self._hole:
+        if self._hole or self._first_bad() is not None:
             return Held(DAMAGED_EPOCH, 0)
-        bad = self._first_bad()
-        if bad is None:
-            return Held(self._epoch, self.records[-1][0] if self.records else self.snapshot_sequence)
-        if self._torn(bad):  # the records before it count
-            return Held(self._epoch, self.records[bad - 1][0] if bad else self.snapshot_sequence)
-        return Held(DAMAGED_EPOCH, 0)
+        return Held(self._epoch, self.records[-1][0] if self.records else self.snapshot_sequence)
 
     # -- what the partition calls ----------------------------------------------------------------
 
     def recover(self) -> Recovery:
-        """Read the snapshot and the records after it, cut a torn tail; :class:`JournalCorrupt`
-        (changing nothing) for a hole or a bad record with records after it."""
+        """Read the snapshot and the records after it; :class:`JournalCorrupt` (changing
+        nothing) for a hole or a bad record. (No frame is ever cut short here: the real
+        journal's torn tail is a record the model never kept.)"""
         if self.recovered:
             raise JournalError("recover() runs once, before anything else")
         base = self.snapshot_sequence
         if self._hole:
             raise JournalCorrupt(self._path("segment"), 0, "records are missing before it")
-        problems: tuple[str, ...] = ()
         bad = self._first_bad()
         if bad is not None:
-            sequence = self.records[bad][0]
-            if not self._torn(bad):
-                raise JournalCorrupt(self._path(f"record-{sequence}"), 0, "bad checksum",
-                                     "; a valid record follows")
-            problems = (f"torn tail at record {sequence}: cut",)
-            for record in self.records[bad:]:
-                self._bad.discard(record[0])
-            del self.records[bad:]
-            del self._durable[bad:]
+            raise JournalCorrupt(self._path(f"record-{self.records[bad][0]}"), 0, "checksum mismatch")
         self.recovered = True
         self._last = self.records[-1][0] if self.records else base
         if self.policy.mode is not FsyncMode.NEVER:  # as the journal: it syncs what it recovered
@@ -163,7 +153,7 @@ class SimJournal:
         self._unsynced = len(self.records)
         self._dirty_since = None
         states = list(self.snapshot[1]) if self.snapshot is not None else []
-        return Recovery(states, [r[2] for r in self.records], base, self._last, problems, [r[1] for r in self.records])
+        return Recovery(states, [r[2] for r in self.records], base, self._last, (), [r[1] for r in self.records])
 
     def append(self, changes: Sequence[Any], now_ms: int, first: int | None = None) -> int:
         if not changes:
@@ -213,8 +203,11 @@ class SimJournal:
         self.snapshot = (sequence, list(states))
 
     def reset(self, states: Iterable[Any], sequence: int) -> None:
-        """Start over from ``states`` after record ``sequence`` (durable at once); whole again if damaged."""
+        """Start over from ``states`` after record ``sequence`` (durable at once); whole again if
+        damaged, at the epoch it awaited if it did."""
         self._check_usable()
+        if self.damage is not None and "awaiting_prime" in self.damage:
+            self._epoch = self.damage["awaiting_prime"]
         self.snapshot = (sequence, list(states))
         self.records = []
         self._durable = []
@@ -228,6 +221,14 @@ class SimJournal:
 
     def set_epoch(self, epoch: int) -> None:
         self._epoch = epoch
+
+    def await_prime(self, epoch: int) -> None:
+        """Mark the journal as awaiting a prime at ``epoch`` (a mark already there stays, awaiting it)."""
+        self.damage = {**(self.damage or {"reason": "awaiting a prime"}), "awaiting_prime": epoch}
+
+    def trust(self) -> None:
+        """Lift the mark: the replica takes over from what the journal holds."""
+        self.damage = None
 
     def set_aside(self, reason: str, now_ms: int) -> None:
         """Move every file aside and mark the journal damaged (before :meth:`recover`, or after it raised)."""
@@ -315,10 +316,6 @@ class SimJournal:
             if record[0] in self._bad:
                 return i
         return None
-
-    def _torn(self, bad: int) -> bool:
-        """Whether the bad record at ``bad`` is a torn tail: no good record after it."""
-        return all(record[0] in self._bad for record in self.records[bad + 1:])
 
     def _path(self, name: str) -> Path:
         return Path(str(self.directory / name))

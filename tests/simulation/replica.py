@@ -8,15 +8,21 @@ frames are ``topics.protocol``'s NamedTuples, not encoded) and the timers. It fe
 machine what happens and carries out its effects in order, as ``Partition._run`` does; the
 commands are ``PartitionActor``'s (``become_primary``, ``become_backup``, ``set_backup``,
 ``handover``, ``position``, ``attach``), answered over :class:`~tests.simulation.processes.Calls`.
+``become_primary`` takes a third argument, which ``PartitionActor``'s does not have yet: what
+the controller weighed this replica's journal at (``held``) when it placed the partition from
+every node's journal and found none newer. A replica whose journal awaits a prime (or was set
+aside: then no copy holds anything) takes over all the same, from what it holds, while its
+journal is still as weighed.
 
 A link's batch holds one write ``[key, write id]``; its :class:`~topics.protocol.Done` says
 ``ok`` or ``MOVED``. A write is acknowledged when the primary's shell releases its ``ok``
 (:meth:`~tests.simulation.invariants.Checker.acknowledged`), whether or not it then reaches the
 client.
 
-A crash kills the process (the operating system keeps the journal's bytes; the sockets close);
-at its next start the replica recovers the store from the journal, setting a damaged journal
-aside (it starts empty and cannot lead), and comes back idle at the journal's epoch.
+A crash kills the process (the operating system keeps the journal's bytes; the sockets close;
+the store goes with the memory); at its next start the replica recovers the store from the
+journal, setting a damaged journal aside (it starts empty and cannot lead), and comes back
+idle at the journal's epoch.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from replication.journal import JournalBusy, JournalCorrupt, JournalGap
 from replication.replica import (
     Abort,
     Address,
+    AwaitPrime,
     Connect,
     DropLinks,
     Effect,
@@ -221,6 +228,7 @@ class SimReplica(Process):
         return True
 
     def stop(self, clean: bool) -> None:
+        self._load({})  # the process's memory goes with it: only the journal keeps its writes
         if not self.opened:
             return
         self.opened = False
@@ -269,6 +277,8 @@ class SimReplica(Process):
             elif type(effect) is SaveEpoch:
                 self.checker.saved_epoch(self, effect.epoch)
                 self.journal.set_epoch(effect.epoch)
+            elif type(effect) is AwaitPrime:
+                self.journal.await_prime(effect.epoch)
             elif type(effect) is Connect:
                 self._connecting = self.world.at(effect.delay_ms * MS, self._connect, effect, self.incarnation)
             elif type(effect) is Abort:
@@ -420,6 +430,7 @@ class SimReplica(Process):
                 states = primed[0]
                 self._load({key: list(wids) for key, wids in states})
                 self.journal.reset([(key, tuple(wids)) for key, wids in states], frame.sequence)
+                self.checker.saved_epoch(self, self.journal.epoch)  # the epoch it awaited
                 state.primed_at(frame.sequence)
                 self.checker.primed(self, peer.follow_epoch)
         end.send(Replicated(frame.id))
@@ -447,10 +458,14 @@ class SimReplica(Process):
             elif method == "become_backup":
                 self.run(state.become_backup(args[0]))
                 reply(self.address, None)
-            elif method == "become_primary":
+            elif method == "become_primary":  # (epoch, the backup's address, the journal as weighed, or None)
                 was = state.role
                 damage = self.journal.damaged
-                self.run(state.become_primary(args[0], args[1], None if damage is None else str(damage["reason"])))
+                trusted = damage is not None and args[2] is not None and tuple(self.journal.held() or ()) == args[2]
+                self.run(state.become_primary(args[0], args[1], None if damage is None or trusted
+                                              else str(damage["reason"])))
+                if trusted:  # no copy holds more: this journal's older state, or (set aside) nothing
+                    self.journal.trust()
                 if was is not Role.PRIMARY:
                     self.applying = False
                     self.checker.holds(self, "becoming the primary")

@@ -102,10 +102,18 @@ class Sim:
         return {name: node.id for name, node in self.nodes.items() if node.alive}
 
     def make_replica(self, name: str, index: int, node: str) -> SimReplica:
+        """A new replica of partition ``index`` on ``node``. Its process starts once every
+        earlier one of that partition there is dead (a kill may still be on its way): as Ray
+        starts an actor once the one it replaces is gone, never beside it on its journal.
+        Until then a call to it fails as to an actor not started yet."""
+        before = [r for r in self.replicas if r.index == index and r.node.name == node and not r.dead]
         replica = SimReplica(name, index, self.nodes[node], self.disks[node].journal(index), self.network,
                              self.checker)
         if not replica.node.running():
             replica.dead = True  # pinned to a raylet that is gone: it never runs (ActorDied)
+        elif before:
+            self.world.note("waits", name, "for", ", ".join(r.name for r in before))
+            return replica
         replica.boot()
         return replica
 
@@ -118,6 +126,13 @@ class Sim:
     def _kill(self, replica: SimReplica) -> None:
         if not replica.node.deferred(self._kill, replica):
             replica.kill()
+            self._start_waiting(replica.index, replica.node)
+
+    def _start_waiting(self, index: int, node: SimNode) -> None:
+        """Start the replica of ``index`` on ``node`` that waited for the earlier ones to die."""
+        mine = [r for r in self.replicas if r.index == index and r.node is node and not r.dead]
+        if len(mine) == 1 and not mine[0].running and mine[0].incarnation == 0:
+            mine[0].boot()
 
     # -- the run ---------------------------------------------------------------------------------
 

@@ -101,28 +101,44 @@ def test_reset_snapshot_and_epoch_are_durable_at_once() -> None:
         j.write_snapshot([], 13)
 
 
-def test_corruption_refuses_recovery_unless_it_is_the_last_record() -> None:
+def test_corruption_refuses_recovery_the_last_record_too() -> None:
+    """A durable record whose bytes went bad is damage wherever it is: the last one may have
+    been acknowledged (the real journal: a whole frame that fails its checksum)."""
     rng = random.Random(0)
+    for bad in (3, 1):
+        j = journal()
+        j.append(["a", "b", "c"], 1000)
+        assert j.corrupt(rng, bad) == bad and j.corrupt(rng, 99) is None
+        j.set_epoch(3)
+        assert j.held() == (-1, 0)
+        j.kill()
+        with pytest.raises(JournalCorrupt):
+            j.recover()
+        assert j.held() == (-1, 0)
+        j.set_aside("corrupt", 2000)
+        assert contents(j.recover()) == ([], [], 0, 0) and j.damaged is not None and j.epoch == 0
+        assert j.held() == (-1, 0)
+        with pytest.raises(JournalError):
+            j.set_aside("again", 2001)
+        j.await_prime(4)
+        assert j.held() == (-1, 0)  # still set aside
+        j.reset(["primed"], 7)
+        assert j.damaged is None and j.held() == (4, 7)
+
+
+def test_a_journal_awaiting_its_prime_keeps_its_records_and_epoch() -> None:
     j = journal()
-    j.append(["a", "b", "c"], 1000)
-    assert j.corrupt(rng, 3) == 3
-    assert j.held() == (0, 2)
+    j.set_epoch(2)
+    j.append(["a", "b"], 1000)
+    j.await_prime(5)
+    assert j.damaged is not None and j.held() == (2, 2) and j.epoch == 2
     j.kill()
-    recovery = j.recover()
-    assert contents(recovery) == ([], ["a", "b"], 0, 2) and recovery.problems
-    j.append(["c2"], 1001)
-    assert j.corrupt(rng, 1) == 1 and j.corrupt(rng, 99) is None
-    j.set_epoch(3)
-    j.kill()
-    with pytest.raises(JournalCorrupt):
-        j.recover()
-    assert j.held() == (-1, 0)
-    j.set_aside("corrupt", 2000)
-    assert contents(j.recover()) == ([], [], 0, 0) and j.damaged is not None and j.epoch == 0 and j.held() == (-1, 0)
-    with pytest.raises(JournalError):
-        j.set_aside("again", 2001)
-    j.reset(["primed"], 7)
-    assert j.damaged is None and j.held() == (0, 7)
+    assert contents(j.recover()) == ([], ["a", "b"], 0, 2) and j.damaged is not None
+    j.reset(["primed"], 9)
+    assert j.damaged is None and j.epoch == 5 and j.held() == (5, 9)
+    fresh = journal()
+    fresh.await_prime(3)
+    assert fresh.held() is None  # a mark on nothing
 
 
 def test_held_says_none_for_a_journal_never_written() -> None:

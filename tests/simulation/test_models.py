@@ -194,8 +194,8 @@ def run_script(seed: int, root: Path) -> list[str]:
             pair.now_ms += rng.choice((0, 1, 7, 100, 1500))
             last = pair.sim.last_sequence
             kind = rng.choices(
-                ("append", "empty", "gap", "reset", "epoch", "snapshot", "kill", "power", "corrupt"),
-                (40, 2, 4, 6, 6, 5, 8, 8, 5))[0]
+                ("append", "empty", "gap", "reset", "epoch", "await", "trust", "snapshot", "kill", "power", "corrupt"),
+                (40, 2, 4, 6, 6, 4, 2, 5, 8, 8, 5))[0]
             if kind == "append":
                 first = last + 1 if rng.random() < 0.8 else None
                 pair.both("append", _changes(rng, tag), pair.now_ms, first)
@@ -211,6 +211,12 @@ def run_script(seed: int, root: Path) -> list[str]:
                 reset_unsynced = True
             elif kind == "epoch":
                 pair.both("set_epoch", rng.randint(0, 20))
+                reset_unsynced = False
+            elif kind == "await":
+                pair.both("await_prime", rng.randint(0, 20))
+                reset_unsynced = False
+            elif kind == "trust":
+                pair.both("trust")
                 reset_unsynced = False
             elif kind == "snapshot" and not corrupted:
                 pair.both("write_snapshot", _states(tag, rng.randint(1, 3)), last)
@@ -261,43 +267,54 @@ def _pair(root: Path, policy: str = "always") -> Pair:
     return pair
 
 
-def test_a_torn_last_record_is_cut_and_an_inner_one_refuses(tmp_path: Path) -> None:
+def test_a_bad_record_refuses_recovery_the_last_one_too(tmp_path: Path) -> None:
+    """A whole frame that fails its checksum is damage wherever it is (the last record's may
+    have been acknowledged); the replica's files are set aside, and a prime makes it whole at
+    the epoch it awaited."""
     rng = random.Random(0)
-    pair = _pair(tmp_path / "torn")
-    try:
-        for tag in range(3):
-            pair.both("append", _changes(rng, tag), 1000 + tag, None)
-        last = pair.sim.last_sequence
-        assert pair.sim.corrupt(rng, last) == last
-        pair.real.corrupt(last)
-        pair.check()
-        pair.sim.kill()
-        pair.real.kill()
-        sim, real = pair.both("recover")
-        pair.compare_recoveries(sim, real)
-        assert sim.last_sequence == last - 1 and sim.problems
-        pair.check()
-    finally:
-        pair.real.close()
+    for name, which in (("last", -1), ("inner", 0)):
+        pair = _pair(tmp_path / name)
+        try:
+            for tag in range(3):
+                pair.both("append", _changes(rng, tag), 1000 + tag, None)
+            sequence = pair.sim.records[which][0]
+            assert pair.sim.corrupt(rng, sequence) == sequence
+            pair.real.corrupt(sequence)
+            pair.check()
+            assert pair.sim.held() == (-1, 0)
+            pair.sim.kill()
+            pair.real.kill()
+            assert pair.both("recover") == (JournalCorrupt, JournalCorrupt)
+            pair.both("set_aside", "corrupt", 2000)
+            pair.recover()
+            pair.check()
+            assert pair.sim.damaged is not None and pair.sim.held() == (-1, 0) and pair.sim.epoch == 0
+            pair.both("await_prime", 4)
+            pair.check()
+            pair.both("reset", _states(9, 2), 7)
+            pair.check()
+            assert pair.sim.damaged is None and pair.sim.held() == (4, 7)
+        finally:
+            pair.real.close()
 
-    pair = _pair(tmp_path / "inner")
+
+def test_a_journal_awaiting_its_prime_is_held_at_its_own_epoch(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    pair = _pair(tmp_path)
     try:
+        pair.both("set_epoch", 2)
         for tag in range(3):
             pair.both("append", _changes(rng, tag), 1000 + tag, None)
-        assert pair.sim.corrupt(rng, 1) == 1
-        pair.real.corrupt(1)
+        pair.both("await_prime", 5)
         pair.check()
-        assert pair.sim.held() == (-1, 0)
-        pair.sim.kill()
-        pair.real.kill()
-        assert pair.both("recover") == (JournalCorrupt, JournalCorrupt)
-        pair.both("set_aside", "corrupt", 2000)
+        assert pair.sim.damaged is not None and pair.sim.held() == (2, pair.sim.last_sequence)
+        pair.sim.power_cut()
+        pair.real.power_cut()
         pair.recover()
         pair.check()
-        assert pair.sim.damaged is not None and pair.sim.held() == (-1, 0) and pair.sim.epoch == 0
-        pair.both("reset", _states(9, 2), 7)
+        pair.both("reset", _states(1, 1), 30)
         pair.check()
-        assert pair.sim.damaged is None and pair.sim.held() == (0, 7)
+        assert pair.sim.damaged is None and pair.sim.held() == (5, 30)
     finally:
         pair.real.close()
 

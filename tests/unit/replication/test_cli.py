@@ -64,11 +64,11 @@ def test_check_a_healthy_data_directory(data_dir: Path, capsys: pytest.CaptureFi
 def test_check_reports_a_torn_tail_and_fails_on_damage(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     torn = segments(data_dir / "journal" / "partition-1")[-1]
     good = read_segment(torn, 1)[-2].sequence
-    _flip(torn, torn.stat().st_size - 3)
+    os.truncate(torn, torn.stat().st_size - 3)
     code, out, _ = run(capsys, "check", "--data-dir", str(data_dir))
     assert code == 0  # recovery cuts a torn tail: reported, not a failure
     assert out[1] == f"{data_dir}/journal/partition-1: torn tail, last good record {good} (snapshot 15)"
-    assert out[2].startswith(f"  {torn.name} at offset ") and ": torn tail: checksum mismatch" in out[2]
+    assert out[2].startswith(f"  {torn.name} at offset ") and ": torn tail: a frame cut short" in out[2]
 
     damaged = segments(data_dir / "nodes" / "node-1" / "journal" / "partition-0")[1]
     _flip(damaged, 60)
@@ -79,6 +79,27 @@ def test_check_reports_a_torn_tail_and_fails_on_damage(data_dir: Path, capsys: p
     at = out.index(f"{data_dir}/nodes/node-1/journal/partition-0: damaged, last good record 6 (no snapshot)")
     assert out[at + 1].startswith(f"  {damaged.name} at offset 27: damaged: checksum mismatch")
     assert out[-1].startswith(f"canopy journal repair --data-dir {data_dir} cuts a damaged journal")
+
+
+def test_check_and_repair_take_a_bad_last_record_for_damage(data_dir: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A whole last frame that fails its checksum is no torn tail (under ``always`` it may hold an
+    acknowledged record): ``check`` fails on it, and ``repair`` cuts it, keeping the segment."""
+    last = segments(data_dir / "journal" / "partition-1")[-1]
+    good = read_segment(last, 1)[-2].sequence
+    _flip(last, last.stat().st_size - 3)
+    code, out, _ = run(capsys, "check", "--data-dir", str(data_dir))
+    assert code == 1
+    assert out[1] == f"{data_dir}/journal/partition-1: damaged, last good record {good} (snapshot 15)"
+    assert ": damaged: checksum mismatch; it ends the journal, but a write cut short leaves no such frame" in out[2]
+    [line] = run(capsys, "check", "--data-dir", str(data_dir), "--partition", "1", "--json")[1]
+    assert json.loads(line)["status"] == "damage"
+    code, out, _ = run(capsys, "repair", "--data-dir", str(data_dir), "--partition", "1")
+    assert code == 0
+    assert out[0] == f"{data_dir}/journal/partition-1: repaired, last record {good}"
+    assert out[1].startswith(f"  repair: {last} cut at offset ") and "kept as" in out[1]
+    assert (last.parent / (last.name + ".corrupt")).exists()
+    assert run(capsys, "check", "--data-dir", str(data_dir))[0] == 0
 
 
 def test_check_in_json(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,7 +147,7 @@ def test_repair_cuts_at_the_damage_and_says_so(data_dir: Path, capsys: pytest.Ca
     _flip(files[1], 60)
     torn = segments(data_dir / "journal" / "partition-1")[-1]
     good = read_segment(torn, 1)[-2].sequence
-    _flip(torn, torn.stat().st_size - 3)
+    os.truncate(torn, torn.stat().st_size - 3)
     code, out, err = run(capsys, "repair", "--data-dir", str(data_dir))
     assert (code, err) == (0, [])
     assert out[0] == f"{directory}: repaired, last record 6"
@@ -196,3 +217,16 @@ def test_check_shows_a_journal_set_aside_as_damaged(data_dir: Path, capsys: pyte
                         "the replica waits for its peer"]
     [line] = run(capsys, "check", "--data-dir", str(data_dir), "--json", "--partition", "0")[1][1:]
     assert json.loads(line)["set_aside"].startswith("set aside as damaged: a checksum mismatch")
+
+
+def test_check_shows_a_backup_awaiting_its_prime(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its journal is marked, not damaged: the records are an older state of the partition, kept."""
+    directory = data_dir / "nodes" / "node-1" / "journal" / "partition-0"
+    Journal(directory, partition=0).await_prime(7)
+    code, out, _ = run(capsys, "check", "--data-dir", str(data_dir))
+    assert code == 0
+    assert out[-2:] == [f"{directory}: OK, last good record 36 (no snapshot)",
+                        "  a backup awaiting its prime at epoch 7: its records are an older state of the partition, "
+                        "kept; its replica leads from them only when no copy is newer"]
+    line = run(capsys, "check", "--data-dir", str(data_dir), "--json", "--partition", "0")[1][-1]
+    assert (json.loads(line)["awaiting_prime"], json.loads(line)["set_aside"]) == (7, None)

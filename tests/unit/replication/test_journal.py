@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replication.journal import (
+    DAMAGED_EPOCH,
     DEFAULT_FSYNC,
     MAX_RECORD,
     FsyncMode,
@@ -27,7 +28,12 @@ from replication.journal import (
     JournalError,
     JournalGap,
     JournalWriteError,
+    Held,
     Record,
+    awaiting_prime,
+    held,
+    held_epoch,
+    partition_directory,
     read_segment,
     record_row,
 )
@@ -265,6 +271,66 @@ def test_the_epoch_survives_a_restart(tmp_path: Path) -> None:
     assert again.epoch == 9
     assert sorted(p.name for p in tmp_path.iterdir()) == ["EPOCH", "LOCK"]
     again.close()
+
+
+def test_a_journal_awaiting_its_prime_is_weighed_at_the_epoch_of_the_state_it_holds(tmp_path: Path) -> None:
+    """A backup told to follow at epoch 5 marks its journal (it may not lead from it) and saves
+    no epoch: a restarted cluster weighs its records, kept, at the epoch it held them at. The
+    prime's reset records epoch 5 and lifts the mark."""
+    directory = partition_directory(tmp_path, 0)
+    _, _, journal = recover(directory)
+    journal.set_epoch(2)
+    journal.append(batch(0, 4), 1)
+    journal.await_prime(5)
+    assert journal.damaged is not None and journal.damaged["awaiting_prime"] == 5 and awaiting_prime(journal.damaged)
+    assert journal.epoch == 2 and held_epoch(tmp_path, 0) == 2 and held(tmp_path, 0) == Held(2, 4)
+    journal.await_prime(6)  # told again, at a newer epoch, before any prime
+    assert journal.damaged is not None and journal.damaged["awaiting_prime"] == 6 and journal.epoch == 2
+    journal.close()
+    _, changes, again = recover(directory)  # a restarted replica still has its records, and the mark
+    assert changes == batch(0, 4) and again.epoch == 2 and awaiting_prime(again.damaged)
+    again.reset([TopicState("p/a", "STRING", [], value(1))], 40)
+    assert again.damaged is None and again.epoch == 6 and held(tmp_path, 0) == Held(6, 40)
+    again.close()
+
+
+def test_a_mark_of_a_journal_set_aside_stays_while_it_awaits_its_prime(tmp_path: Path) -> None:
+    """Its files went (it holds nothing): it says so until the prime, which records the epoch."""
+    directory = partition_directory(tmp_path, 0)
+    _, _, journal = recover(directory)
+    journal.set_epoch(3)
+    journal.append(batch(0, 4), 1)
+    journal.close()
+    aside = Journal(directory)
+    aside.set_aside("a checksum mismatch", 77)
+    aside.recover()
+    aside.await_prime(4)
+    mark = aside.damaged
+    assert mark is not None and mark["files"] == "damaged-77" and mark["awaiting_prime"] == 4
+    assert not awaiting_prime(mark) and held(tmp_path, 0) == Held(DAMAGED_EPOCH, 0)
+    aside.reset([], 9)
+    assert aside.damaged is None and held(tmp_path, 0) == Held(4, 9)
+    aside.close()
+
+
+def test_a_journal_trusted_after_all_is_weighed_as_a_whole_one(tmp_path: Path) -> None:
+    """Its replica took over from it, placed from every copy's journal with none newer."""
+    directory = partition_directory(tmp_path, 0)
+    _, _, journal = recover(directory)
+    journal.append(batch(0, 3), 1)
+    journal.await_prime(4)
+    journal.set_epoch(5)  # it became the primary at epoch 5
+    journal.trust()
+    assert journal.damaged is None and held(tmp_path, 0) == Held(5, 3)
+    journal.trust()  # nothing to lift
+    journal.close()
+
+
+def test_a_mark_on_nothing_holds_nothing(tmp_path: Path) -> None:
+    """A new backup, never primed, has no journal to weigh."""
+    journal = Journal(partition_directory(tmp_path, 0))
+    journal.await_prime(3)
+    assert journal.damaged is not None and held_epoch(tmp_path, 0) is None and held(tmp_path, 0) is None
 
 
 def test_fsync_policies_parse() -> None:
@@ -517,6 +583,24 @@ def test_a_torn_tail_is_cut_at_every_offset_of_the_last_record(tmp_path: Path, c
         assert changes == expected + batch(200, 2)
         journal.close()
         shutil.rmtree(work)
+
+
+def test_a_bad_last_record_is_damage_not_a_torn_tail(tmp_path: Path) -> None:
+    """Every byte of the last frame is there but its checksum fails: no write cut short leaves
+    that, and under ``always`` its record may have been acknowledged. Recovery refuses it
+    rather than cut it, and changes nothing; ``repair`` cuts it."""
+    template = tmp_path / "template"
+    segment, start, end = _template(template)
+    for offset in (start, start + 4, start + 9, end - 1):  # the length, the checksum, the payload
+        work = tmp_path / f"flip-{offset}"
+        shutil.copytree(template, work)
+        _flip(work / segment.name, offset)
+        with pytest.raises(JournalCorrupt, match=f"corrupt at offset {start}: .*it ends the journal"):
+            recover(work)
+        assert (work / segment.name).stat().st_size == end
+        _, changes, journal = recover(work, repair=True)
+        assert changes == batch(0, 3) + batch(3, 3) + batch(6, 3), offset
+        journal.close()
 
 
 def test_a_torn_first_write_of_a_segment_is_cut(tmp_path: Path) -> None:

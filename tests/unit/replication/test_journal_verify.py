@@ -17,11 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replication.journal import (
+    Held,
     Journal,
     JournalCorrupt,
     JournalError,
     ProblemKind,
     Verification,
+    held,
+    partition_directory,
     read_segment,
     verify,
 )
@@ -101,16 +104,76 @@ def test_a_flipped_bit_in_a_closed_segment_is_damage(tmp_path: Path) -> None:
     assert v.last_sequence == first == recovered(tmp_path, repair=True).last_sequence
 
 
-def test_a_flipped_bit_in_the_last_frame_of_the_last_segment_is_a_torn_tail(tmp_path: Path) -> None:
+def last_frame(path: Path) -> tuple[int, int]:
+    """The offset and the length of the last frame of ``path``."""
+    data = path.read_bytes()
+    offset = 0
+    while True:
+        length = int.from_bytes(data[offset:offset + 4], "little")
+        if offset + 8 + length >= len(data):
+            return offset, length
+        offset += 8 + length
+
+
+def test_a_last_frame_cut_short_is_a_torn_tail(tmp_path: Path) -> None:
     write(tmp_path)
     last = segments(tmp_path)[-1]
     records = read_segment(last, 0)
-    _flip(last, last.stat().st_size - 3)
+    os.truncate(last, last.stat().st_size - 3)
     v = checked(tmp_path)
     assert not v.damaged and v.worst is ProblemKind.TORN_TAIL
     [problem] = v.problems
     assert problem.torn_tail and problem.path == last and "recovery would cut" in problem.reason
+    assert problem.reason.startswith("a frame cut short")
     assert v.last_sequence == records[-2].sequence == recovered(tmp_path).last_sequence
+
+
+def test_a_flipped_bit_in_the_last_frame_of_the_last_segment_is_damage(tmp_path: Path) -> None:
+    """The frame's bytes are all there: no write cut short leaves it so, and under ``always``
+    its record may have been acknowledged. Recovery refuses it (a peer primes the replica
+    again), a restarted cluster trusts a whole copy first, and ``repair`` cuts it, keeping
+    the segment as ``*.corrupt``."""
+    directory = partition_directory(tmp_path, 0)
+    write(directory)
+    last = segments(directory)[-1]
+    records = read_segment(last, 0)
+    assert held(tmp_path, 0) == Held(0, records[-1].sequence)
+    _flip(last, last.stat().st_size - 3)
+    v = checked(directory)
+    assert v.damaged and v.worst is ProblemKind.DAMAGE
+    [problem] = v.problems
+    assert problem.path == last and problem.offset == last_frame(last)[0]
+    assert problem.reason.startswith("checksum mismatch; it ends the journal, but a write cut short leaves no such")
+    with pytest.raises(JournalCorrupt, match="checksum mismatch; it ends the journal"):
+        recovered(directory)
+    assert held(tmp_path, 0) == Held(-1, 0)
+    repaired = recovered(directory, repair=True)
+    assert v.last_sequence == records[-2].sequence == repaired.last_sequence
+    assert (directory / (last.name + ".corrupt")).exists() and checked(directory).problems == ()
+
+
+def test_a_last_frame_whose_length_went_bad_is_damage(tmp_path: Path) -> None:
+    """Its length runs past the end of the file, as a frame cut short, but the bytes there match
+    its checksum: they are the whole record, and its length field went bad."""
+    write(tmp_path)
+    last = segments(tmp_path)[-1]
+    offset, length = last_frame(last)
+    data = bytearray(last.read_bytes())
+    data[offset:offset + 4] = (length + 64).to_bytes(4, "little")
+    last.write_bytes(bytes(data))
+    [problem] = checked(tmp_path).problems
+    assert problem.kind is ProblemKind.DAMAGE and problem.offset == offset
+    assert f"a frame length of {length + 64} bytes past the end of the file" in problem.reason
+
+
+def test_zero_bytes_after_the_last_frame_are_a_torn_tail(tmp_path: Path) -> None:
+    """What a file that grew before its bytes reached the disk reads as after a crash."""
+    write(tmp_path)
+    last = segments(tmp_path)[-1]
+    size = last.stat().st_size
+    os.truncate(last, size + 100)
+    [problem] = checked(tmp_path).problems
+    assert problem.torn_tail and problem.offset == size and problem.reason.startswith("100 zero bytes")
 
 
 def test_a_segment_cut_short_in_the_middle_is_damage(tmp_path: Path) -> None:

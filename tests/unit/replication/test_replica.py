@@ -19,6 +19,7 @@ from replication.replica import (
     STOP_CONNECTING,
     Abort,
     Address,
+    AwaitPrime,
     Connect,
     DropLinks,
     Image,
@@ -35,6 +36,12 @@ from replication.replica import (
 from topics.protocol import Follow, Hello, Prime, ProtocolError, Replicate, Superseded
 
 B = Address("b", 2, "secret-b")
+
+
+def typed(effects: Any) -> list[tuple[type, Any]]:
+    """Effects with their types: effects of the same fields compare equal (``SaveEpoch(3) ==
+    AwaitPrime(3)``, ``RELEASE == DROP_LINKS``), as the tuples they are."""
+    return [(type(effect), effect) for effect in effects]
 
 
 class Stream:
@@ -136,7 +143,7 @@ def test_a_handover_with_nothing_waiting_is_done_at_once_and_stops_applying() ->
 def test_set_backup_primes_it_in_chunks_then_connects() -> None:
     r = replica(sequence=4, states=5)
     effects = r.set_backup(2, B)
-    assert effects == [SaveEpoch(2), Connect(B, 0, 1)]
+    assert typed(effects) == typed([SaveEpoch(2), Connect(B, 0, 1)])
     assert r.epoch == 2 and r.backup == B and r.stream is None and not r.caught_up
     assert r.pending == [Prime(1, 4, [[0], [1]], False, 77), Prime(2, 4, [[2], [3]], False, 77),
                          Prime(3, 4, [[4]], True, 77)]
@@ -232,7 +239,7 @@ def test_going_on_alone_releases_everything_that_waited() -> None:
     r, s = with_backup()
     batch(r, "w1")
     batch(r, "w2")
-    assert r.set_backup(3, None) == [SaveEpoch(3), Abort(s), RELEASE]
+    assert typed(r.set_backup(3, None)) == typed([SaveEpoch(3), Abort(s), RELEASE])
     assert released(r) == ["w1", "w2"] and r.backup is None and r.acked == r.sent
     batch(r, "w3")
     assert released_now == ["w3"]
@@ -305,13 +312,29 @@ def test_only_a_backup_follows(role: Role) -> None:
 def test_a_demoted_primary_drops_its_links_unless_it_handed_over() -> None:
     r, s = with_backup()
     batch(r, "w1")
-    assert r.become_backup(3) == [SaveEpoch(3), Abort(s), DROP_LINKS]
+    assert typed(r.become_backup(3)) == typed([AwaitPrime(3), Abort(s), DROP_LINKS])
     assert r.role is Role.BACKUP and not r.primed and r.outbox == deque() and r.acked == r.sent
     assert released(r) == []
 
     r, s = with_backup()
     assert r.handover() is False
-    assert r.become_backup(3) == [SaveEpoch(3), Abort(s)] and not r.handing_over
+    assert typed(r.become_backup(3)) == typed([SaveEpoch(3), Abort(s)]) and not r.handing_over  # drained: whole
+
+
+def test_a_backup_saves_no_epoch_before_its_prime_but_awaits_it() -> None:
+    """Its journal holds an older state (or none) until the prime: it is marked first, and no
+    SaveEpoch says that it holds the new epoch's state. A primary that handed over and drained
+    saves it, unmarked: its journal holds the state the new primary starts from."""
+    demoted, _ = with_backup()
+    batch(demoted, "w1")  # not drained: the new primary may not hold w1
+    for r in (replica(role=Role.IDLE, epoch=1), demoted):
+        effects = r.become_backup(3)
+        assert type(effects[0]) is AwaitPrime and effects[0].epoch == 3
+        assert not [e for e in effects if type(e) is SaveEpoch] and r.epoch == 3
+    drained, _ = with_backup()
+    assert drained.handover() is False
+    effects = drained.become_backup(3)
+    assert typed(effects[:1]) == typed([SaveEpoch(3)]) and not [e for e in effects if type(e) is AwaitPrime]
 
 
 def test_a_handover_waits_until_the_outbox_drains() -> None:
@@ -353,7 +376,7 @@ def test_a_primed_backup_takes_over_and_drops_its_primary_stream() -> None:
     assert r.prime_part(Prime(1, 9, [[1]], True), ["state"]) == (["state"], [])
     r.primed_at(9)
     effects = r.become_primary(3, B, None)
-    assert effects[:2] == [SaveEpoch(3), Abort(s)] and isinstance(effects[-1], Connect)
+    assert typed(effects[:2]) == typed([SaveEpoch(3), Abort(s)]) and isinstance(effects[-1], Connect)
     assert r.role is Role.PRIMARY and r.since == 3 and r.follower is None and r.sequence == 9
     assert all(isinstance(f, Prime) and f.sequence == 9 for f in r.pending)
     r.become_primary(4, None, None)
@@ -363,7 +386,7 @@ def test_a_primed_backup_takes_over_and_drops_its_primary_stream() -> None:
 def test_an_idle_replica_becomes_primary_alone() -> None:
     r = replica(role=Role.IDLE, epoch=0)
     assert not r.accepts_batches()
-    assert r.become_primary(1, None, None) == [SaveEpoch(1), RELEASE]
+    assert typed(r.become_primary(1, None, None)) == typed([SaveEpoch(1), RELEASE])
     assert r.accepts_batches() and r.since == 1
 
 
@@ -380,7 +403,7 @@ def test_stop_drops_the_backup_stream_or_the_attempt() -> None:
 
 def primed_backup(sequence: int = 9) -> tuple[Replica, Stream]:
     r = replica(role=Role.IDLE)
-    assert r.become_backup(2) == [SaveEpoch(2)] and r.role is Role.BACKUP and not r.primed
+    assert typed(r.become_backup(2)) == typed([AwaitPrime(2)]) and r.role is Role.BACKUP and not r.primed
     s = Stream("p")
     assert r.follow(s, 2) == NOTHING and r.follower is s
     for n, final in enumerate((False, True), 1):
@@ -445,7 +468,7 @@ def test_become_backup_keeps_a_follower_of_its_epoch_but_unprimes_it() -> None:
     """The stream of a primary that followed at the placement's epoch stays; its batches are
     refused, but a new prime from it is taken."""
     r, s = primed_backup()
-    assert r.become_backup(2) == []
+    assert typed(r.become_backup(2)) == typed([AwaitPrime(2)])  # its journal awaits the new prime
     assert r.follower is s and not r.primed
     with pytest.raises(ProtocolError, match="before the prime is complete"):
         r.from_primary(s, Replicate(3, 10, 0, [], []))
@@ -459,7 +482,7 @@ def test_become_backup_at_a_newer_epoch_drops_an_older_follower() -> None:
     """F4: a follower of epoch 2 is dropped by the placement at epoch 3, so that a prime in
     flight on it never primes the backup at epoch 3 (seed 632 of the simulator)."""
     r, s = primed_backup()
-    assert r.become_backup(3) == [SaveEpoch(3), Abort(s)]
+    assert typed(r.become_backup(3)) == typed([AwaitPrime(3), Abort(s)])
     assert r.follower is None and not r.primed and r.priming is None
     with pytest.raises(ProtocolError, match="follows no primary"):
         r.from_primary(s, Prime(4, 9, [], True))
@@ -508,6 +531,7 @@ class Node:
             image=lambda: Image([[t] for t in sorted(self.tokens)], 0), prime_chunk=2, retry_ms=200)
         self.connect: Connect | None = None
         self.saved = 0  # the durable epoch
+        self.awaiting: int | None = None  # the epoch its journal awaits a prime at (AwaitPrime)
         self.serials = 0
         self.released = 0  # the last serial written
         self.last_id = 0  # the last frame id seen leaving
@@ -538,7 +562,10 @@ class World:
             match effect:
                 case SaveEpoch(epoch):
                     assert epoch >= node.saved, "an epoch went back"
-                    node.saved = epoch
+                    node.saved, node.awaiting = epoch, None
+                case AwaitPrime(epoch):
+                    assert epoch >= node.saved, "a backup awaits a prime of an older epoch"
+                    node.awaiting = epoch
                 case Connect():
                     node.connect = effect
                 case StopConnecting():
@@ -674,6 +701,8 @@ class World:
                     link.up.append((frame, None))
                     return
                 node.tokens = set(got[0])
+                if node.awaiting is not None:  # the journal's reset records the epoch it awaited
+                    node.saved, node.awaiting = node.awaiting, None
                 state.primed_at(frame.sequence)
                 self.stats["primed"] += 1
                 expected = frame.sequence
@@ -745,7 +774,9 @@ class World:
             assert state.acked <= state.sent and state.prime_id <= state.sent
             assert not state.caught_up or state.acked >= state.prime_id
             assert state.stream is None or state.connecting == 0
-            assert node.saved == state.epoch, "an epoch not saved"
+            # durable: the epoch, or, while its journal awaits a prime, the epoch awaited
+            assert (node.saved if node.awaiting is None else node.awaiting) == state.epoch, "an epoch not saved"
+            assert node.awaiting is None or (state.role is Role.BACKUP and not state.primed)
 
 
 PICK = st.integers(0, 5)  # which of the candidates (modulo their number)
