@@ -261,6 +261,18 @@ async def test_the_head_node_is_lost_and_comes_back(tmp_path: Path, redis: str) 
                         break
                     assert loop.time() < deadline, f"cluster_status was never refused UNAVAILABLE: {answered}"
                     await asyncio.sleep(0.1)
+
+            async def make_view() -> bool:
+                """A configuration change (committed by the log's writer, on the head) is made whole once
+                the writer is back, or refused UNAVAILABLE: never half-made, never left unanswered."""
+                async with canopy.connect(survivor, *ADMIN, reconnect_timeout=0) as admin:
+                    try:
+                        await asyncio.wait_for(admin.views.create("during", "map ?src// to during/<path(1)>"), 90)
+                        return True
+                    except errors.UnavailableError:
+                        return False
+
+            making = asyncio.ensure_future(make_view())
             # ... the partitions serve on: writes are acknowledged through the surviving gateways; the
             # stall is measured over the outage's first 6 s (of 8), before node-2's crash below
             await progressed(work, timeout=8)
@@ -281,6 +293,10 @@ async def test_the_head_node_is_lost_and_comes_back(tmp_path: Path, redis: str) 
                 lambda: healthy_without("node-2")(srv), FAILOVER, "node-2's partitions failed over"))
             healthy_at = time.monotonic()
             assert any(g["node"] == "node-0" and not g.get("lost") for g in after["gateways"]), after["gateways"]
+            view_made = await making
+            async with canopy.connect(survivor, *ADMIN) as admin:
+                views = {v.name for v in await admin.views.list()}
+            assert ("during" in views) == view_made, (view_made, views)
             await progressed(work, timeout=FAILOVER)
             await finish(work, urls=survivor)
         finally:
@@ -289,7 +305,8 @@ async def test_the_head_node_is_lost_and_comes_back(tmp_path: Path, redis: str) 
         report = check(work.history)
         print(f"[cluster] head killed for 8 s (back after {back_at - killed_at:.1f} s): the longest write stall "
               f"through the surviving gateways in its first 6 s was {stall:.2f} s; healthy again {healthy_at - back_at:.1f} s after the "
-              f"head was back (node-2 crashed meanwhile, failed over): {report}")
+              f"head was back (node-2 crashed meanwhile, failed over); a view asked for while it was down was "
+              f"{'made' if view_made else 'refused UNAVAILABLE'}: {report}")
         assert report.valid, report
         assert report.acknowledged > 100 and not work.ended, (report, work.ended)
         assert stall <= 2.0, f"writes stalled {stall:.2f} s while the head was down"
