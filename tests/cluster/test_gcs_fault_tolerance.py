@@ -92,13 +92,14 @@ def test_a_gcs_restart_or_head_kill_is_refused_without_redis(tmp_path: Path) -> 
     cluster of the other cluster tests has no Redis (see test_node_actions_are_checked)."""
     from actors.node_control import NodeActionError, NodeControl
 
-    for control, words in [
-        (NodeControl(3, None, gcs_redis=False), "keeps its tables in memory only"),
-        (NodeControl(1, None, gcs_redis=True), "only a cluster started with --local-nodes"),
-    ]:
-        with pytest.raises(NodeActionError) as refused:
-            control.act("restart-gcs", None, 2.0, False, [])
-        assert refused.value.code == "REFUSED" and words in str(refused.value), refused.value
+    for action in ("restart-gcs", "kill-head"):
+        for control, words in [
+            (NodeControl(3, None, gcs_redis=False), "keeps its tables in memory only"),
+            (NodeControl(1, None, gcs_redis=True), "only a cluster started with --local-nodes"),
+        ]:
+            with pytest.raises(NodeActionError) as refused:
+                control.act(action, None, 2.0, False, [])
+            assert refused.value.code == "REFUSED" and words in str(refused.value), (action, refused.value)
     control = NodeControl(3, None, gcs_redis=True, gcs_reconnect_timeout=20)
     with pytest.raises(NodeActionError) as bad:
         control.act("restart-gcs", None, 11.0, False, [])
@@ -109,14 +110,7 @@ def test_a_gcs_restart_or_head_kill_is_refused_without_redis(tmp_path: Path) -> 
     with pytest.raises(NodeActionError, match="already asked for"):  # one outage at a time
         control.act("kill-head", None, 3.0, False, [])
     assert control.take_gcs_restart() == 3.0 and control.take_gcs_restart() is None
-    # the head's loss: the same checks, and serve is told apart
-    for control, words in [
-        (NodeControl(3, None, gcs_redis=False), "keeps its tables in memory only"),
-        (NodeControl(1, None, gcs_redis=True), "only a cluster started with --local-nodes"),
-    ]:
-        with pytest.raises(NodeActionError) as refused:
-            control.act("kill-head", None, 2.0, False, [])
-        assert refused.value.code == "REFUSED" and words in str(refused.value), refused.value
+    # the head's loss: bounded the same way, and serve is told apart
     control = NodeControl(3, None, gcs_redis=True, gcs_reconnect_timeout=20)
     with pytest.raises(NodeActionError, match="kill head: an outage of 0 to 10 s"):
         control.act("kill-head", None, float("nan"), False, [])
