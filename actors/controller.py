@@ -43,6 +43,8 @@ STATUS_TIMEOUT = 3.0
 GUARD_STATS = ("login", "unexpected_errors", "connection_addresses")
 STOP_TIMEOUT = 15.0
 RECOVER_TIMEOUT = 60.0
+#: how long a restarted controller waits for each node's configuration copy before making it again
+AGENT_TIMEOUT = 10.0
 #: restarts in a minute after which an actor counts as dead for good
 CRASH_LOOP = 5
 #: how many security changes the stored store remembers by id (see ``update_security``)
@@ -317,6 +319,13 @@ class ControllerActor:
         self.agents = {}
         for name, node in alive.items():
             self.agents[name] = ray.get_actor(names.agent(name)) if names.agent(name) in listed else self._agent(node)
+        # a copy that went with its node is replaced (the head came back under a new Ray id; Ray may
+        # not have released the dead copy's name yet): the log's writer needs a majority that answers
+        answered = _gather({name: agent.state.remote() for name, agent in self.agents.items()}, AGENT_TIMEOUT)
+        remade = []
+        for name in sorted(set(self.agents) - set(answered)):
+            self.agents[name] = _replace(self.agents[name], lambda node=alive[name]: self._agent(node))
+            remade.append(f"the configuration copy on {name} did not answer; made again")
         self.config_log = ray.get_actor(names.CONFIG_LOG)
         documents = ray.get(self.config_log.start.remote(self.agents), timeout=START_TIMEOUT)
         stored = self._stored_security(documents.get("security"))
@@ -342,7 +351,7 @@ class ControllerActor:
             self.gateway_nodes.append(node or "")
             self.gateway_info.append(info or {"gateway": names.gateway(k), "url": None, "lost": True})
         serving = {n: ray.get_actor(n) for n in listed if re.fullmatch(names.REPLICA_NAME, n)}
-        self._adopted = self.replicas.adopt(alive, serving)
+        self._adopted = remade + self.replicas.adopt(alive, serving)
         for name, handle in ((names.SESSION_TREES, self.session_trees), (names.VIEWS, self.views)):
             if handle is None:  # went with its node while no controller ran
                 self._make_service(name, self._aside(nodes))

@@ -278,10 +278,12 @@ async def test_the_head_node_is_lost_and_comes_back(tmp_path: Path, redis: str) 
             # a worker node crashes while the head is down (its raylet and everything under it)
             raylet = local_node(srv, "node-2")["raylet_pid"]
             processes.crash(raylet)
+            lately = lambda: srv.lines[-25:]  # noqa: E731
             back_at = await loop.run_in_executor(None, lambda: wait_for(
-                said("the head node is back"), 60, "the head to come back"))
+                said("the head node is back"), 60, "the head to come back", describe=lately))
             await loop.run_in_executor(None, lambda: wait_for(
-                said("controller (ControllerActor) is back and serving"), 150, "the controller to take over"))
+                said("controller (ControllerActor) is back and serving"), 150, "the controller to take over",
+                describe=lately))
             # node-2's partitions fail over once the controller is back, to node-1 with backups on the new head
             after = await loop.run_in_executor(None, lambda: wait_for(
                 lambda: healthy_without("node-2")(srv), FAILOVER, "node-2's partitions failed over"))
