@@ -61,3 +61,24 @@ def test_the_error_crosses_process_boundaries_with_its_code() -> None:
 
     error = pickle.loads(pickle.dumps(NodeActionError("REFUSED", "why")))
     assert error.code == "REFUSED" and str(error) == "why"
+
+
+def test_a_partition_is_checked_before_serve_is_asked() -> None:
+    nodes = [node("node-0"), node("node-1"), node("node-2"), node("node-3", alive=False)]
+    flat = NodeControl(3, None)  # no network namespaces: nothing to cut
+    without = refused(flat, "partition", "node-1", 5.0, False, nodes)
+    assert without.code == "REFUSED" and "--node-namespaces" in str(without)
+    control = NodeControl(3, None, namespaces=True)
+    for seconds in (0.0, -1.0, float("nan"), 3601.0):
+        assert refused(control, "partition", "node-1", seconds, False, nodes).code == "INVALID_REQUEST"
+    assert refused(control, "partition", "node-3", 5.0, False, nodes).code == "NO_SUCH_NODE"  # dead
+    assert refused(control, "partition", None, 5.0, False, nodes).code == "NO_SUCH_NODE"
+    for peers in ([], ["node-1"], ["node-3"], ["eu-1"]):  # none, itself, a dead one, an unknown one
+        assert refused(control, "partition", "node-1", 5.0, False, nodes, {"peers": peers}).code == "INVALID_REQUEST"
+    with pytest.raises(NodeActionError, match="direction 'sideways'"):
+        control.act("partition", "node-1", 5.0, False, nodes, {"direction": "sideways"})
+    assert control.take_partitions() == []  # nothing refused was queued
+    done = control.act("partition", "node-1", 5.0, False, nodes, {"peers": ["node-2", "node-2"], "direction": "out"})
+    assert done == {"action": "partition", "node": "node-1", "peers": ["node-2"], "direction": "out", "seconds": 5.0}
+    control.act("partition", "node-2", 2.0, False, nodes)
+    assert [c["node"] for c in control.take_partitions()] == ["node-1", "node-2"] and control.take_partitions() == []
