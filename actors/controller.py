@@ -30,7 +30,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors import configuration, gateway, names, partition, session_trees, views
 from actors.locks import LockKeeper
 from actors.node_control import NodeControl
-from actors.replicas import ReplicaSet
+from actors.replicas import NodeLeft, ReplicaSet
 from replication.configuration import SECURITY_FILE, SESSION_TREES_FILE, VIEWS_FILE
 from replication.nodes import LABEL, Node, alive_by_name, from_ray
 from sessions.collectors import CollectorError, Collectors, from_dict
@@ -205,7 +205,7 @@ class ControllerActor:
     replicated configuration log (:mod:`actors.configuration`) and pushes the new
     version to the gateways before answering."""
 
-    def __init__(self, config: dict[str, Any], home_node: str | None = None) -> None:
+    def __init__(self, config: dict[str, Any], home_node: str | None = None, adopt: bool = False) -> None:
         self.config = config
         self.home_node = home_node
         self.replicas = ReplicaSet(config, config["partitions"])
@@ -243,7 +243,7 @@ class ControllerActor:
                                         bool(config.get("node_namespaces")))
         #: what taking the instance over after a restart of this actor did (said by the next check)
         self._adopted: list[str] = []
-        if _restarted():
+        if adopt or _restarted():  # adopt: serve made this one after Ray gave the last one up
             self._adopt()
 
     def _security_document(self, store: SecurityStore) -> dict[str, Any]:
@@ -299,6 +299,51 @@ class ControllerActor:
         """The primary replica of each partition."""
         return [r.handle for r in self.replicas.routes()] if self.replicas.placements else []
 
+    def _start_replicas(self) -> list[Any]:
+        """Start the partitions on the alive nodes (the home node first, which it returns); when
+        a node leaves before its journals are read, read Ray's nodes again and start over, for
+        up to :data:`START_TIMEOUT`."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            nodes = self._nodes()
+            try:
+                self.replicas.start({n.name: n for n in nodes})
+                return nodes
+            except NodeLeft as e:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("%s; reading the nodes again", e)
+                time.sleep(1.0)
+
+    def _recover_config_log(self, listed: set[str], nodes: list[Any]) -> tuple[dict[str, Any], bool]:
+        """The configuration log's writer, recovered from the copies (it outlives a controller);
+        made again on this node when it is gone: Ray gives up a detached actor held to a node by
+        its label when the node is declared dead before it comes back (the head, after a long
+        outage under load). Its documents, and whether it was made again."""
+        if names.CONFIG_LOG in listed:
+            try:
+                self.config_log = ray.get_actor(names.CONFIG_LOG)
+                return ray.get(self.config_log.start.remote(self.agents), timeout=START_TIMEOUT), False
+            except (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnschedulableError, ValueError) as e:
+                log.warning("the configuration log's writer is gone (%s); making it again", death_reason(e))
+                try:
+                    ray.kill(self.config_log, no_restart=True)
+                except Exception:
+                    pass
+        deadline = time.monotonic() + START_TIMEOUT
+        home = nodes[0]  # this controller's node (the home node first)
+        while True:
+            try:
+                self.config_log = configuration.log_class().options(
+                    name=names.CONFIG_LOG, lifetime="detached", **on_node(home)
+                ).remote()
+                break
+            except ValueError:  # Ray has not released the dead writer's name yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        return ray.get(self.config_log.start.remote(self.agents), timeout=START_TIMEOUT), True
+
     def _adopt(self) -> None:
         """Ray restarted this actor (its process died): take over the instance from the
         actors that serve it, which outlive it (they are detached). The configuration log
@@ -326,13 +371,17 @@ class ControllerActor:
         for name in sorted(set(self.agents) - set(answered)):
             self.agents[name] = _replace(self.agents[name], lambda node=alive[name]: self._agent(node))
             remade.append(f"the configuration copy on {name} did not answer; made again")
-        self.config_log = ray.get_actor(names.CONFIG_LOG)
-        documents = ray.get(self.config_log.start.remote(self.agents), timeout=START_TIMEOUT)
+        documents, log_remade = self._recover_config_log(listed, nodes)
+        if log_remade:
+            remade.append("the configuration log's writer was gone; made again")
         stored = self._stored_security(documents.get("security"))
         if stored is not None:
             self.security = SecurityStore.from_dict(stored)
         self.session_trees = ray.get_actor(names.SESSION_TREES) if names.SESSION_TREES in listed else None
         self.views = ray.get_actor(names.VIEWS) if names.VIEWS in listed else None
+        if log_remade:  # they commit their changes through the writer
+            ray.get([h.set_config_log.remote(self.config_log) for h in (self.session_trees, self.views)
+                     if h is not None], timeout=RECOVER_TIMEOUT)
         self._fanout_defs(documents.get("fanout"))
         self.fanouts = {name: ray.get_actor(f"fanout-{name}") for name in self.fanout_defs if f"fanout-{name}" in listed}
         self.collectors = _stored_collectors(documents.get("collectors"))
@@ -359,6 +408,9 @@ class ControllerActor:
         self._routes_pushed = [(r.epoch, r.node) for r in self.replicas.routes()]
         security = self.security.to_dict()
         live = self._live_gateways()
+        # first: a controller serve made anew (not restarted by Ray) is a new actor the gateways must ask
+        me = ray.get_runtime_context().current_actor
+        ray.get([g.set_controller.remote(me) for g in live], timeout=RECOVER_TIMEOUT)
         ray.get([g.set_security.remote(security) for g in live] + [g.set_routes.remote(self.replicas.routes())
                                                                      for g in live]
                 + [g.set_peers.remote(live) for g in live]
@@ -372,8 +424,7 @@ class ControllerActor:
         gateway_cls = gateway.remote_class()
         try:
             port = self.config["port"]
-            nodes = self._nodes()
-            self.replicas.start({n.name: n for n in nodes})
+            nodes = self._start_replicas()
             routes = self.replicas.routes()
             self._routes_pushed = [(r.epoch, r.node) for r in routes]
             # the log's writer on the controller's node (Ray restarts both there when that node

@@ -586,6 +586,11 @@ class GatewayActor:
             self._started = await self.core.start(ray.get_actor(names.CONTROLLER), ray.get_actor(names.VIEWS))
         return self._started
 
+    async def set_controller(self, controller: Any) -> None:
+        """The controller serve made after Ray gave the last one up for good (a new actor under
+        the same name: the old handle answers nothing any more)."""
+        self.core.ctx.controller = controller
+
     async def set_services(self, views: Any, session_trees: Any) -> None:
         """The view evaluator and the session tree actor, after one moved to another node."""
         self.core.ctx.views = views

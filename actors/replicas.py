@@ -69,6 +69,11 @@ class ReplicaError(RuntimeError):
     pass
 
 
+class NodeLeft(ReplicaError):
+    """A node given to :meth:`ReplicaSet.start` left before its journals were read: the
+    caller reads Ray's nodes again and starts over (nothing was placed yet)."""
+
+
 def held_epochs(directory: str, count: int) -> dict[int, tuple[int, int]]:
     """The partitions whose journal is in ``directory``, each with the epoch it was last
     given and the last record it gives back, every file read back first
@@ -101,15 +106,20 @@ class ReplicaSet:
     # -- start ----------------------------------------------------------------
 
     def start(self, nodes: dict[str, Node]) -> None:
-        self.nodes = dict(nodes)
         held: dict[int, dict[str, tuple[int, int]]] = {}
         names = sorted(nodes)
-        answers = ray.get([
-            _held_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[n].id, soft=False)).remote(
-                nodes[n].data_dir(self.config["data_dir"]), self.count
-            )
-            for n in names
-        ], timeout=HELD_TIMEOUT)
+        try:
+            answers = ray.get([
+                _held_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[n].id, soft=False)).remote(
+                    nodes[n].data_dir(self.config["data_dir"]), self.count
+                )
+                for n in names
+            ], timeout=HELD_TIMEOUT)
+        except ray.exceptions.TaskUnschedulableError as e:
+            # a node Ray listed alive went before its task ran (a restarted cluster's worker whose
+            # old raylet registered once more, then left): no journal of it was read, nothing placed
+            raise NodeLeft(f"a node left while the journals were read: {e}") from e
+        self.nodes = dict(nodes)
         for name, epochs in zip(names, answers):
             for i, epoch in epochs.items():
                 held.setdefault(i, {})[name] = epoch

@@ -23,7 +23,11 @@ def from_controller() -> Resolve:
                 handle = ray.get_actor(names.CONTROLLER)
             except ValueError:
                 return None
-        epoch, replica, node = await handle.route.remote(index)
+        try:
+            epoch, replica, node = await handle.route.remote(index)
+        except (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnschedulableError):
+            handle = None  # given up for good: serve makes a new one under the name; found at the next ask
+            raise
         return Route(epoch, replica, node)
 
     return resolve

@@ -37,6 +37,11 @@ class SessionTreeActor:
     def set_gateways(self, gateways: list[Any]) -> None:
         self._gateways = gateways
 
+    def set_config_log(self, config_log: Any) -> None:
+        """The configuration log's new writer (a controller that took the instance over made
+        it again: the old one went with the head and Ray gave it up)."""
+        self.config_log = config_log
+
     def snapshot(self) -> list[Any]:
         return self.trees.to_wire()
 

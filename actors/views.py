@@ -147,6 +147,11 @@ class ViewEvaluatorActor:
         """A token made when this process started: a new one means Ray restarted it."""
         return self._incarnation
 
+    async def set_config_log(self, config_log: Any) -> None:
+        """The configuration log's new writer (a controller that took the instance over made
+        it again: the old one went with the head and Ray gave it up)."""
+        self.config_log = config_log
+
     async def start(self) -> int:
         """Attach to the partitions and restore the stored views (once; again after a
         restart: the views rebuild their reference topics from the partitions); return

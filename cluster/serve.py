@@ -66,6 +66,8 @@ CONTROLLER_TIMEOUT = 30.0
 #: how long the controller may take to answer after the head came back (Ray reschedules it once it
 #: has declared the old head dead; it then takes the instance over)
 HEAD_TIMEOUT = 120.0
+#: how often serve makes a new controller that takes the instance over when Ray gives one up for good
+REVIVALS = 3
 EXIT_FAILED = 3
 
 RAY_TOKEN_FILE = "ray-auth-token"  # in the data directory, when ~/.ray cannot hold Ray's token
@@ -589,10 +591,11 @@ def _run(
     try:
         cls = controller_module.remote_class()
         home = ray.get_runtime_context().get_node_id()
+        settings = {**config.as_dict(), "data_dir": str(data_dir), "instance_id": _instance_id(config, data_dir)}
         try:
             controller = cls.options(
                 name=names.CONTROLLER, lifetime="detached", **controller_module.pinned(home),
-            ).remote({**config.as_dict(), "data_dir": str(data_dir), "instance_id": _instance_id(config, data_dir)}, home)
+            ).remote(settings, home)
         except ValueError:
             raise ServeError(_already_running(config)) from None
         try:
@@ -697,7 +700,25 @@ def _run(
                 f"raylet answer {time.monotonic() - began:.1f} s after their start, under node id {node_id[:8]}); "
                 "the controller comes back on it and takes the instance over")
             sys.stdout.flush()
-            controller = ray.get_actor(names.CONTROLLER)
+            try:
+                controller = ray.get_actor(names.CONTROLLER)
+            except ValueError:  # Ray gave it up while the head was away, and released its name
+                controller = revive("gone when the head came back")
+            return controller
+
+        def revive(why: str) -> Any:
+            """A controller that takes the instance over (``adopt``), on serve's node, for one Ray
+            gave up for good: held to the head by its label, it cannot be restarted when Ray
+            declares the old head dead before the new one registers (a long outage, a loaded
+            machine); or someone killed it for good (``ray kill``). Raises ValueError while Ray
+            still holds the old one's name."""
+            nonlocal controller
+            here = ray.get_runtime_context().get_node_id()
+            controller = cls.options(
+                name=names.CONTROLLER, lifetime="detached", **controller_module.pinned(here),
+            ).remote(settings, here, True)
+            out(f"canopy: Ray gave the controller up ({why}); a new one takes the instance over")
+            sys.stdout.flush()
             return controller
 
         cuts = Partitions(network, out, lambda name: add_node(name))
@@ -710,7 +731,7 @@ def _run(
         failure, controller_alive = _supervise(
             controller, stop, guard, out,
             {"add_node": add_node, "restart_gcs": restart_gcs, "kill_head": kill_head, "partition": cuts.start},
-            tick)
+            tick, revive)
         if not controller_alive:
             controller = None
         if failure is None:
@@ -802,18 +823,21 @@ def _supervise(
     out: Callable[[str], None],
     requests: dict[str, Callable[[str], Any]],
     tick: Callable[[], None] = lambda: None,
+    revive: Callable[[str], Any] | None = None,
 ) -> tuple[str | None, bool]:
     """Wait for a stop signal or a death: ``(None, True)`` when asked to stop, else
     ``(what died, whether the controller still answers)``. ``requests`` carries out
     what the controller asks serve for (``add_node``, ``restart_gcs``, ``kill_head``);
     one that returns a handle replaced the controller's (``kill_head``: serve connected
-    again), which may take up to :data:`CONTROLLER_TIMEOUT` to answer."""
+    again), which may take up to :data:`HEAD_TIMEOUT` to answer. A controller Ray gives up
+    for good is replaced by ``revive(why)`` (at most :data:`REVIVALS` times)."""
     import ray
 
     from actors.controller import death_reason
 
     down_since: float | None = None  # the controller crashed (Ray restarts it) or is unreachable
     limit = CONTROLLER_TIMEOUT  # how long it may take to come back
+    revived = 0
     while not stop.wait(HEALTH_INTERVAL):
         tick()
         try:
@@ -822,7 +846,17 @@ def _supervise(
             if down_since is not None and time.monotonic() - down_since < limit:
                 continue  # still coming back (after the head's loss: scheduled once Ray declares the old head dead)
             return f"the controller did not answer for {CONTROLLER_TIMEOUT:.0f} s", False
-        except ray.exceptions.RayActorError as e:  # crashed or unreachable: Ray restarts it, give it time
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError) as e:
+            # crashed or unreachable: Ray restarts it, give it time; given up after the head's loss: a new one
+            gone = isinstance(e, (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnschedulableError))
+            if gone and revive is not None and revived < REVIVALS:
+                try:
+                    controller = revive(death_reason(e))
+                    revived += 1
+                    down_since, limit = time.monotonic(), HEAD_TIMEOUT
+                except ValueError:
+                    pass  # its name is not released yet: again at the next check
+                continue
             if down_since is None:
                 down_since = time.monotonic()
                 out(f"canopy: {names.CONTROLLER} (ControllerActor) crashed: {death_reason(e)}; Ray restarts it")

@@ -31,7 +31,7 @@ def security_update(ctx: Context, sid: str, commands: Any) -> Any:
             return version
         except (ray.exceptions.ActorUnavailableError, ray.exceptions.ActorDiedError) as e:
             log.warning("the controller went away during security change %s (%s): asking its successor", change, e)
-        return await _outcome(ctx.controller, change)
+        return await _outcome(ctx, change)
 
     return updated()
 
@@ -40,15 +40,16 @@ def security_update(ctx: Context, sid: str, commands: Any) -> Any:
 OUTCOME_WAIT = 60.0
 
 
-async def _outcome(controller: Any, change: str) -> int:
+async def _outcome(ctx: Context, change: str) -> int:
     """Made or not made, never unsure: Ray restarts the controller, which recovers the
     store from the configuration log; the change was made iff the store it recovered
-    remembers the change's id."""
+    remembers the change's id. Asked of the gateway's current controller each time: one
+    Ray gave up for good is replaced by a new actor, which tells the gateways."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + OUTCOME_WAIT
     while True:
         try:
-            version: int | None = await controller.security_change.remote(change)
+            version: int | None = await ctx.controller.security_change.remote(change)
             break
         except Exception as e:
             if loop.time() > deadline:

@@ -12,6 +12,8 @@ import asyncio
 import json
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -228,6 +230,48 @@ class TestAHealthyCluster:
     def test_a_session_lock_is_one_lock_across_gateways(self, healthy: Server) -> None:
         now = wait_for(lambda: (s := status(healthy))["healthy"] and s, 60, "a healthy cluster")
         asyncio.run(locks_across_gateways(gateway_url(now, "node-1"), gateway_url(now, "node-2")))
+
+    def test_a_controller_ray_gave_up_is_made_again_and_takes_the_instance_over(self, healthy: Server) -> None:
+        """Ray gives a detached actor up for good when it cannot restart it (the head's label is
+        unknown when Ray declares the old head dead before the new one registers; here: killed
+        with ``no_restart`` by another Ray driver). The configuration log's writer and then the
+        controller are killed so: serve makes a new controller that adopts the instance, makes the
+        writer again on its node (the copies keep the log) and hands it to the view evaluator and
+        the session tree actor; changes through each of them are committed on every copy."""
+        now = wait_for(lambda: (s := status(healthy))["healthy"] and s, 60, "a healthy cluster")
+        committed = now["configuration"]["log_committed"]
+        info = json.loads((healthy.data_dir / "server.json").read_text())
+        seen = len(healthy.lines)
+        killer = subprocess.run(
+            [sys.executable, "-c", (
+                "import sys, ray\n"
+                "ray.init(address=sys.argv[1], namespace='canopy', logging_level='ERROR', log_to_driver=False)\n"
+                "for name in ('configuration-log', 'controller'):\n"
+                "    ray.kill(ray.get_actor(name), no_restart=True)\n")
+             , info["ray_address"]],
+            capture_output=True, text=True, timeout=120,
+            env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+        assert killer.returncode == 0, killer.stderr[-3000:]
+        wait_for(lambda: any("a new one takes the instance over" in line for line in healthy.lines[seen:]), 60,
+                 "serve to make a new controller", describe=lambda: healthy.lines[-20:])
+        wait_for(lambda: any("(ControllerActor) is back and serving" in line for line in healthy.lines[seen:]),
+                 FAILOVER, "the new controller to answer", describe=lambda: healthy.lines[-20:])
+        assert any("configuration log's writer was gone; made again" in line for line in healthy.lines[seen:]), (
+            healthy.lines[seen:])
+
+        async def changes() -> None:
+            async with canopy.connect(healthy.url, *ADMIN) as s:
+                await s.security.add_principal("after-revival", "secret-after", ["CLIENT"])  # the controller
+                await s.views.create("revived", "map ?src// to revived/<path(1)>")  # the view evaluator
+                assert "after-revival" in (await s.security.get())["principals"]
+                await s.views.remove("revived")
+
+        asyncio.run(changes())
+        after = wait_for(lambda: (st := status(healthy))["healthy"] and st, 60, "a healthy cluster after the revival")
+        log = after["configuration"]
+        assert log["log_committed"] >= committed + 3 and set(log["log_copies"].values()) == {log["log_committed"]}, (
+            now["configuration"], log)
+        assert [p["primary"] for p in after["partitions"]] == [p["primary"] for p in now["partitions"]], (now, after)
 
     async def test_a_killed_controller_comes_back_and_every_change_was_made_or_refused(self, healthy: Server) -> None:
         """Scenario 4: the controller's process is SIGKILLed while views are created and

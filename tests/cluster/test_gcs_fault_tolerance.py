@@ -226,11 +226,6 @@ class Acknowledgements:
         return max(longest, end - since)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "open: under a loaded machine (the whole make test) Ray declares the old head dead before the new head's "
-    "raylet has registered; the controller, held to the head by its label, then has nowhere to restart and "
-    "Ray gives it up (ActorDiedError), and serve stops. serve is to make a new controller that takes the "
-    "instance over (and the log's writer with it); until then this test passes on a quiet machine only"))
 async def test_the_head_node_is_lost_and_comes_back(tmp_path: Path, redis: str) -> None:
     """``canopy cluster kill-head``: node-0 (Ray's GCS, the head's raylet and every process on
     it: the controller, the configuration log's writer, a gateway) is killed and started again
