@@ -582,7 +582,8 @@ class Partition:
             if self.journal is not None and persistent:
                 replica.journal_from(frame.first, len(persistent))
                 try:
-                    self.journal.append(persistent, frame.timestamp, first=frame.first)
+                    self.journal.append(persistent, frame.timestamp, first=frame.first,
+                                        epoch=replica.follower_epoch)
                 except JournalGap as e:
                     raise ProtocolError(str(e)) from e  # the stream drops; the primary primes again
                 except JournalError:
@@ -666,7 +667,8 @@ class Partition:
         if not changes:
             return
         try:
-            journal.append(changes, time.time_ns() // 1_000_000 if now_ms is None else now_ms)
+            journal.append(changes, time.time_ns() // 1_000_000 if now_ms is None else now_ms,
+                           epoch=self.replica.epoch)
         except JournalError:
             # applied but not journaled: never answer it; Ray restarts the partition
             # and it recovers what the journal holds

@@ -20,10 +20,19 @@ good record, and a journal's ``DAMAGED`` mark: its files set aside
 backup that awaits its prime (:meth:`Journal.await_prime
 <replication.journal.Journal.await_prime>`). Only a frame cut short at the end
 of a journal is a torn tail; a whole frame there that fails its checks is
-damage. Exit status: 0 when no journal is damaged; recovery copes with a torn
+damage. Then it compares the copies of each partition across nodes
+(:mod:`replication.journal_agreement`): every record names the epoch of the
+primary that journaled it, and one epoch has one primary, so two copies that
+hold different records at one epoch and sequence mean that two primaries
+acknowledged writes in that epoch. For each partition whose records name an
+epoch it prints the copies (nodes), the epochs, how many records were compared
+(held by two copies or more), and each disagreement with its partition, epoch
+and sequence. A backup behind its primary, or an old primary's tail its
+successor numbered again in a later epoch, is no disagreement. Exit status: 0
+when no journal is damaged and the copies agree; recovery copes with a torn
 tail, an unreadable snapshot or a damaged covered segment, and those are still
 reported. 1 when a journal is damaged (recovery would refuse it) or cannot be
-read.
+read. 3 when copies disagree (checked first: it says more than damage).
 
 ``repair`` takes each journal's lock and runs
 ``Journal.recover(repair=True)``. A torn tail is cut. At damage, the journal is
@@ -32,7 +41,8 @@ was cut or set aside. A journal a running server holds is refused ("stop the
 server first"). Exit status: 0, or 1 when a journal was refused or could not be
 read.
 
-``--json`` prints one JSON object per journal and line. Usage errors (no such
+``--json`` prints one JSON object per journal and line, then one per partition compared
+(``{"partition": ..., "agreement": {...}}``). Usage errors (no such
 directory, no journal in it) exit with status 2. Every error is one line on
 stderr.
 """
@@ -50,8 +60,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:  # the journal is imported when a command runs, not by ``canopy --help``
     from replication.journal import Verification
+    from replication.journal_agreement import Agreement
 
-__all__ = ["JournalDirectory", "add_journal", "find_journals"]
+__all__ = ["JournalDirectory", "add_journal", "agreements", "find_journals", "node_of"]
+
+#: ``canopy journal check``'s exit status when copies of a partition disagree
+DISAGREE = 3
 
 _PARTITION = re.compile(r"partition-(\d+)")
 
@@ -74,6 +88,27 @@ def find_journals(data_dir: Path) -> list[JournalDirectory]:
                 here.append(JournalDirectory(directory, int(m.group(1))))
         found.extend(sorted(here, key=lambda j: j.partition))
     return found
+
+
+def node_of(data_dir: Path, journal: JournalDirectory) -> str:
+    """The node whose copy ``journal`` is: ``<name>`` under ``nodes/<name>/``, ``.`` for the data directory's own."""
+    home = journal.path.parent.parent
+    return "." if home == data_dir else home.name
+
+
+def agreements(data_dir: str | os.PathLike[str], partition: int | None = None) -> list[Agreement]:
+    """Each partition's copies under ``data_dir`` (every node's, :func:`find_journals`) compared
+    (:func:`replication.journal_agreement.compare`), in partition order; ``partition``: only that one."""
+    from replication.journal_agreement import compare
+    from replication.journal_check import read_copy
+
+    data_dir = Path(data_dir)
+    by_partition: dict[int, list[JournalDirectory]] = {}
+    for journal in find_journals(data_dir):
+        if partition is None or journal.partition == partition:
+            by_partition.setdefault(journal.partition, []).append(journal)
+    return [compare(p, [read_copy(j.path, p, node_of(data_dir, j)) for j in journals])
+            for p, journals in sorted(by_partition.items())]
 
 
 def add_journal(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -172,7 +207,41 @@ def _check(args: argparse.Namespace) -> int:
     if failed and not args.json:
         print(f"canopy journal repair --data-dir {args.data_dir} cuts a damaged journal at the damage, keeping "
               "what it cuts as *.corrupt (stop the server first)")
+    try:
+        compared = agreements(args.data_dir, args.partition)
+    except (JournalError, OSError) as e:
+        _err(f"canopy journal check: comparing the copies of each partition: {e}")
+        return 1
+    findings: list[str] = []
+    for agreement in compared:
+        if not agreement.epochs and agreement.agree:
+            continue  # records that name no epoch: nothing to compare
+        findings.extend(map(str, (*agreement.divergences, *agreement.regressions)))
+        if args.json:
+            print(json.dumps({"partition": agreement.partition, "agreement": _agreement_json(agreement)}), flush=True)
+            continue
+        print(str(agreement))
+        for finding in (*agreement.divergences, *agreement.regressions):
+            print(f"  {finding}")
+    if findings:
+        more = f" (and {len(findings) - 1} more finding(s) above)" if len(findings) > 1 else ""
+        _err(f"canopy journal check: copies disagree: {findings[0]}{more}")
+        return DISAGREE
     return 1 if failed else 0
+
+
+def _agreement_json(agreement: Agreement) -> dict[str, Any]:
+    return {
+        "agree": agreement.agree, "nodes": list(agreement.nodes), "epochs": list(agreement.epochs),
+        "records": agreement.records, "compared": agreement.compared, "unstamped": agreement.unstamped,
+        "divergences": [
+            {"epoch": d.epoch, "sequence": d.sequence, "count": d.count,
+             "held": [{"nodes": list(nodes), "record": summary} for nodes, summary in d.held], "message": str(d)}
+            for d in agreement.divergences],
+        "regressions": [
+            {"node": r.node, "epoch": r.epoch, "sequence": r.sequence, "after": r.after, "message": str(r)}
+            for r in agreement.regressions],
+    }
 
 
 def _verification_json(verification: Verification, set_aside: str | None, awaiting_prime: int | None) -> dict[str, Any]:

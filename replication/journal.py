@@ -37,8 +37,17 @@ A *segment* holds the partition's records in sequence order, sequences
 1, 2, 3, ... with no gaps across segments::
 
     header   ["canopy-journal", 1, partition, first_sequence]
-    record   [sequence, timestamp_ms, change]      change: topics.changes.encode_change
-                                                   e.g. [2, path, type, value]
+    record   [sequence, timestamp_ms, change, epoch]   change: topics.changes.encode_change
+                                                       e.g. [2, path, type, value]
+
+``epoch`` is the placement epoch of the primary that journaled the record:
+the primary's own, and on its backup the epoch that primary followed at
+(``append(..., epoch=...)``). A record written without one (0), as every
+record was before records named their epoch, leaves it off; both shapes are
+read. Within one epoch a partition has one primary, so every copy holds
+the same record under one (epoch, sequence): :mod:`replication.journal_agreement`
+compares the copies on that (``canopy journal check``). Older canopy
+versions read a record that names its epoch as damage.
 
 A batch's records (and, for a new segment, its header) reach the file in one
 ``os.write``. A segment is closed when the next batch would take it past
@@ -184,7 +193,7 @@ from replication.journal_format import (
     JournalCorrupt, JournalError, JournalGap, JournalWriteError, MAX_RECORD, Record, Recovery, SEGMENT_BYTES,
     SEGMENT_MAGIC, SNAPSHOT_MAGIC, Segment, _FRAME, _Frames, _SEGMENT_NAME, _SNAPSHOT_NAME, _UNPACK_ERRORS,
     _find_base, _frame, _list_files, _open_data, _read_data, _scan_segment, _segment_name, _snapshot_name,
-    _unpack, _walk_segments, read_segment, record_row,
+    _unpack, _walk_segments, read_segment, record_payload, record_row,
 )
 
 
@@ -376,13 +385,14 @@ class Journal:
 
     # -- appending ---------------------------------------------------------
 
-    def append(self, changes: Sequence[Change], now_ms: int, first: int | None = None) -> int:
+    def append(self, changes: Sequence[Change], now_ms: int, first: int | None = None, *, epoch: int = 0) -> int:
         """Journal a batch's changes in one write; return the last sequence.
         When it returns the bytes are in the operating system (and on disk
         under ``always``). :class:`JournalWriteError` leaves the journal as it
         was before the batch. ``first``: the sequence the first change must get
         (a backup journals its primary's records under the primary's numbers);
-        :class:`JournalGap` when it would get another."""
+        :class:`JournalGap` when it would get another. ``epoch``: the placement
+        epoch of the primary whose records these are, kept in each (0: none)."""
         if not changes:
             return self._last
         if first is not None and first != self._last + 1:
@@ -396,7 +406,7 @@ class Journal:
             sequence = self._last
             for change in changes:
                 sequence += 1
-                payload = pack([sequence, now_ms, encode_change(change)])
+                payload = pack(record_payload(sequence, now_ms, encode_change(change), epoch))
                 parts.append(frame(len(payload), crc32(payload)))
                 parts.append(payload)
             data = b"".join(parts)

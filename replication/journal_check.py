@@ -1,19 +1,26 @@
 """Reading a journal back without changing it: :func:`verify` (``canopy journal check``, the
-server's periodic scrub, a restarted cluster's choice of replicas) and what a data directory
-holds (:func:`held`, :func:`held_epoch`, the ``DAMAGED`` mark)."""
+server's periodic scrub, a restarted cluster's choice of replicas), what a data directory
+holds (:func:`held`, :func:`held_epoch`, the ``DAMAGED`` mark), and a copy's records for the
+comparison of a partition's copies across nodes (:func:`read_copy`)."""
 
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
+
+import msgpack
+
+from replication.journal_agreement import Copy, Stamp
 from replication.journal_format import (
     DAMAGED_EPOCH, DAMAGED_FILE, EPOCH_FILE, JournalError, _Bad, _find_base, _list_files,
-    _read_data, _read_snapshot, _scan_segment, _segment_name, _snapshot_name, _walk_segments,
+    _read_data, _read_snapshot, _scan_segment, _segment_name, _snapshot_name, _walk_segments, record_payload,
 )
+from topics.changes import encode_change, operation_name
 
 
 # -- verification ----------------------------------------------------------------------
@@ -239,3 +246,33 @@ def held(data_dir: str | os.PathLike[str], partition: int) -> Held | None:
     return Held(DAMAGED_EPOCH, 0) if checked.damaged else Held(epoch, checked.last_sequence)
 
 
+
+
+# -- a copy's records, for comparing a partition's copies (replication.journal_agreement) ----
+
+
+def read_copy(directory: str | os.PathLike[str], partition: int, node: str) -> Copy:
+    """Every record the segments in ``directory`` hold, as :func:`~replication.journal_agreement.compare`
+    takes them, under the name ``node``: those the snapshot covers too, each segment up to its
+    first bad frame (:func:`verify` says why), and a sequence held twice once. Reads only, without
+    the lock; files set aside (``damaged-*/``, ``*.corrupt``) are not read. A segment that goes
+    meanwhile (a snapshot let it go) is left out."""
+    directory = Path(directory)
+    stamps: list[Stamp] = []
+    last = 0
+    packer = msgpack.Packer(use_bin_type=True)
+    for first in _list_files(directory).segments:
+        try:
+            scan = _scan_segment(directory / _segment_name(first), partition, first, 0, _read_data)
+        except FileNotFoundError:
+            continue
+        for record in scan.records:
+            if record.sequence <= last:
+                continue
+            last = record.sequence
+            encoded = packer.pack(record_payload(record.sequence, record.timestamp, encode_change(record.change),
+                                                 record.epoch))
+            digest = hashlib.blake2b(encoded, digest_size=16).digest()
+            stamps.append(Stamp(record.sequence, record.epoch, digest, f"{operation_name(record.change)} "
+                                f"{record.change.path} at {record.timestamp}, record #{digest[:4].hex()}"))
+    return Copy(node, stamps)

@@ -50,7 +50,8 @@ DAMAGED_EPOCH = -1
 _FRAME = struct.Struct("<II")
 _SEGMENT_NAME = re.compile(r"segment-(\d{20})\.log")
 _SNAPSHOT_NAME = re.compile(r"snapshot-(\d{20})\.snap")
-_RECORD_START = 0x93  # a record payload is a msgpack array of 3
+#: a record payload is a msgpack array of 3, or of 4 when it names its epoch
+_RECORD_STARTS = (bytes([0x93]), bytes([0x94]))
 _SEARCH_BUDGET = 256 * 1024 * 1024
 _UNPACK_ERRORS = (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError)
 
@@ -133,11 +134,31 @@ DEFAULT_FSYNC = FsyncPolicy(FsyncMode.INTERVAL, 100)
 
 
 class Record(NamedTuple):
-    """One journaled change: its sequence in the partition and when it was appended."""
+    """One journaled change: its sequence in the partition, when it was appended, and the
+    placement epoch of the primary that journaled it (0: not recorded, as in journals
+    written before records named their epoch)."""
 
     sequence: int
     timestamp: int
     change: Change
+    epoch: int = 0
+
+
+def record_payload(sequence: int, timestamp: int, change: list[Any], epoch: int) -> list[Any]:
+    """A record as its frame's payload holds it (``change`` encoded): ``[sequence, timestamp,
+    change]``, with ``epoch`` after them when one is known (not 0)."""
+    return [sequence, timestamp, change, epoch] if epoch else [sequence, timestamp, change]
+
+
+def is_record(item: Any, sequence: int) -> bool:
+    """Whether a decoded payload is record ``sequence`` (:func:`record_payload`)."""
+    return (isinstance(item, list) and len(item) in (3, 4) and item[0] == sequence and isinstance(item[1], int)
+            and (len(item) == 3 or (type(item[3]) is int and item[3] > 0)))
+
+
+def record_epoch(item: list[Any]) -> int:
+    """The epoch a record (checked by :func:`is_record`) names, 0 when it names none."""
+    return item[3] if len(item) == 4 else 0
 
 
 class Segment(NamedTuple):
@@ -273,10 +294,14 @@ def _valid_record_after(data: Any, offset: int) -> int | None:
     size = len(data)
     start = offset + 1
     budget = _SEARCH_BUDGET
-    marker = bytes([_RECORD_START])
+    ahead = [-1] * len(_RECORD_STARTS)  # each marker's next place at or after start + 8 (size: none)
     while start + 8 < size:
-        i: int = data.find(marker, start + 8)
-        if i < 0:
+        for k, marker in enumerate(_RECORD_STARTS):  # each byte is searched once per marker
+            if ahead[k] < start + 8:
+                found = data.find(marker, start + 8)
+                ahead[k] = size if found < 0 else found
+        i = min(ahead)
+        if i >= size:
             return None
         candidate = i - 8
         length = _FRAME.unpack_from(data, candidate)[0]
@@ -346,8 +371,7 @@ def _scan_segment(
                         )
                     header_seen = True
                 else:
-                    if not (isinstance(item, list) and len(item) == 3 and item[0] == expected
-                            and isinstance(item[1], int)):
+                    if not is_record(item, expected):
                         raise frames.bad(f"not record {expected}: {item!r:.200}")
                     if expected > after:
                         try:
@@ -355,7 +379,7 @@ def _scan_segment(
                         except ChangeFormatError as e:
                             raise frames.bad(f"record {expected}: {e}") from None
                         if keep:
-                            records.append(Record(expected, item[1], change))
+                            records.append(Record(expected, item[1], change, record_epoch(item)))
                     expected += 1
                 end = frames.offset + 8 + len(payload)
             if frames.problem is not None:

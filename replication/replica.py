@@ -228,6 +228,13 @@ class ReplicaState(Generic[S, W]):
         """Nothing waits for the backup: a handover may finish."""
         return not self.outbox
 
+    @property
+    def follower_epoch(self) -> int:
+        """On a backup, the epoch its primary followed at: that primary's epoch as long as the
+        stream lives (a primary whose epoch moves primes its backup again on a new follow), so
+        the epoch the backup journals the primary's records under."""
+        return self._follower_epoch
+
     def lag(self) -> int:
         return self.sent - self.acked
 

@@ -17,6 +17,11 @@ read gives each topic's value. :func:`check` then reports:
   covers (it is at least theirs: applied, or overwritten by a later write):
   informative, not an error.
 
+After the server stops, :func:`check_journals` reads every node's copy of
+each partition's journal (``canopy journal check``'s comparison,
+:mod:`replication.journal_agreement`): **acknowledged in two primaries of one
+epoch** -- two copies hold different records at one epoch and sequence.
+
 :class:`Workload` drives publishers and subscribers against a broker while a
 test does its damage, and collects the :class:`History`.
 """
@@ -103,6 +108,39 @@ def check(history: History) -> Report:
         out_of_order=out_of_order,
         recovered=recovered,
     )
+
+
+@dataclass
+class JournalReport:
+    """What :func:`check_journals` compared: each partition's :class:`~replication.journal_agreement.Agreement`."""
+
+    agreements: list[Any]
+
+    @property
+    def compared(self) -> int:
+        """(epoch, sequence) pairs held by two copies or more, over every partition."""
+        return sum(a.compared for a in self.agreements)
+
+    @property
+    def valid(self) -> bool:
+        """No two primaries acknowledged in one epoch (and no copy went back an epoch)."""
+        return all(a.agree for a in self.agreements)
+
+    def __str__(self) -> str:
+        findings = [str(f) for a in self.agreements for f in (*a.divergences, *a.regressions)]
+        epochs = sorted({e for a in self.agreements for e in a.epochs}) or ["-"]
+        head = (f"{len(self.agreements)} partitions, epochs {epochs[0]}..{epochs[-1]}, "
+                f"{sum(a.records for a in self.agreements)} records in {sum(len(a.nodes) for a in self.agreements)} "
+                f"copies, {self.compared} held by two copies or more compared: "
+                + ("no two primaries acknowledged in one epoch" if self.valid else f"{len(findings)} finding(s)"))
+        return "\n".join([head, *(f"  {a}" for a in self.agreements), *(f"  {f}" for f in findings)])
+
+
+def check_journals(data_dir: Any) -> JournalReport:
+    """Compare every node's copy of each partition's journal under a stopped server's ``data_dir``."""
+    from replication.cli import agreements
+
+    return JournalReport(agreements(data_dir))
 
 
 #: errors after which a write's outcome is unknown (it may or may not have been applied)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import canopy
-from tests.checking import Workload, check, progressed
+from tests.checking import Workload, check, check_journals, progressed
 from actors import processes
 from canopy import errors
 from tests.cluster.test_failover import (
@@ -317,3 +317,7 @@ async def test_the_head_node_is_lost_and_comes_back(tmp_path: Path, redis: str) 
         code = srv.stop()
     assert code == 0, srv.output
     assert keys(redis) == 0, "serve left Ray's tables in Redis"
+    journals = check_journals(srv.data_dir)
+    print(f"[cluster] journals after the head's loss: {journals}")
+    assert journals.valid, f"acknowledged in two primaries of one epoch: {journals}"
+    assert journals.compared > 0, journals

@@ -167,6 +167,33 @@ async def test_a_promoted_backup_holds_every_acknowledged_write_and_continues_th
     assert last == sequence + 1 and records == list(range(records[0], sequence + 2))  # no gap, no duplicate
 
 
+async def test_each_copy_journals_the_epoch_of_the_primary_whose_records_it_holds(
+    replicas: dict[str, PartitionActor], tmp_path: Path
+) -> None:
+    """a leads epoch 1 with b its backup; a crashes, b leads epoch 2 alone: both copies name epoch 1 for
+    the records a journaled, b names epoch 2 for its own, and the copies agree (no two primaries in one epoch)."""
+    from replication.journal_agreement import compare
+    from replication.journal_check import read_copy
+
+    primary, backup = await pair(replicas)
+    link, routes = await linked(primary, 1)
+    try:
+        for i in range(20):
+            assert not isinstance(await link.request(0, p.SetValue(f"t/{i % 3}", cb(i), False, None, True)), p.Failed)
+        await crash(primary)
+        await backup.become_primary(2, None)
+        routes.route = Route(2, Handle(backup))
+        await until(lambda: link.channels[0].broken is None and link.channels[0].epoch == 2, "the link to move")
+        assert await link.request(0, p.SetValue("t/0", cb(-1), False)) == p.Ok(None)
+    finally:
+        link.close()
+    await backup.stop()
+    a, b = (read_copy(tmp_path / name / "journal" / "partition-0", 0, name) for name in ("a", "b"))
+    assert {s.epoch for s in a.stamps} == {1} and [s.epoch for s in b.stamps][-1] == 2, (a, b)
+    agreement = compare(0, [a, b])
+    assert agreement.agree and agreement.epochs == (1, 2) and agreement.compared == len(b.stamps) - 1, agreement
+
+
 async def test_a_replaced_primary_can_never_acknowledge_again(replicas: dict[str, PartitionActor]) -> None:
     """The old primary hangs on: its backup is promoted (epoch 2). The old one
     still applies what its links send, but nothing it applies is ever answered,
