@@ -25,7 +25,15 @@ each of those nodes, and carries out what the pure functions of
   reordered);
 * when Ray restarts a replica's process (it comes back idle, with its journal),
   a primary with a backup is replaced by the backup and follows it; a primary
-  without one takes over again from its journal; a backup follows again.
+  without one takes over again from its journal; a backup follows again;
+* a backup is promoted only from a placement that took
+  (:func:`~replication.placement.repaired`,
+  :func:`~replication.placement.promotable`): a partition whose last placement
+  failed partway, or with a node back, is *unsettled*, and is placed again from
+  its replicas' positions and the journals on the alive nodes
+  (:meth:`ReplicaSet._replan`, :func:`~replication.placement.leader`), where a
+  copy that may have lost its unsynced tail does not lead while a node of the
+  last placement that took is absent: the partition waits for it.
 
 Every change bumps the partition's epoch, which each replica keeps durably
 beside its journal (see :class:`~actors.partition.Partition` for the fencing).
@@ -52,11 +60,13 @@ from replication.placement import (
     Placement,
     Placements,
     Standing,
-    after_loss,
     fill_backups,
     from_replicas,
     initial,
+    leader,
+    promotable,
     rebalance_step,
+    repaired,
 )
 
 log = logging.getLogger("canopy.replicas")
@@ -87,6 +97,18 @@ def held_epochs(directory: str, count: int) -> dict[int, tuple[int, int]]:
 _held_task = ray.remote(num_cpus=0)(held_epochs)
 
 
+def held_of(directory: str, index: int) -> tuple[int, int] | None:
+    """What partition ``index``'s journal in ``directory`` holds (epoch, last record), read
+    back without its lock (:func:`replication.journal.held`); ``None``: no journal."""
+    from replication.journal import held
+
+    found = held(directory, index)
+    return None if found is None else (found.epoch, found.sequence)
+
+
+_held_of_task = ray.remote(num_cpus=0)(held_of)
+
+
 class ReplicaSet:
     def __init__(self, config: dict[str, Any], count: int) -> None:
         self.config = config
@@ -102,6 +124,14 @@ class ReplicaSet:
         self._made = 0
         #: per partition: how often its backup took over since this controller started
         self.failovers = [0] * count
+        #: partitions whose last placement failed partway, or with a node back: their map may
+        #: name a backup that never heard of it (never promoted; placed again by :meth:`_replan`)
+        self.unsettled: set[int] = set()
+        #: per partition: the primary and the nodes of its last placement that took
+        self.holder: dict[int, str] = {}
+        self.copies: dict[int, tuple[str, ...]] = {}
+        #: every node seen alive since this controller started (one absent may hold a partition)
+        self.known: set[str] = set()
 
     # -- start ----------------------------------------------------------------
 
@@ -148,17 +178,33 @@ class ReplicaSet:
 
     def _place(self, p: Placement, before: Placement | None) -> None:
         """Carry out placement ``p`` (``before``: the one it replaces): the backup
-        follows first, then the primary takes over (or stays) and primes it."""
+        follows first, then the primary takes over (or stays) and primes it; then the
+        replicas of the partition on nodes ``p`` does not name are stopped. A step that
+        raises leaves the partition unsettled (the map names ``p``, which may not have
+        reached its backup); one that took makes ``p``'s primary its holder."""
         self._set(p)
-        address = None
-        if p.backup is not None:
-            address = ray.get(self._replica(p.partition, p.backup).become_backup.remote(p.epoch), timeout=CALL_TIMEOUT)
-        ray.get(self._replica(p.partition, p.primary).become_primary.remote(p.epoch, address), timeout=CALL_TIMEOUT)
+        self.known.update(p.nodes())
+        try:
+            address = None
+            if p.backup is not None:
+                address = ray.get(self._replica(p.partition, p.backup).become_backup.remote(p.epoch),
+                                  timeout=CALL_TIMEOUT)
+            ray.get(self._replica(p.partition, p.primary).become_primary.remote(p.epoch, address),
+                    timeout=CALL_TIMEOUT)
+        except BaseException:
+            self.unsettled.add(p.partition)
+            raise
+        self._hold(p)
         if before is None or before.primary != p.primary:
             self.since[p.partition] = p.epoch
-        for node in before.nodes() if before is not None else ():
-            if node not in p.nodes():
-                self._drop(p.partition, node)
+        for index, node in [k for k in self.replicas if k[0] == p.partition and k[1] not in p.nodes()]:
+            self._drop(index, node)
+
+    def _hold(self, p: Placement) -> None:
+        """``p`` took: its partition is settled, and ``p``'s nodes hold what it acknowledges."""
+        self.unsettled.discard(p.partition)
+        self.holder[p.partition] = p.primary
+        self.copies[p.partition] = p.nodes()
 
     def _drop(self, index: int, node: str) -> None:
         found = self.replicas.pop((index, node), None)
@@ -205,16 +251,17 @@ class ReplicaSet:
             if p is None or node not in nodes or index >= self.count:
                 self._stop(found[name])
                 continue
-            standing.setdefault(index, []).append(Standing(
-                name, node, p["role"], p["epoch"], p["primed"], p["handing_over"], p["since"], p["address"],
-                p["backup"]))
+            standing.setdefault(index, []).append(_standing(name, node, p))
         try:
             adopted = from_replicas(self.count, standing)
         except ValueError as e:
             raise ReplicaError(str(e)) from None
         self.placements = tuple(a.placement for a in adopted)
         self.since = [a.since for a in adopted]
+        self.known = set(nodes)
         for a in adopted:
+            taken = a.again or a.placement
+            self.holder[taken.partition], self.copies[taken.partition] = taken.primary, taken.nodes()
             for r in standing[a.placement.partition]:
                 if r.name in a.keep:
                     self.replicas[(a.placement.partition, r.node)] = (r.name, found[r.name])
@@ -269,13 +316,20 @@ class ReplicaSet:
             self.dead.update(name for (_, node), (name, _) in self.replicas.items() if node in lost)
         if joined:
             said.append(f"node(s) {', '.join(joined)} joined")
+        self.known.update(self.nodes)
         self.nodes = dict(nodes)
+        for p in self.placements:  # a node of it is back: a new process, whose journal may have lost its tail
+            if any(n in joined for n in p.nodes()):
+                self.unsettled.add(p.partition)
         before = self.placements
         after = self._after_loss(before)
         for old, new in zip(before, after):
             if old.nodes() and all(n in lost for n in old.nodes()):
                 said.append(f"partition {old.partition} is unavailable: every node that holds it is lost")
-        return said + self._apply(before, after)
+        said += self._apply(before, after)
+        for index in sorted(self.unsettled):
+            said += self._replan(index)
+        return said
 
     @property
     def head(self) -> str | None:
@@ -283,9 +337,9 @@ class ReplicaSet:
         return head_of(self.nodes.values())
 
     def _after_loss(self, before: Placements) -> Placements:
-        """``before`` on the alive nodes: lost replicas replaced, and every partition given a backup."""
-        alive = list(self.nodes)
-        return fill_backups(after_loss(before, alive, self.head), alive, self.head)
+        """``before`` on the alive nodes: lost replicas replaced, and every partition given a
+        backup, but an unsettled one (:func:`~replication.placement.repaired`)."""
+        return repaired(before, list(self.nodes), self.head, self.unsettled)
 
     def _apply(self, before: Placements, after: Placements) -> list[str]:
         said = []
@@ -307,14 +361,21 @@ class ReplicaSet:
 
     def restarted(self, name: str) -> list[str]:
         """Ray restarted the replica ``name`` (it came back idle, with its journal):
-        a primary with a backup is replaced by it and follows it; any other replica
-        takes its place again (a primary alone from its journal, a backup primed anew)."""
+        a primary with a backup is replaced by it and follows it, when the backup says it
+        is primed at the map's epoch (:func:`~replication.placement.promotable`); any
+        other replica takes its place again (a primary alone from its journal, a backup
+        primed anew). An unsettled partition, or one whose backup may not take over, is
+        placed again from its replicas' positions (:meth:`_replan`)."""
         key = self.where(name)
         if key is None:
             return []
         index, node = key
         p = self.placements[index]
+        if index in self.unsettled:
+            return self._replan(index)
         if node == p.primary and p.backup is not None:
+            if not promotable(p, self.unsettled, self._standing(index, p.backup)):
+                return self._replan(index)
             return self._apply(self.placements, _with(self.placements, Placement(index, p.backup, p.primary, p.epoch + 1)))
         if node in p.nodes():
             self._place(Placement(index, p.primary, p.backup, p.epoch + 1), p)
@@ -333,6 +394,9 @@ class ReplicaSet:
         p = self.placements[index]
         if node == p.primary and p.backup is None:
             return None
+        if index in self.unsettled or node == p.primary and not promotable(
+                p, self.unsettled, self._standing(index, p.backup)):
+            return [f"partition {index}: replica {name} died"] + self._replan(index)
         if node == p.primary:
             assert p.backup is not None
             new = Placement(index, p.backup, node, p.epoch + 1)  # a new replica there follows
@@ -341,6 +405,89 @@ class ReplicaSet:
         else:
             return []
         return [f"partition {index}: replica {name} died"] + self._apply(self.placements, _with(self.placements, new))
+
+    def _replan(self, index: int) -> list[str]:
+        """Place partition ``index`` again from what its replicas say (``position``) on the
+        map's nodes and on those of its last placement that took, and from the journals of the
+        partition on every alive node: who leads is :func:`~replication.placement.leader`'s
+        choice, at an epoch above every one they hold. When none may lead and no node is absent,
+        it is placed from the journals as at start (:func:`~replication.placement.initial`;
+        its replicas that are not idle are replaced first: a backup never primed cannot take
+        over). Else, or when a replica does not answer, it stays unsettled and waits; what was
+        done or why it waits."""
+        p = self.placements[index]
+        self.unsettled.add(index)
+        nodes = [n for n in p.nodes() if n in self.nodes]
+        nodes += [n for n in self.copies.get(index, ()) if n in self.nodes and n not in nodes]
+        if not nodes:
+            return [f"partition {index} waits: every node that holds it is lost"]
+        refs = [self._replica(index, n).position.remote() for n in nodes]
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=PROBE_TIMEOUT)[0])
+        standing: list[Standing] = []
+        for node, ref in zip(nodes, refs):
+            try:
+                position = ray.get(ref, timeout=0) if ref in ready else None
+            except Exception:
+                position = None
+            if position is None:
+                return [f"partition {index} waits: its replica on {node} did not answer"]
+            standing.append(_standing(self.replicas[(index, node)][0], node, position))
+        held = self._held(index)
+        if held is None:
+            return [f"partition {index} waits: a node did not say what its journal holds"]
+        absent = sorted((self.known | set(self.nodes)) - set(self.nodes))
+        lead = leader(standing, self.holder.get(index), self.copies.get(index, ()), absent, held)
+        top = max([p.epoch] + [s.epoch for s in standing])
+        if lead is None:
+            if absent:
+                return [f"partition {index} waits for node(s) {', '.join(absent)}: no copy that is back may lead "
+                        f"(one may have lost what it had not synced, which an absent node may hold)"]
+            for s in standing:
+                if s.role != "idle":
+                    self._drop(index, s.node)
+            new = initial(1, sorted(self.nodes), {0: held}, self.head)[0]
+            new = Placement(index, new.primary, new.backup, max(new.epoch, top + 1))
+        else:
+            others = [n for n in nodes if n != lead]
+            new = Placement(index, lead, others[0] if others else None, top + 1)
+            if new.backup is None:
+                new = fill_backups(_with(self.placements, new), list(self.nodes), self.head)[index]
+        try:
+            self._place(new, p)
+        except Exception as e:
+            log.exception("placing partition %d again failed", index)
+            return [f"partition {index}: could not be placed again ({type(e).__name__}: {e})"]
+        if new.primary != p.primary:
+            self.failovers[index] += 1
+        return [f"partition {index}: placed again from its replicas, primary on {new.primary}"
+                + (f", backup on {new.backup}" if new.backup else "") + f" (epoch {new.epoch})"]
+
+    def _standing(self, index: int, node: str | None) -> Standing | None:
+        """What the replica of partition ``index`` on ``node`` says of itself (``None``: none
+        there, or it did not answer in time)."""
+        found = self.replicas.get((index, node)) if node is not None else None
+        if found is None or node is None or found[0] in self.dead:
+            return None
+        try:
+            return _standing(found[0], node, ray.get(found[1].position.remote(), timeout=PROBE_TIMEOUT))
+        except Exception:
+            return None
+
+    def _held(self, index: int) -> dict[str, tuple[int, int]] | None:
+        """What the journal of partition ``index`` on each alive node holds (epoch, last record;
+        a node without one is left out); ``None`` when a node did not answer in time."""
+        names = sorted(self.nodes)
+        refs = [
+            _held_of_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[n].id, soft=False))
+            .remote(self.nodes[n].data_dir(self.config["data_dir"]), index)
+            for n in names
+        ]
+        try:
+            answers = ray.get(refs, timeout=CALL_TIMEOUT)
+        except Exception:
+            log.exception("reading partition %d's journals back failed", index)
+            return None
+        return {n: (h[0], h[1]) for n, h in zip(names, answers) if h is not None}
 
     def rebalance(self) -> list[str]:
         """One step towards an even spread (see :func:`~replication.placement.rebalance_step`)."""
@@ -356,10 +503,15 @@ class ReplicaSet:
         assert new.backup == old.primary
         primary = self._replica(old.partition, old.primary)
         successor = self._replica(new.partition, new.primary)
-        ray.get(primary.handover.remote(), timeout=CALL_TIMEOUT)  # drained: the backup holds everything
-        address = ray.get(primary.become_backup.remote(new.epoch), timeout=CALL_TIMEOUT)
-        ray.get(successor.become_primary.remote(new.epoch, address), timeout=CALL_TIMEOUT)
+        try:
+            ray.get(primary.handover.remote(), timeout=CALL_TIMEOUT)  # drained: the backup holds everything
+            address = ray.get(primary.become_backup.remote(new.epoch), timeout=CALL_TIMEOUT)
+            ray.get(successor.become_primary.remote(new.epoch, address), timeout=CALL_TIMEOUT)
+        except BaseException:
+            self.unsettled.add(new.partition)  # its map's primary may be a backup now
+            raise
         self._set(new)
+        self._hold(new)
         self.since[new.partition] = new.epoch
         return [f"partition {new.partition}: handed over from {old.primary} to {new.primary} (epoch {new.epoch})"]
 
@@ -405,6 +557,13 @@ class ReplicaSet:
             except Exception:
                 pass
         self.replicas = {}
+
+
+def _standing(name: str, node: str, position: dict[str, Any]) -> Standing:
+    """What replica ``name`` on ``node`` says of itself (``PartitionActor.position``)."""
+    return Standing(name, node, position["role"], position["epoch"], position["primed"], position["handing_over"],
+                    position["since"], position["address"], position["backup"], position["sequence"],
+                    position["damaged"])
 
 
 def _with(placements: Placements, new: Placement) -> Placements:

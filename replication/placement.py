@@ -21,10 +21,13 @@ The controller calls these functions and carries out what changed:
   the controller until nothing changes;
 * :func:`freshest` — which of two recovered replicas to trust;
 * :func:`from_replicas` — a restarted controller: the map as the replicas
-  that outlived it say it is, and what to place again.
+  that outlived it say it is, and what to place again;
+* :func:`repaired`, :func:`promotable` and :func:`leader` — the two
+  safeguards below, applied where a backup would be promoted and where a
+  partition is placed again from what its replicas say.
 
-Every function returns a new tuple of placements and leaves the ones it
-does not change exactly as they were (same epoch).
+Every function that returns placements returns a new tuple and leaves the
+ones it does not change exactly as they were (same epoch).
 
 **The head holds no data.** Ray's head node (``head``, given to every
 function that chooses nodes; :attr:`replication.nodes.Node.head`) runs what
@@ -45,12 +48,31 @@ the rule: at start, a partition whose newest journal is on the head is served
 from there (its journal is the partition), and a copy there as new as the
 primary's is kept as its backup, until rebalancing moves them; a backup on
 the head whose primary is lost takes over there.
+
+**Only a placement that took is trusted.** The controller keeps a partition
+*unsettled* while its last placement failed partway (a step refused, timed
+out, or its replica went meanwhile) and while a node of it came back (a new
+process whose journal may have lost its unsynced tail). The map of an
+unsettled partition may name a backup that never heard of it: it never
+followed at that epoch, so its journal was never marked as awaiting a prime
+and may be an old copy that passes for a whole one. Such a backup is never
+promoted (:func:`repaired`, :func:`promotable`); the partition is placed again
+from its replicas' positions instead (:func:`leader`).
+
+**A copy that may have lost its tail does not lead while a fuller one is
+away.** Under the ``interval`` fsync policy a replica back from a power cut
+holds a prefix of what it acknowledged. The partition's *holder* (the primary
+of its last placement that took) leads again from its journal only while
+every node of that placement is alive and no journal on an alive node holds
+more (a newer epoch, or the same and more records); with no holder known, an
+idle copy leads only while no node the controller knows is absent. Else the
+partition waits for the absent node (:func:`leader` says ``None``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 
@@ -300,6 +322,8 @@ class Standing(NamedTuple):
     since: int = 0  # a primary: the epoch since which it is the primary
     address: str | None = None  # where it serves
     backup: str | None = None  # a primary: where its backup serves
+    sequence: int = 0  # the last record its journal holds
+    damaged: bool = False  # its journal was set aside or awaits a prime: it holds nothing to lead from
 
 
 class Adoption(NamedTuple):
@@ -349,3 +373,99 @@ def from_replicas(count: int, standing: Mapping[int, Sequence[Standing]]) -> lis
         again = Placement(index, chosen.node, others[0].node if others else None, top + 1)
         out.append(Adoption(Placement(index, chosen.node, None, top), top, keep, again))
     return out
+
+
+def repaired(
+    placements: Placements, alive: Iterable[str], head: str | None = None, unsettled: Collection[int] = ()
+) -> Placements:
+    """The placements on the ``alive`` nodes: :func:`after_loss` (a lost primary's backup
+    promoted), then :func:`fill_backups`; but a partition in ``unsettled`` (its last placement
+    failed partway, or a node of it came back) stays exactly as it is, whatever it lost: its
+    map may name a backup that never heard of it, which must not be promoted. The controller
+    places such a partition from its replicas' positions instead (:func:`leader`)."""
+    names = list(alive)
+    after = fill_backups(after_loss(placements, names, head), names, head)
+    skip = set(unsettled)
+    return tuple(old if old.partition in skip else new for old, new in zip(placements, after))
+
+
+def promotable(p: Placement, unsettled: Collection[int], backup: Standing | None) -> bool:
+    """Whether ``p``'s backup may take over from ``p``'s primary (whose replica restarted or
+    died) as the map stands: only when ``p`` took (its partition is not in ``unsettled``) and
+    the backup, asked (``backup``: what it says of itself; ``None``: it did not answer), is a
+    primed backup at ``p``'s epoch. Else the partition is placed from its replicas' positions
+    (:func:`leader`)."""
+    if p.backup is None or p.partition in set(unsettled) or backup is None:
+        return False
+    return backup.node == p.backup and backup.role == "backup" and backup.primed and backup.epoch == p.epoch
+
+
+def can_lead(s: Standing) -> bool:
+    """Whether ``become_primary`` would take on this replica: a primary, a primed backup, or
+    an idle replica whose journal holds something to lead from."""
+    if s.role == "backup":
+        return s.primed
+    return s.role == "primary" or not s.damaged
+
+
+def rank(s: Standing) -> tuple[int, int, int]:
+    """The order in which replicas lead (the least first): a primary at the newest epoch, a
+    primed backup, then an idle replica with the newest epoch and the longest journal (a torn
+    tail cut off, or records its primary journaled that a backup never got, make them differ)."""
+    if s.role == "primary":
+        return (0, -s.epoch, 0)
+    if s.role == "backup":
+        return (1, -s.epoch, 0)
+    return (2, -s.epoch, -s.sequence)
+
+
+def leader(
+    standing: Sequence[Standing], holder: str | None, copies: Iterable[str], absent: Collection[str],
+    held: Mapping[str, tuple[int, int]],
+) -> str | None:
+    """The node whose replica leads one partition placed again from its replicas' positions,
+    or ``None``: it waits (for an absent node, or, with none absent, to be placed from the
+    journals as at start).
+
+    ``standing``: what its replicas say (on the map's nodes first, its primary first, then the
+    other nodes of its last placement that took); ``holder``: the primary of that placement
+    (``None``: unknown), ``copies``: its nodes; ``absent``: the nodes the controller knows that
+    are not alive; ``held``: what the journal of the partition on each alive node holds now
+    (epoch, last record). In this order:
+
+    * a primary or a primed backup leads (the newest epoch first, the earlier in ``standing``
+      among equals): it holds everything acknowledged;
+    * else the holder, back idle with its journal, unless an idle copy at its epoch or a newer
+      one has a longer journal (which then leads); and the holder only while no node of
+      ``copies`` is absent and no journal in ``held`` holds more than its own: its journal
+      may have lost its unsynced tail to a power cut, and a copy away or the map no longer
+      names may hold it;
+    * with no holder known, the first idle copy (the newest epoch, then the longest journal)
+      while no node is absent and no journal holds more.
+
+    A replica that cannot lead (:func:`can_lead`: a backup never primed, a journal set aside
+    or awaiting a prime) never does here."""
+    able = [s for s in standing if can_lead(s)]
+    serving = sorted((s for s in able if s.role != "idle"), key=rank)
+    if serving:
+        return serving[0].node
+    idle = sorted(able, key=rank)
+    if holder is None:
+        if not idle or absent or _holds_more(held, (idle[0].epoch, idle[0].sequence)):
+            return None
+        return idle[0].node
+    mark = next((s for s in idle if s.node == holder), None)
+    if mark is None:
+        return None
+    longer = [s for s in idle if s.epoch >= mark.epoch and s.sequence > mark.sequence]
+    if longer:
+        return max(longer, key=lambda s: s.sequence).node
+    if any(n in absent for n in copies) or _holds_more(held, (mark.epoch, mark.sequence)):
+        return None
+    return holder
+
+
+def _holds_more(held: Mapping[str, tuple[int, int]], mine: tuple[int, int]) -> bool:
+    """Whether a journal in ``held`` holds more than ``mine`` (epoch, last record): a newer
+    epoch, or the same and more records, as :func:`initial` ranks them."""
+    return any(tuple(h) > mine for h in held.values())

@@ -40,8 +40,8 @@ import functools
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
-from replication.placement import Placement, Placements, Standing, after_loss, fill_backups, from_replicas, initial
-from replication.placement import rebalance_step
+from replication.placement import Placement, Placements, Standing, fill_backups, from_replicas, initial, leader
+from replication.placement import promotable, rebalance_step, repaired
 from replication.journal import JournalBusy
 from replication.replica import NotCaughtUp, Role, StaleEpoch
 from tests.simulation.processes import CallError, Calls, Process, SimNode
@@ -65,10 +65,12 @@ Job = Generator[list[Call], list[Outcome], None]
 
 
 class Controller(Process):
-    #: False: as trusting as ``ReplicaSet``, which this controller's safeguards against copies
-    #: that lost their tail do not protect (a map's partition with a node back, or unsettled,
-    #: goes through ``after_loss``; the holder leads whatever the other journals say): what
-    #: the replicas and their journals must then refuse by themselves (``test_regressions.py``)
+    #: False: without the safeguards against copies that lost their tail, which ``ReplicaSet``
+    #: shares (:func:`~replication.placement.repaired` is given no unsettled partition and
+    #: :func:`~replication.placement.leader` no absent node and no journal: a map's partition
+    #: with a node back, or unsettled, goes through ``after_loss``; the holder leads whatever
+    #: the other journals say): what the replicas and their journals must then refuse by
+    #: themselves (``test_regressions.py``)
     careful = True
 
     def __init__(self, sim: Sim, head: SimNode, count: int) -> None:
@@ -229,9 +231,7 @@ class Controller(Process):
                 continue
             self._seen[r.name] = pos.incarnation
             replicas[r.name] = r
-            standing.setdefault(r.index, []).append(Standing(
-                r.name, r.node.name, pos.role.value, pos.epoch, pos.primed, pos.handing_over, pos.since,
-                pos.address, pos.backup))
+            standing.setdefault(r.index, []).append(_standing(r, pos))
         placements: list[Placement] = []
         again: list[Placement] = []
         self.replicas, self.since = {}, []
@@ -266,11 +266,10 @@ class Controller(Process):
         but an unsettled one: its map may name a backup that never heard of its placement
         (``become_backup`` failed, or never got there), whose journal, never marked, may be an
         old one; :meth:`_replan` places it from what its replicas say instead."""
-        names = sorted(self.nodes)
         before = self.placements
-        after = fill_backups(after_loss(before, names, self.head), names, self.head)
+        after = repaired(before, sorted(self.nodes), self.head, self.unsettled if self.careful else ())
         for old, new in zip(before, after):
-            if old != new and (old.partition not in self.unsettled or not self.careful):
+            if old != new:
                 yield from self._place(new, old)
 
     def _everyone(self) -> bool:
@@ -281,8 +280,7 @@ class Controller(Process):
         return self.sim.disks[p.primary].held(p.partition) or ()
 
     def _from_journals(self, index: int) -> Placement:
-        held = {n: (h.epoch, h.sequence) for n in sorted(self.nodes) if (h := self.sim.disks[n].held(index))}
-        return initial(1, sorted(self.nodes), {0: held}, self.head)[0]._replace(partition=index)
+        return initial(1, sorted(self.nodes), {0: self._held(index)}, self.head)[0]._replace(partition=index)
 
     # -- the tick --------------------------------------------------------------------------------
 
@@ -369,9 +367,10 @@ class Controller(Process):
         """A replica of a placement restarted (it came back idle, with its journal), as
         ``ReplicaSet.restarted``: a primary with a backup swaps with it, anyone else is placed
         again at a new epoch (a backup follows before its primary primes it again). The swap
-        only when the last probe saw the backup primed at the map's epoch (``ReplicaSet``
-        does not ask: a backup that restarted too is idle, with a journal that may lack what
-        its recovery cut), else the partition is placed again from its positions, as an
+        only when the last probe saw the backup primed at the map's epoch
+        (:func:`~replication.placement.promotable`; ``ReplicaSet`` asks the backup then: a
+        backup that restarted too is idle, with a journal that may lack what its recovery
+        cut), else the partition is placed again from its positions, as an
         unsettled one always is (its map may be one that never took, or lack a backup that
         :meth:`_after_loss` left to :meth:`_replan`)."""
         key = next((k for k, r in self.replicas.items() if r.name == name), None)
@@ -384,8 +383,9 @@ class Controller(Process):
         elif node == p.primary and p.backup is not None:
             backup = self.replicas.get((i, p.backup))
             pos = self._positions.get(backup.name) if backup is not None else None
-            if (backup is not None and pos is not None and pos.role is Role.BACKUP and pos.primed
-                    and pos.epoch == p.epoch and pos.incarnation == self._seen.get(backup.name)):
+            said = (_standing(backup, pos) if backup is not None and pos is not None
+                    and pos.incarnation == self._seen.get(backup.name) else None)
+            if promotable(p, self.unsettled, said):
                 yield from self._place(Placement(i, p.backup, p.primary, p.epoch + 1), p)
             else:
                 yield from self._replan(i)
@@ -395,13 +395,14 @@ class Controller(Process):
     def _replan(self, i: int) -> Job:
         """Place partition ``i`` again from the positions of its replicas: those on the map's
         nodes and on the nodes of the last settled placement (its primary is the *holder*).
-        Who leads, in this order:
+        Who leads is :func:`~replication.placement.leader`'s choice, as ``ReplicaSet``'s (every
+        journal on an alive node weighed, :meth:`_held`):
 
         * a primary or a primed backup (the newest epoch first, the map's primary among equals);
         * the holder, back idle with its journal, unless an idle copy at its epoch or a newer
           one has a longer journal, a node of its placement is not alive, or a journal on
-          another node is newer or longer (:meth:`_newer_elsewhere`): the holder's may have
-          lost its tail to a power cut, and a copy the map no longer names may hold it;
+          another node is newer or longer: the holder's may have lost its tail to a power cut,
+          and a copy the map no longer names may hold it;
         * with no holder known (a placement from the journals that did not take), the idle
           replica with the newest epoch and the longest journal, once every node is alive
           and no journal is newer, as :func:`~replication.placement.initial` ranks them.
@@ -429,26 +430,13 @@ class Controller(Process):
             self.unsettled.add(i)  # not every replica answered: wait for it
             return
         top = max([p.epoch] + [pos.epoch for pos in positions.values()])
-        serving = sorted((n for n in nodes if _can_lead(positions[n]) and positions[n].role is not Role.IDLE),
-                         key=lambda n: _rank(positions[n]))
-        idle = sorted((n for n in nodes if _can_lead(positions[n])), key=lambda n: _rank(positions[n]))
-        if serving:
-            leader: str | None = serving[0]
-        elif holder is None:  # compared with every journal, as at start
-            first = positions[idle[0]] if idle else None
-            newest = first is not None and (not self.careful or self._everyone() and not self._newer_elsewhere(
-                i, (first.epoch, first.sequence)))
-            leader = idle[0] if newest else None
-        elif holder in idle:
-            mark = positions[holder]
-            longer = [n for n in idle if positions[n].epoch >= mark.epoch and positions[n].sequence > mark.sequence]
-            leader = max(longer, key=lambda n: positions[n].sequence) if longer else holder
-            if self.careful and leader == holder and (any(n not in self.nodes for n in self.copies.get(i, ()))
-                                                      or self._newer_elsewhere(i, (mark.epoch, mark.sequence))):
-                leader = None
+        standing = [_standing(r, positions[r.node.name]) for r in replicas]
+        if self.careful:
+            lead = leader(standing, holder, self.copies.get(i, ()), [n for n in self.sim.nodes if n not in self.nodes],
+                          self._held(i))
         else:
-            leader = None
-        if leader is None:
+            lead = leader(standing, holder, (), (), {})
+        if lead is None:
             self.unsettled.add(i)
             if self._everyone():
                 self.world.note("from the journals", i)
@@ -458,8 +446,8 @@ class Controller(Process):
                 new = self._from_journals(i)
                 yield from self._place(new._replace(epoch=max(new.epoch, top + 1)), p, self._weigh(new))
             return
-        others = [n for n in nodes if n != leader]
-        new = Placement(i, leader, others[0] if others else None, top + 1)
+        others = [n for n in nodes if n != lead]
+        new = Placement(i, lead, others[0] if others else None, top + 1)
         if new.backup is None:
             names = sorted(self.nodes)
             new = fill_backups(self.placements[:i] + (new,) + self.placements[i + 1:], names, self.head)[i]
@@ -470,17 +458,12 @@ class Controller(Process):
         self.holder[p.partition] = p.primary
         self.copies[p.partition] = p.nodes()
 
-    def _newer_elsewhere(self, index: int, mine: tuple[int, int]) -> bool:
-        """Whether a journal of partition ``index`` on an alive node holds more than ``mine``
-        (epoch, last record): a newer epoch, or the same and a longer journal, as
-        :func:`~replication.placement.initial` ranks them. A copy the map no longer names (a
-        backup replaced meanwhile) or one that cannot lead (a backup never primed since) may
-        hold what a holder back from a power cut lost from its tail."""
-        for node in sorted(self.nodes):
-            h = self.sim.disks[node].held(index)
-            if h is not None and (h.epoch, h.sequence) > mine:
-                return True
-        return False
+    def _held(self, index: int) -> dict[str, tuple[int, int]]:
+        """What the journal of partition ``index`` on each alive node holds now (epoch, last
+        record), as ``held`` reads it: a copy the map no longer names (a backup replaced
+        meanwhile) or one that cannot lead (a backup never primed since) may hold what a holder
+        back from a power cut lost from its tail."""
+        return {n: (h.epoch, h.sequence) for n in sorted(self.nodes) if (h := self.sim.disks[n].held(index))}
 
     def _rebalance(self) -> Job:
         caught_up = []
@@ -514,20 +497,8 @@ class Controller(Process):
         self.handovers += 1
 
 
-def _rank(position: Position) -> tuple[int, int, int]:
-    """The order in which replicas lead: the primary at the newest epoch, a primed backup, then
-    an idle replica with the newest epoch and the longest journal (a torn tail cut off, or
-    records the primary journaled that the backup never got, make journals differ)."""
-    if position.role is Role.PRIMARY:
-        return (0, -position.epoch, 0)
-    if position.role is Role.BACKUP:
-        return (1, -position.epoch, 0)
-    return (2, -position.epoch, -position.sequence)
-
-
-def _can_lead(position: Position) -> bool:
-    """Whether ``become_primary`` would take: a primary, a primed backup, an idle replica whose
-    journal was not set aside."""
-    if position.role is Role.BACKUP:
-        return position.primed
-    return not position.damaged or position.role is Role.PRIMARY
+def _standing(replica: SimReplica, position: Position) -> Standing:
+    """What ``replica`` says of itself, as the real controller reads ``position()``."""
+    return Standing(replica.name, replica.node.name, position.role.value, position.epoch, position.primed,
+                    position.handing_over, position.since, position.address, position.backup, position.sequence,
+                    position.damaged)

@@ -25,8 +25,9 @@ OPEN: dict[str, tuple[str, ...]] = {}
 
 @pytest.fixture
 def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A scripted controller as trusting as ``ReplicaSet`` (``Controller.careful``): its own
-    safeguards would keep these schedules off the path the replicas must refuse by themselves."""
+    """A scripted controller without the safeguards it shares with ``ReplicaSet``
+    (``Controller.careful``), which would keep these schedules off the path the replicas must
+    refuse by themselves."""
     monkeypatch.setattr(Controller, "careful", False)
 
 

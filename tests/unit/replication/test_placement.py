@@ -18,7 +18,10 @@ from replication.placement import (
     from_replicas,
     hosts,
     initial,
+    leader,
+    promotable,
     rebalance_step,
+    repaired,
 )
 
 NODES = ["n0", "n1", "n2", "n3", "n4"]
@@ -288,3 +291,80 @@ def test_a_partition_with_no_replica_that_can_serve_is_refused() -> None:
         from_replicas(2, {0: [Standing("p", "n0", "primary", 1, address="a")]})
     with pytest.raises(ValueError, match="none is primed"):
         from_replicas(1, {0: [Standing("b", "n0", "backup", 2), Standing("i", "n1", "idle", 0)]})
+
+
+# -- only a placement that took is trusted: its backup alone is promoted ----------------
+
+def test_an_unsettled_partition_s_backup_is_not_promoted_when_its_primary_is_lost() -> None:
+    # partition 0's last placement failed partway: n1 may never have heard of epoch 3
+    placements = (Placement(0, "n0", "n1", 3), Placement(1, "n0", "n2", 2))
+    after = repaired(placements, ["n1", "n2", "n3"], unsettled={0})
+    assert after[0] == placements[0]  # as it was: placed again from its replicas' positions
+    assert after[1].primary == "n2" and after[1].epoch == 3  # a settled one fails over as ever
+    assert repaired(placements, ["n1", "n2", "n3"])[0].primary == "n1"
+
+
+def test_an_unsettled_partition_gets_no_backup_either() -> None:
+    placements = (Placement(0, "n0", None, 4),)
+    assert repaired(placements, ["n0", "n1"], unsettled={0}) == placements
+    assert repaired(placements, ["n0", "n1"]) == (Placement(0, "n0", "n1", 5),)
+
+
+PRIMED = Standing("b", "n1", "backup", 3, primed=True)
+
+
+@pytest.mark.parametrize("unsettled, said, promoted", [
+    ((), PRIMED, True),
+    ({0}, PRIMED, False),  # the placement failed partway: the backup may never have followed at 3
+    ((), None, False),  # it did not answer
+    ((), PRIMED._replace(primed=False), False),  # never primed: its journal awaits a prime
+    ((), PRIMED._replace(epoch=2), False),  # primed at an older placement: it may lack epoch 3's writes
+    ((), PRIMED._replace(role="idle"), False),  # restarted too: back idle with its journal
+])
+def test_a_backup_is_promoted_only_from_a_placement_that_took(
+    unsettled: set[int], said: Standing | None, promoted: bool
+) -> None:
+    assert promotable(Placement(0, "n0", "n1", 3), unsettled, said) is promoted
+
+
+# -- a copy that may have lost its tail does not lead while a fuller one is away ----------
+
+def idle(node: str, epoch: int, sequence: int, damaged: bool = False) -> Standing:
+    return Standing(f"p@{node}", node, "idle", epoch, sequence=sequence, damaged=damaged)
+
+
+def test_the_holder_back_from_a_power_cut_waits_for_its_absent_backup() -> None:
+    # both nodes of partition 0 were lost; the holder n0 is back first, with what it had synced
+    back = [idle("n0", 3, 40)]
+    assert leader(back, "n0", ("n0", "n1"), absent=["n1"], held={"n0": (3, 40)}) is None
+    # the backup's node is back too, its journal no longer than the holder's: the holder leads
+    both = back + [idle("n1", 3, 40)]
+    assert leader(both, "n0", ("n0", "n1"), absent=[], held={"n0": (3, 40), "n1": (3, 40)}) == "n0"
+
+
+def test_a_longer_copy_of_the_holder_s_epoch_leads_instead() -> None:
+    both = [idle("n0", 3, 40), idle("n1", 3, 44)]
+    assert leader(both, "n0", ("n0", "n1"), absent=[], held={"n0": (3, 40), "n1": (3, 44)}) == "n1"
+
+
+def test_the_holder_does_not_lead_while_a_journal_elsewhere_holds_more() -> None:
+    # n2's copy, which the map no longer names (a backup replaced meanwhile), holds more
+    back = [idle("n0", 3, 40), Standing("p@n1", "n1", "backup", 4)]  # n1 never primed: it cannot lead
+    held = {"n0": (3, 40), "n1": (2, 10), "n2": (3, 41)}
+    assert leader(back, "n0", ("n0", "n1"), absent=[], held=held) is None
+    assert leader(back, "n0", ("n0", "n1"), absent=[], held={**held, "n2": (3, 40)}) == "n0"
+
+
+def test_with_no_holder_known_an_idle_copy_leads_only_with_every_node_back() -> None:
+    back = [idle("n0", 3, 40), idle("n1", 2, 90)]
+    held = {"n0": (3, 40), "n1": (2, 90)}
+    assert leader(back, None, (), absent=["n2"], held=held) is None
+    assert leader(back, None, (), absent=[], held=held) == "n0"  # the newest epoch, then the longest
+    assert leader(back, None, (), absent=[], held={**held, "n2": (3, 41)}) is None
+
+
+def test_a_serving_replica_leads_and_one_that_cannot_never_does() -> None:
+    serving = [idle("n0", 3, 40), Standing("p@n1", "n1", "backup", 3, primed=True)]
+    assert leader(serving, "n0", ("n0", "n1"), absent=["n2"], held={"n2": (9, 9)}) == "n1"  # it holds it all
+    aside = [idle("n0", 3, 40, damaged=True), idle("n1", 2, 10)]
+    assert leader(aside, "n0", ("n0", "n1"), absent=[], held={"n1": (2, 10)}) is None
