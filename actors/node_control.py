@@ -30,7 +30,8 @@ for users who want to watch failover happen (and for the cluster tests).
   ``seconds``, both ways or one way, then healed; a node Ray declared dead meanwhile is
   started again under its name and rejoins (``--local-nodes`` clusters with
   ``node_namespaces``: each simulated node in a network namespace, see :mod:`cluster.netns`;
-  serve carries it out).
+  serve carries it out). With ``delay_ms`` (1 to :data:`MAX_DELAY_MS`) that traffic is
+  delayed by so many milliseconds instead of dropped (:mod:`cluster.delayline`).
 
 Killing and pausing are refused on clusters not started with ``--local-nodes``
 unless forced (they hit real machines' processes), and so is killing or pausing
@@ -55,6 +56,8 @@ ACTIONS = ("kill", "pause", "add", "restart-gcs", "kill-head", "partition")
 DIRECTIONS = ("both", "in", "out")
 #: a pause longer than this is refused (a forgotten node should come back)
 MAX_PAUSE = 3600.0
+#: the longest packet delay a ``partition`` with ``delay_ms`` makes
+MAX_DELAY_MS = 10_000
 #: the longest GCS outage ``restart-gcs`` makes (Ray's processes wait gcs_reconnect_timeout for it)
 MAX_GCS_OUTAGE = 30.0
 LAUNCH_TIMEOUT = 30.0
@@ -202,7 +205,13 @@ class NodeControl:
         direction = options.get("direction") or "both"
         if direction not in DIRECTIONS:
             raise NodeActionError("INVALID_REQUEST", f"partition direction {direction!r}: one of {', '.join(DIRECTIONS)}")
-        cut = {"node": name, "peers": peers, "direction": direction, "seconds": seconds}
+        delay_ms = options.get("delay_ms")
+        if delay_ms is not None and (isinstance(delay_ms, bool) or not isinstance(delay_ms, int)
+                                     or not 1 <= delay_ms <= MAX_DELAY_MS):
+            raise NodeActionError(
+                "INVALID_REQUEST", f"partition {name}: options.delay_ms is a whole number of milliseconds from 1 to "
+                f"{MAX_DELAY_MS}, or nil to drop the traffic; not {delay_ms!r}")
+        cut = {"node": name, "peers": peers, "direction": direction, "seconds": seconds, "delay_ms": delay_ms}
         self.partitions.append(cut)
         return {"action": "partition", **cut}
 

@@ -417,7 +417,11 @@ controller included), each started again ``seconds`` later, on
 fails ``UNAVAILABLE``. ``partition`` cuts the node off the other nodes' network
 for ``seconds`` (``options``: ``peers``, a list of node names or nil for every
 other node; ``direction``, ``both``, ``in`` or ``out``), then heals it; only
-on ``--local-nodes`` clusters started with ``node_namespaces``.
+on ``--local-nodes`` clusters started with ``node_namespaces``. With
+``options`` ``delay_ms`` (an integer, 1 to 10000; left out or nil: a cut) that
+traffic is delayed by so many milliseconds instead of dropped, then no
+longer; another value is ``INVALID_REQUEST``. The answer carries ``delay_ms``
+(nil for a cut).
 
 ``trace`` (CONTROL_SERVER) makes the gateway time every ``every``-th set it
 receives from then on (0 stops), keeping up to ``limit`` records, and

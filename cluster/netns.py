@@ -22,6 +22,13 @@ A partition is a table (``inet cnp<tag>cut``) in the cut node's namespace that d
 sends to, or receives from, the given peers (every other node by default; clients on the
 bridge address still reach it, as clients of a minority side would): both ways, or one way.
 :meth:`Network.heal` deletes it.
+
+A delay (:meth:`Network.delay`) is a delay line instead (:mod:`cluster.delayline`): a TUN device
+``cnp<tag>d<k>`` (k: the delayed node's) in the delayed node's namespace and in each peer's, /32
+routes into it for the delayed direction(s), and a process in the delayed node's namespace that
+holds what it reads there for the asked time, then writes it into the TUN device of the
+namespace that owns its destination. The devices and routes go with that process;
+:meth:`Network.heal` stops it, and :func:`teardown` kills it with the namespace's other processes.
 """
 
 from __future__ import annotations
@@ -31,8 +38,15 @@ import ctypes
 import os
 import re
 import secrets
+import selectors
+import signal
 import subprocess
+import sys
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster import delayline
 
 PREFIX = "cnp"
 SUBNET = "10.213"
@@ -40,6 +54,8 @@ SUBNET = "10.213"
 HOST_OFFSET = 10
 CLONE_NEWNET = 0x40000000
 DIRECTIONS = ("both", "in", "out")
+#: how long a delay line may take to start (a Python interpreter, on a loaded machine)
+DELAY_START_TIMEOUT = 30.0
 
 
 class NetworkError(RuntimeError):
@@ -52,6 +68,14 @@ def _run(*command: str, namespace: str | None = None, stdin: str | None = None, 
     if check and done.returncode != 0:
         raise NetworkError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()}")
     return done.stdout
+
+
+@dataclass(frozen=True)
+class _Delay:
+    """A running delay line and the routes into it: (namespace, destination, source address)."""
+
+    process: subprocess.Popen[str]
+    routes: tuple[tuple[str, str, str], ...]
 
 
 def _setns(path: str) -> None:
@@ -86,6 +110,7 @@ class Network:
         self.name = f"{PREFIX}{tag}"
         self.bridge = f"{self.name}br"
         self.nodes: dict[str, str] = {}  # name -> address
+        self.delays: dict[str, _Delay] = {}  # delayed node -> its delay line
 
     @classmethod
     def create(cls) -> Network:
@@ -167,12 +192,13 @@ table inet {self.name}g {{
 
     def partition(self, node: str, peers: Iterable[str] | None = None, direction: str = "both") -> None:
         """Drop what ``node`` sends to (``out``), or receives from (``in``), the nodes ``peers``
-        (every other node when None), or both; replaces a partition it had."""
+        (every other node when None), or both; replaces a partition or delay it had."""
         if direction not in DIRECTIONS:
             raise NetworkError(f"direction {direction!r}: one of {', '.join(DIRECTIONS)}")
         others = sorted(self.address(p) for p in (peers if peers is not None else self.nodes) if p != node)
         if not others:
             raise NetworkError(f"cutting {node} off: no other node")
+        self._stop_delay(node)
         group = "{ " + ", ".join(others) + " }"
         receive = f"ip saddr {group} drop" if direction in ("both", "in") else ""
         send = f"ip daddr {group} drop" if direction in ("both", "out") else ""
@@ -189,17 +215,107 @@ table inet {self.name}cut {{
 }}
 """)
 
-    def heal(self, node: str) -> None:
-        """Undo :meth:`partition` on ``node``."""
+    def delay(self, node: str, peers: Iterable[str] | None = None, direction: str = "both", delay_ms: int = 100,
+              queue_bytes: int = delayline.QUEUE_BYTES) -> None:
+        """Hold what ``node`` sends to (``out``), or receives from (``in``), the nodes ``peers``
+        (every other node when None), or both, ``delay_ms`` before it arrives, dropping what
+        comes while ``queue_bytes`` are held; replaces a partition or delay it had. Its other
+        traffic (clients', its own) goes as before. Refused when another node's delay already
+        holds one of the same ways (both would route the same address)."""
+        if direction not in DIRECTIONS:
+            raise NetworkError(f"direction {direction!r}: one of {', '.join(DIRECTIONS)}")
+        if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 1 or queue_bytes < 1:
+            raise NetworkError(f"delaying {node}: a delay of at least 1 ms and a positive bound, not {delay_ms!r} ms "
+                               f"and {queue_bytes!r} bytes")
+        others = sorted(p for p in (peers if peers is not None else self.nodes) if p != node)
+        if not others:
+            raise NetworkError(f"delaying {node}: no other node")
+        own = self.address(node)
+        routes = ([(self.namespace(node), self.address(p), own) for p in others] if direction != "in" else []) + (
+            [(self.namespace(p), own, self.address(p)) for p in others] if direction != "out" else [])
+        held = {(ns, to): other for other, line in self.delays.items() if other != node for ns, to, _ in line.routes}
+        for ns, to, _ in routes:
+            if (ns, to) in held:
+                raise NetworkError(f"delaying {node}: what {ns.removeprefix(self.name + '-')} sends to {to} is "
+                                   f"delayed by {held[ns, to]}'s delay already; heal {held[ns, to]} first")
+        self.heal(node)
+        device = f"{self.name}d{index(node)}"
+        fds: dict[str, int] = {}
+        try:
+            for end in [node, *others]:
+                with self.entered(end) as address:  # /proc/sys/net is the calling thread's namespace's
+                    fds[address] = delayline.open_tun(device)
+                    # no reverse-path filtering there: a device without an address fails even the loose
+                    # check, and the answers to what comes in by it may go out by eth0 (one way delayed)
+                    Path("/proc/sys/net/ipv4/conf/all/rp_filter").write_text("0")
+                    Path(f"/proc/sys/net/ipv4/conf/{device}/rp_filter").write_text("0")
+                    with contextlib.suppress(OSError):  # no IPv6 chatter into the line
+                        Path(f"/proc/sys/net/ipv6/conf/{device}/disable_ipv6").write_text("1")
+                _run("ip", "-n", self.namespace(end), "link", "set", device, "mtu", str(delayline.MTU), "up")
+            process = _start_delay_line(self.namespace(node), delayline.Spec(delay_ms, queue_bytes, fds))
+        except OSError as e:
+            raise NetworkError(f"delaying {node}: {e}") from e
+        finally:
+            for fd in fds.values():
+                os.close(fd)  # the line holds them now: the devices go with it
+        self.delays[node] = _Delay(process, tuple(routes))
+        try:
+            for ns, to, source in routes:
+                _run("ip", "-n", ns, "route", "add", f"{to}/32", "dev", device, "src", source)
+        except BaseException:
+            self._stop_delay(node)
+            raise
+
+    def _stop_delay(self, node: str) -> delayline.Stats | None:
+        line = self.delays.pop(node, None)
+        if line is None:
+            return None
+        if line.process.poll() is None:
+            line.process.send_signal(signal.SIGTERM)
+        try:
+            said, _ = line.process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            line.process.kill()
+            said, _ = line.process.communicate()
+        last = (said or "").strip().splitlines()[-1:]
+        try:
+            return delayline.Stats.decode(last[0]) if last else None
+        except (ValueError, TypeError, KeyError):
+            return None
+
+    def heal(self, node: str) -> delayline.Stats | None:
+        """Undo :meth:`partition` or :meth:`delay` on ``node``; for a delay, say what it did."""
         _run("nft", "delete", "table", "inet", f"{self.name}cut", namespace=self.namespace(node), check=False)
+        return self._stop_delay(node)
 
     def close(self) -> list[str]:
+        for node in list(self.delays):
+            self._stop_delay(node)
         return teardown(self.name)
+
+
+def _start_delay_line(namespace: str, spec: delayline.Spec) -> subprocess.Popen[str]:
+    """``python -m cluster.delayline`` in ``namespace`` (where :func:`teardown` finds it) on the
+    spec's descriptors, once it said it reads them."""
+    process = subprocess.Popen(
+        ["ip", "netns", "exec", namespace, sys.executable, "-m", "cluster.delayline", spec.encode()],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, pass_fds=sorted(set(spec.devices.values())),
+        cwd=Path(__file__).resolve().parent.parent)
+    assert process.stdout is not None
+    with selectors.DefaultSelector() as waiting:
+        waiting.register(process.stdout, selectors.EVENT_READ)
+        said = process.stdout.readline() if waiting.select(DELAY_START_TIMEOUT) else ""
+    if '"ready"' not in said:
+        process.kill()
+        process.communicate()
+        raise NetworkError(f"the delay line in {namespace} did not start (exit {process.returncode}; see its error above)")
+    return process
 
 
 def teardown(name: str) -> list[str]:
     """Remove the namespaces, links and tables named ``name`` (``cnp<tag>``), killing what still runs in
-    the namespaces; idempotent. Says what it removed."""
+    the namespaces (delay lines too: their TUN devices and routes go with them); idempotent. Says
+    what it removed."""
     done = []
     for namespace in namespaces():
         if not namespace.startswith(f"{name}-"):

@@ -17,7 +17,8 @@ def cluster_status(ctx: Context, sid: str) -> Any:
 def cluster_node(ctx: Context, sid: str, action: Any, node: Any, seconds: Any, force: Any, options: Any = None) -> Any:
     """CONTROL_SERVER: crash (``kill``), ``pause``, ``add`` or cut off (``partition``) a node, restart
     Ray's GCS or the head (see :mod:`actors.node_control`). ``options``: a partition's ``peers``
-    (node names, or nil for every other node) and ``direction`` (``both``, ``in``, ``out``)."""
+    (node names, or nil for every other node), ``direction`` (``both``, ``in``, ``out``) and
+    ``delay_ms`` (delay the traffic instead of dropping it; checked by the controller)."""
     expect(action, str, "action")
     if node is not None:
         expect(node, str, "node")
@@ -26,9 +27,9 @@ def cluster_node(ctx: Context, sid: str, action: Any, node: Any, seconds: Any, f
     expect(force, bool, "force")
     if options is not None:
         expect(options, dict, "options")
-        unknown = set(options) - {"peers", "direction"}
+        unknown = set(options) - {"peers", "direction", "delay_ms"}
         if unknown:
-            raise RequestError("INVALID_REQUEST", f"options: unknown keys {sorted(unknown)} (peers, direction)")
+            raise RequestError("INVALID_REQUEST", f"options: unknown keys {sorted(unknown)} (peers, direction, delay_ms)")
         peers = options.get("peers")
         if peers is not None and (not isinstance(peers, list) or not all(isinstance(p, str) for p in peers)
                                   or len(peers) > 64):

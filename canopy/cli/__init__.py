@@ -109,14 +109,14 @@ from canopy.cli import (
     trees,
     views,
 )
-from canopy.cli.cluster import MAX_PAUSE, format_status
+from canopy.cli.cluster import MAX_DELAY_MS, MAX_PAUSE, format_status
 from canopy.cli.common import Extension, connection_options, urls
 from canopy.cli.common import _json_line as _json_line  # what the tests read VALUE and print records with
 from canopy.cli.common import _parse_value as _parse_value
 from canopy.cli.common import _render as _render
 from canopy.errors import CanopyError
 
-__all__ = ["MAX_PAUSE", "Extension", "build_parser", "format_status", "main", "urls"]
+__all__ = ["MAX_DELAY_MS", "MAX_PAUSE", "Extension", "build_parser", "format_status", "main", "urls"]
 #: the client verb groups, in the order ``canopy --help`` lists them (after ``demo``)
 _GROUPS = (topics, timeseries, security, trees, views, sessions, cluster, missing_topics, messaging, fanout,
            remote_servers, metrics, locks, hub)

@@ -1,4 +1,4 @@
-"""``canopy cluster``: the cluster's status, and crashing, pausing, adding and cutting off nodes."""
+"""``canopy cluster``: the cluster's status, and crashing, pausing, adding, cutting off and delaying nodes."""
 
 from __future__ import annotations
 
@@ -39,11 +39,16 @@ def _cluster_node(args: argparse.Namespace) -> int:
                   "from Redis); watch canopy serve's output and `canopy cluster status`")
         elif args.action == "partition":
             peers = [p.strip() for p in args.peers.split(",") if p.strip()] if args.peers else None
-            done = session.server.partition(args.node, args.seconds, peers=peers, direction=args.one_way or "both")
+            done = session.server.partition(args.node, args.seconds, peers=peers, direction=args.one_way or "both",
+                                            delay_ms=args.delay_ms)
             what = {"both": "both ways", "in": "what it receives only", "out": "what it sends only"}[done["direction"]]
-            print(f"node {done['node']}: being cut off from {', '.join(done['peers'] or ['every other node'])} "
-                  f"({what}) for {args.seconds:g} s, then healed; watch canopy serve's output and "
-                  "`canopy cluster status`")
+            whom = ", ".join(done["peers"] or ["every other node"])
+            if done.get("delay_ms"):
+                print(f"node {done['node']}: its traffic with {whom} ({what}) being delayed by {done['delay_ms']} ms "
+                      f"for {args.seconds:g} s; watch canopy serve's output and `canopy cluster status`")
+            else:
+                print(f"node {done['node']}: being cut off from {whom} ({what}) for {args.seconds:g} s, then healed; "
+                      "watch canopy serve's output and `canopy cluster status`")
         elif args.action == "kill-head":
             done = session.server.kill_head(args.seconds)
             print(f"the head node: its GCS, raylet and every process on it being killed, started again "
@@ -104,6 +109,8 @@ def format_status(status: dict[str, Any]) -> list[str]:
 #: the longest ``cluster pause-node`` the server carries out (``actors.node_control.MAX_PAUSE``,
 #: which the client cannot import; tests/unit/canopy/test_cli_arguments.py keeps them equal)
 MAX_PAUSE = 3600.0
+#: the longest ``cluster partition --delay-ms`` (``actors.node_control.MAX_DELAY_MS``, kept equal the same way)
+MAX_DELAY_MS = 10_000
 
 
 def _pause_seconds(text: str) -> float:
@@ -115,6 +122,16 @@ def _pause_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"expected a number of seconds, more than 0 and at most {MAX_PAUSE:g}, got {text!r}")
     return seconds
+
+
+def _delay_ms(text: str) -> int:
+    try:
+        ms = int(text)
+    except ValueError:
+        ms = 0
+    if not 1 <= ms <= MAX_DELAY_MS:
+        raise argparse.ArgumentTypeError(f"expected whole milliseconds from 1 to {MAX_DELAY_MS}, got {text!r}")
+    return ms
 
 
 def add_commands(
@@ -161,14 +178,18 @@ def add_commands(
     cut = cluster.add_parser(
         "partition", parents=[client],
         help="cut a node off the other nodes' network for --seconds, then heal it (--local-nodes clusters with "
-             "--node-namespaces); a node declared dead meanwhile is started again and rejoins",
+             "--node-namespaces); a node declared dead meanwhile is started again and rejoins; with --delay-ms "
+             "its traffic is delayed instead",
     )
     cut.add_argument("node", help="the node's name, as `canopy cluster status` shows it")
     cut.add_argument("--from", dest="peers", metavar="NODE,...",
                      help="cut it off from these nodes only (default: from every other node)")
     cut.add_argument("--one-way", choices=("in", "out"),
                      help="drop only what the node receives (in) or only what it sends (out); default: both")
+    cut.add_argument("--delay-ms", type=_delay_ms, metavar="MS",
+                     help=f"delay that traffic by MS milliseconds (1 to {MAX_DELAY_MS}) instead of dropping it, "
+                          "as tc netem would: each way that --one-way names, or both")
     cut.add_argument("--seconds", type=_pause_seconds, default=10.0,
-                     help=f"how long it stays cut off (more than 0, at most {MAX_PAUSE:g}; default: 10)")
+                     help=f"how long it stays cut off or delayed (more than 0, at most {MAX_PAUSE:g}; default: 10)")
     for p in (status, kill, pause, add, gcs, head, cut):
         p.set_defaults(run=_cluster)

@@ -72,14 +72,18 @@ class Server:
         return await self._node("kill-head", None, seconds, False)
 
     async def partition(self, node: str, seconds: float, *, peers: list[str] | None = None,
-                        direction: str = "both") -> dict[str, Any]:
+                        direction: str = "both", delay_ms: int | None = None) -> dict[str, Any]:
         """Cut ``node`` off the other nodes' network (or off ``peers`` only) for ``seconds``, then heal
         it: ``direction`` ``both``, ``in`` (it receives nothing from them) or ``out`` (it sends them
         nothing). Clients still reach its gateway. A node Ray declares dead meanwhile leaves the
-        cluster, and once healed is started again under its name and rejoins. ``--local-nodes``
+        cluster, and once healed is started again under its name and rejoins. With ``delay_ms``
+        (1 to 10000) that traffic arrives so many milliseconds late instead of never (as
+        ``tc netem delay`` would make it), each way that ``direction`` names. ``--local-nodes``
         clusters started with ``node_namespaces`` only (else :class:`~canopy.errors.RefusedError`).
         Answered once asked for; canopy serve carries it out at its next health check."""
-        options = {"peers": peers, "direction": direction}
+        options: dict[str, Any] = {"peers": peers, "direction": direction}
+        if delay_ms is not None:  # left out otherwise, as servers that cannot delay expect
+            options["delay_ms"] = delay_ms
         answer: dict[str, Any] = await self._s._call("cluster_node", "partition", node, seconds, False, options)
         return answer
 

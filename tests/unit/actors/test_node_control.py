@@ -79,6 +79,25 @@ def test_a_partition_is_checked_before_serve_is_asked() -> None:
         control.act("partition", "node-1", 5.0, False, nodes, {"direction": "sideways"})
     assert control.take_partitions() == []  # nothing refused was queued
     done = control.act("partition", "node-1", 5.0, False, nodes, {"peers": ["node-2", "node-2"], "direction": "out"})
-    assert done == {"action": "partition", "node": "node-1", "peers": ["node-2"], "direction": "out", "seconds": 5.0}
+    assert done == {"action": "partition", "node": "node-1", "peers": ["node-2"], "direction": "out", "seconds": 5.0,
+                    "delay_ms": None}
     control.act("partition", "node-2", 2.0, False, nodes)
     assert [c["node"] for c in control.take_partitions()] == ["node-1", "node-2"] and control.take_partitions() == []
+
+
+def test_a_delay_is_whole_milliseconds_within_bounds() -> None:
+    nodes = [node("node-0"), node("node-1"), node("node-2")]
+    control = NodeControl(3, None, namespaces=True)
+    for bad in (0, -5, 10_001, 1.5, 200.0, True, "200", [200]):
+        error = refused(control, "partition", "node-1", 5.0, False, nodes, {"delay_ms": bad})
+        assert error.code == "INVALID_REQUEST", bad
+        # what is wrong and where: the option, its bounds, the value given
+        assert "partition node-1: options.delay_ms is a whole number of milliseconds from 1 to 10000" in str(error)
+        assert str(error).endswith(f"not {bad!r}"), str(error)
+    assert control.take_partitions() == []
+    for ms in (1, 200, 10_000):
+        done = control.act("partition", "node-1", 8.0, False, nodes, {"delay_ms": ms, "direction": "in"})
+        assert done["delay_ms"] == ms and done["direction"] == "in"
+    assert [c["delay_ms"] for c in control.take_partitions()] == [1, 200, 10_000]
+    # a cut is a partition without a delay
+    assert control.act("partition", "node-1", 8.0, False, nodes, {"delay_ms": None})["delay_ms"] is None

@@ -90,3 +90,24 @@ def test_the_cli_and_the_server_agree_on_pauses() -> None:
         with pytest.raises(NodeActionError) as caught:
             control.act("pause", "node-1", seconds, False, nodes)
         assert caught.value.code == "INVALID_REQUEST" and "seconds" in str(caught.value), seconds
+
+
+def test_the_cli_and_the_server_agree_on_delays(capsys: pytest.CaptureFixture[str]) -> None:
+    from actors.node_control import MAX_DELAY_MS, NodeActionError, NodeControl
+    from replication.nodes import Node
+
+    assert cli.MAX_DELAY_MS == MAX_DELAY_MS
+    assert parse("cluster", "partition", "node-1")["delay_ms"] is None
+    assert parse("cluster", "partition", "node-1", "--delay-ms", "200", "--one-way", "in")["delay_ms"] == 200
+    assert parse("cluster", "partition", "node-1", "--delay-ms", str(MAX_DELAY_MS))["delay_ms"] == MAX_DELAY_MS
+    control = NodeControl(3, home_node=None, namespaces=True)
+    nodes = [Node(f"node-{k}", f"id-{k}", "127.0.0.1", True, True) for k in (0, 1)]
+    for ms in ("0", "-1", "1.5", "x", str(MAX_DELAY_MS + 1)):
+        with pytest.raises(SystemExit) as caught:
+            parse("cluster", "partition", "node-1", "--delay-ms", ms)
+        assert caught.value.code == 2
+        assert f"argument --delay-ms: expected whole milliseconds from 1 to {MAX_DELAY_MS}, got {ms!r}" in (
+            capsys.readouterr().err)
+    for bad in (0, MAX_DELAY_MS + 1):
+        with pytest.raises(NodeActionError, match="options.delay_ms"):
+            control.act("partition", "node-1", 5.0, False, nodes, {"delay_ms": bad})
