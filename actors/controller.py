@@ -243,6 +243,8 @@ class ControllerActor:
                                         bool(config.get("node_namespaces")))
         #: what taking the instance over after a restart of this actor did (said by the next check)
         self._adopted: list[str] = []
+        #: when canopy serve last called check (a new serve takes over only an unsupervised controller)
+        self._checked_at: float | None = None
         if adopt or _restarted():  # adopt: serve made this one after Ray gave the last one up
             self._adopt()
 
@@ -695,12 +697,16 @@ class ControllerActor:
             "namespace": self.config["namespace"],
             "partitions": self.replicas.count,
             "gateways": self.gateway_info,
-            "urls": [g["url"] for g in self.gateway_info],
-            "mqtt_urls": [g["mqtt"] for g in self.gateway_info if g.get("mqtt")],
+            # a gateway lost with its node (a restarted controller's, until it is made again) has none
+            "urls": [g["url"] for g in self.gateway_info if g.get("url")],
+            "mqtt_urls": [g["mqtt"] for g in self.gateway_info if g.get("mqtt") and g.get("url")],
             "nodes": sorted(self.replicas.nodes),
             "started_at": self.started_at,
             "controller_host": socket.gethostname(),
             "controller_pid": os.getpid(),
+            "instance_id": self.config.get("instance_id"),
+            #: seconds since canopy serve last called check (None: not since this process started)
+            "supervised_ago": None if self._checked_at is None else time.monotonic() - self._checked_at,
         }
 
     def started(self, name: str) -> None:
@@ -732,6 +738,7 @@ class ControllerActor:
 
         Cheap and never blocks on a busy actor (see :class:`Liveness`), except to carry
         out a change; canopy serve calls it about every second."""
+        self._checked_at = time.monotonic()
         serving = self._serving()
         report: list[dict[str, str]] = [{"name": "cluster", "actor": "", "event": "cluster", "reason": line}
                                         for line in self._adopted]

@@ -592,16 +592,23 @@ def _run(
         cls = controller_module.remote_class()
         home = ray.get_runtime_context().get_node_id()
         settings = {**config.as_dict(), "data_dir": str(data_dir), "instance_id": _instance_id(config, data_dir)}
+        # the instance's actors outlive a head that died with its serve (Ray's GCS in Redis): a new
+        # controller adopts them; a surviving one nobody supervises is taken over (_surviving)
+        orphaned = names.CONFIG_LOG in ray.util.list_named_actors()
         try:
             controller = cls.options(
                 name=names.CONTROLLER, lifetime="detached", **controller_module.pinned(home),
-            ).remote(settings, home)
+            ).remote(settings, home, orphaned)
         except ValueError:
-            raise ServeError(_already_running(config)) from None
-        try:
-            info = ray.get(controller.start.remote())
-        except ray.exceptions.RayTaskError as e:
-            raise ServeError(str(e.cause) if e.cause else str(e)) from None
+            controller, info = _surviving(config, settings["instance_id"], out)
+        else:
+            try:
+                info = ray.get(controller.describe.remote() if orphaned else controller.start.remote(),
+                               timeout=HEAD_TIMEOUT if orphaned else None)
+            except ray.exceptions.RayTaskError as e:
+                raise ServeError(str(e.cause) if e.cause else str(e)) from None
+            if orphaned:
+                out("canopy: the instance's actors outlived its controller; a new one took the instance over")
         recorded = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -635,8 +642,9 @@ def _run(
         if info.get("mqtt_urls"):
             sockets = ", ".join(f"{url}/mqtt" for url in info["urls"])
             out(f"canopy: MQTT 3.1.1 and 5.0 on {', '.join(info['mqtt_urls'])}, and over WebSocket at {sockets}")
-        console = info["urls"][0].replace("ws", "http", 1)  # ws:// -> http://, wss:// -> https://
-        out(f"canopy: the web console is at {console}/console (every gateway serves it)")
+        if info["urls"]:
+            console = info["urls"][0].replace("ws", "http", 1)  # ws:// -> http://, wss:// -> https://
+            out(f"canopy: the web console is at {console}/console (every gateway serves it)")
         sys.stdout.flush()
         def add_node(name: str) -> None:
             """Start a simulated node asked for by ``canopy cluster add-node`` (a dead one's
@@ -762,11 +770,12 @@ def _run(
 
 
 class Partitions:
-    """``canopy cluster partition``, carried out by serve: cut a node off (:meth:`start`), heal it
-    after the asked seconds, and start it again under its name once its raylet exited (Ray
-    declared it dead while it was cut off; on healing it learns that and exits): it rejoins
+    """``canopy cluster partition``, carried out by serve: cut a node off (:meth:`start`), or with
+    ``delay_ms`` delay its traffic (a delay line, :mod:`cluster.delayline`), heal it after the
+    asked seconds, and start it again under its name once its raylet exited (Ray declared it dead
+    while it was cut off or too late to answer; on healing it learns that and exits): it rejoins
     as a new node on its data directory, as after ``add-node``. Driven by serve's health loop
-    (:meth:`tick`); nothing here blocks."""
+    (:meth:`tick`); nothing here blocks but the start of a delay line (a fraction of a second)."""
 
     #: how long after healing serve waits for a node's raylet to exit before it takes it for alive
     REJOIN_WAIT = 120.0
@@ -776,22 +785,33 @@ class Partitions:
         self.out = out
         self.restart = restart
         self.cut: dict[str, float] = {}  # node -> when to heal it
+        self.delayed: dict[str, int] = {}  # delayed (not cut off) node -> its milliseconds
         self.healed: dict[str, tuple[float, int | None]] = {}  # node -> (give up at, raylet pid)
 
     def start(self, request: str) -> None:
         asked = json.loads(request)
         node, seconds, direction = str(asked["node"]), float(asked["seconds"]), str(asked.get("direction") or "both")
+        delay_ms = int(asked["delay_ms"]) if asked.get("delay_ms") else None
         if self.network is None:
             return
         try:
-            self.network.partition(node, asked.get("peers"), direction)
+            if delay_ms is not None:
+                self.network.delay(node, asked.get("peers"), direction, delay_ms)
+            else:
+                self.network.partition(node, asked.get("peers"), direction)
         except Exception as e:
-            self.out(f"canopy: could not cut {node} off: {type(e).__name__}: {e}")
+            self.out(f"canopy: could not {'delay' if delay_ms else 'cut off'} {node}: {type(e).__name__}: {e}")
             return
         what = {"both": "what it sends and receives", "in": "what it receives", "out": "what it sends"}[direction]
         peers = ", ".join(asked["peers"]) if asked.get("peers") else "every other node"
-        self.out(f"canopy: network partition: {node} cut off from {peers} ({what} is dropped); "
-                 f"healing in {seconds:g} s")
+        self.delayed.pop(node, None)
+        if delay_ms is not None:
+            self.delayed[node] = delay_ms
+            self.out(f"canopy: network delay: {node} delayed by {delay_ms} ms from {peers} ({what} arrives "
+                     f"{delay_ms} ms late); removed in {seconds:g} s")
+        else:
+            self.out(f"canopy: network partition: {node} cut off from {peers} ({what} is dropped); "
+                     f"healing in {seconds:g} s")
         sys.stdout.flush()
         self.cut[node] = time.monotonic() + seconds
 
@@ -802,8 +822,12 @@ class Partitions:
             if now < heal_at:
                 continue
             del self.cut[node]
-            self.network.heal(node)
-            self.out(f"canopy: network partition healed: {node} reaches the other nodes again")
+            did = self.network.heal(node)
+            if node in self.delayed:
+                self.out(f"canopy: network delay removed: {node} ({self.delayed.pop(node)} ms): "
+                         f"{did or 'the delay line had stopped'}")
+            else:
+                self.out(f"canopy: network partition healed: {node} reaches the other nodes again")
             sys.stdout.flush()
             self.healed[node] = (now + self.REJOIN_WAIT, raylets.get(node))
         for node, (give_up, pid) in list(self.healed.items()):
@@ -898,6 +922,42 @@ def _supervise(
             )
             guard = None
     return None, True
+
+
+#: how long a controller must have gone unchecked before a new canopy serve takes it over (the
+#: serve that checked it every HEALTH_INTERVAL is gone)
+UNSUPERVISED = 10.0
+
+
+def _surviving(config: ServerConfig, instance_id: str, out: Callable[[str], None]) -> tuple[Any, dict[str, Any]]:
+    """The controller of this instance (the same machine, data directory and namespace) that
+    outlived its canopy serve, and its description: with Ray's GCS in Redis, a head that comes
+    back restarts the controller, which takes the instance over (it may take a while: waited
+    for up to :data:`HEAD_TIMEOUT`); this serve then supervises it. A controller of another
+    instance, or one another serve still checks (within :data:`UNSUPERVISED`), is refused as
+    already running."""
+    import ray
+
+    deadline = time.monotonic() + HEAD_TIMEOUT
+    while True:
+        try:
+            existing = ray.get_actor(names.CONTROLLER)
+            described: dict[str, Any] = ray.get(existing.describe.remote(), timeout=CONTROLLER_TIMEOUT)
+        except Exception as e:  # restarting, adopting, or gone meanwhile
+            if time.monotonic() > deadline:
+                raise ServeError(f"{_already_running(config)} (it does not answer: {type(e).__name__})") from None
+            time.sleep(HEALTH_INTERVAL)
+            continue
+        if described.get("instance_id") != instance_id or described.get("started_at") is None:
+            raise ServeError(_already_running(config))
+        ago = described.get("supervised_ago")
+        if ago is None or ago > UNSUPERVISED:
+            out("canopy: this instance's controller outlived its canopy serve; supervising it "
+                f"({'restarted since' if ago is None else f'unchecked for {ago:.0f} s'})")
+            return existing, described
+        if time.monotonic() > deadline - HEAD_TIMEOUT + 2 * UNSUPERVISED:
+            raise ServeError(_already_running(config))  # another serve checks it
+        time.sleep(HEALTH_INTERVAL)
 
 
 def _already_running(config: ServerConfig) -> str:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build a local base image for canopy without an image registry: a Debian bookworm root file
-# system made by debootstrap (Python 3.11, venv, Java 17 for the Spark jobs), imported with
+# system made by debootstrap (Python 3.11, venv, Java 17 for the Spark jobs, Redis for Ray's GCS), imported with
 # `docker import`. Pass it to the image build as the base:
 #
 #   deploy/image/base.sh                       # -> canopy-base:bookworm
@@ -11,7 +11,7 @@
 set -euo pipefail
 tag=${1:-canopy-base:bookworm}
 mirror=${CANOPY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-packages=python3,python3-venv,python3-pip,ca-certificates,openjdk-17-jre-headless,procps,tini
+packages=python3,python3-venv,python3-pip,ca-certificates,openjdk-17-jre-headless,procps,tini,redis-server
 root=$(mktemp -d /var/tmp/canopy-base.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 echo "base: debootstrap bookworm from $mirror into $root" >&2

@@ -29,7 +29,8 @@ import pytest
 
 import canopy
 from canopy import errors
-from tests.checking import Workload, check, finish
+from tests.checking import Workload, check, finish, progressed
+from tests.cluster.test_gcs_fault_tolerance import Acknowledgements, acknowledged
 from tests.conftest import free_port
 from tests.deploy.compose import Project
 
@@ -71,6 +72,16 @@ async def status(url: str) -> dict[str, Any]:
 
 def holding(now: dict[str, Any], node: str) -> bool:
     return any(node in (p["primary"], p["backup"]) for p in now["partitions"])
+
+
+def _grown(work: Workload, more: int) -> Callable[[], Awaitable[bool]]:
+    """A check for :func:`settle`: ``work`` has ``more`` acknowledged writes than now."""
+    goal = acknowledged(work) + more
+
+    async def reached() -> bool:
+        return acknowledged(work) >= goal
+
+    return reached
 
 
 async def test_a_killed_node_container_loses_nothing_acknowledged_and_rejoins(canopy_image: str) -> None:
@@ -157,6 +168,42 @@ async def test_a_killed_node_container_loses_nothing_acknowledged_and_rejoins(ca
         await settle(project, await under_load(300), 60, "300 more acknowledged writes after the rejoin")
         await finish(work, roaming, urls=[home])
         head_log = project.logs("node-0")
+        await work.close()
+        await roaming.close()
+
+        # the head's loss: Ray's GCS, serve, the controller and node-0's gateway go with its container;
+        # the workers' gateways and partitions serve on (the GCS's tables are in the redis service)
+        workers = [gateway["node-1"], gateway["node-2"]]
+        headless = Workload(workers, ADMIN, publishers=2, topics=6, subscribers=1, branch="headless")
+        await headless.start()
+        sampler = Acknowledgements(headless)
+        try:
+            await progressed(headless)
+            project.down_on_purpose.add("node-0")
+            lost_at = time.monotonic()
+            project.kill("node-0")
+            await settle(project, _grown(headless, 200), 60, "200 acknowledged writes without the head")
+            headless_stall = sampler.longest_stall(lost_at, time.monotonic())
+            project.restart("node-0")
+            project.down_on_purpose.discard("node-0")
+            restarted = time.monotonic()
+
+            async def whole_again() -> Any:
+                now = await status(workers[0])
+                alive = {n["name"] for n in now["nodes"] if n["alive"]}
+                serving = {g["node"] for g in now["gateways"] if not g.get("lost")}  # the head's: a new one
+                ok = now["healthy"] and alive == serving == {"node-0", "node-1", "node-2"}
+                return now if ok else False
+
+            await settle(project, whole_again, 240, "the head back, the instance whole, a gateway on each node")
+            head_back = time.monotonic() - restarted
+            assert "supervising it" in project.logs("node-0"), project.logs("node-0")[-3000:]
+            await progressed(headless)
+            await finish(headless, urls=workers)
+        finally:
+            sampler.stop()
+            await headless.close()
+        headless_report = check(headless.history)
     except BaseException:
         for service in project.containers:
             print(f"--- {service} ---\n{project.logs(service)[-3000:]}")
@@ -170,7 +217,10 @@ async def test_a_killed_node_container_loses_nothing_acknowledged_and_rejoins(ca
     report, moved = check(work.history), check(roaming.history)
     print(f"[deploy] 3-node cluster in containers formed in {start_time:.1f} s; {victim} killed: "
           f"failover in {failover:.1f} s, rejoined in {rejoin:.1f} s after docker start; "
-          f"node-0's clients: {report}; {victim}'s gateway's clients: {moved}; then {back['partitions']}")
+          f"node-0's clients: {report}; {victim}'s gateway's clients: {moved}; then {back['partitions']}; "
+          f"the head's container killed: longest write stall through node-1's and node-2's gateways "
+          f"{headless_stall:.2f} s, whole again {head_back:.1f} s after docker start; their clients: {headless_report}")
+    assert headless_report.valid and not headless_report.lost, headless_report
     assert report.valid, report
     assert moved.valid, moved
     assert not report.lost and not moved.lost

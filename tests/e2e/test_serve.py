@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 import canopy
+from actors import processes
 from replication.config_log import ConfigLogStore
 from tests.conftest import free_port, wait_for
-from tests.e2e.conftest import ADMIN, Server, cli
+from tests.e2e.conftest import ADMIN, BIN, Server, cli
 
 
 def port_is_free(port: int) -> bool:
@@ -152,3 +159,52 @@ def test_views_survive_a_restart_and_rebuild(tmp_path: Path) -> None:
                      30, "the restored view (still first in precedence) to rebuild its reference topic")
     finally:
         assert second.stop() == 0, second.output
+
+
+def test_a_new_serve_supervises_the_instance_a_killed_serve_left_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """canopy serve joined to a Ray cluster of its own (``--address``) is SIGKILLed: the instance
+    (its detached controller, gateways and partitions) goes on in that Ray. A new serve on the same
+    data directory and namespace takes it over instead of refusing (nothing checks the controller
+    any more): the same gateway, the same topics, and it stops the instance cleanly."""
+    monkeypatch.setenv("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    ray_port, port = free_port(), free_port()
+    head = subprocess.Popen(
+        [str(BIN / "ray"), "start", "--head", "--block", "--port", str(ray_port), "--node-ip-address", "127.0.0.1",
+         "--num-cpus", "2", "--include-dashboard=false", "--disable-usage-stats"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+    data = tmp_path / "data"
+    first = second = None
+    try:
+        first = Server(data, "--address", f"127.0.0.1:{ray_port}", port=port).wait_ready(180)
+        with canopy.connect_sync(first.url, *ADMIN) as session:
+            session.topics.add_and_set("kept/x", 1)
+        first.proc.kill()
+        first.proc.wait(30)
+        second = Server(data, "--address", f"127.0.0.1:{ray_port}", port=port).wait_ready(180)
+        assert any("outlived its canopy serve; supervising it" in line for line in second.lines), second.output
+        with canopy.connect_sync(second.url, *ADMIN) as session:
+            assert [t.value for t in session.topics.fetch(">kept/x")] == [1]
+            session.topics.add_and_set("kept/y", 2)
+        # a third serve is refused while the second one checks the controller
+        third = Server(data.parent / "third", "--address", f"127.0.0.1:{ray_port}", port=free_port())
+        third.proc.wait(180)
+        third.stop()
+        assert third.proc.returncode == 1 and "already running in namespace 'canopy'" in third.output, third.output
+        assert second.stop() == 0, second.output
+        second = None
+    finally:
+        for server in (first, second):
+            if server is not None:
+                server.stop()
+        below = processes.descendants(head.pid)
+        head.terminate()
+        try:
+            head.wait(60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+        for pid in below:
+            if processes.alive(pid):
+                os.kill(pid, signal.SIGKILL)
