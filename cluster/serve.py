@@ -729,6 +729,16 @@ def _run(
             sys.stdout.flush()
             return controller
 
+        def refresh() -> None:
+            """server.json from the controller that is back (Ray restarted it, or serve made a new
+            one): its pid, and the gateways' URLs as they are now."""
+            try:
+                recorded.update(ray.get(controller.describe.remote(), timeout=CONTROLLER_TIMEOUT))
+            except Exception as e:
+                out(f"canopy: warning: server.json keeps the last controller's details: {type(e).__name__}: {e}")
+                return
+            record.write(recorded)
+
         cuts = Partitions(network, out, lambda name: add_node(name))
 
         def tick() -> None:
@@ -739,7 +749,7 @@ def _run(
         failure, controller_alive = _supervise(
             controller, stop, guard, out,
             {"add_node": add_node, "restart_gcs": restart_gcs, "kill_head": kill_head, "partition": cuts.start},
-            tick, revive)
+            tick, revive, refresh)
         if not controller_alive:
             controller = None
         if failure is None:
@@ -848,13 +858,15 @@ def _supervise(
     requests: dict[str, Callable[[str], Any]],
     tick: Callable[[], None] = lambda: None,
     revive: Callable[[str], Any] | None = None,
+    back: Callable[[], None] = lambda: None,
 ) -> tuple[str | None, bool]:
     """Wait for a stop signal or a death: ``(None, True)`` when asked to stop, else
     ``(what died, whether the controller still answers)``. ``requests`` carries out
     what the controller asks serve for (``add_node``, ``restart_gcs``, ``kill_head``);
     one that returns a handle replaced the controller's (``kill_head``: serve connected
     again), which may take up to :data:`HEAD_TIMEOUT` to answer. A controller Ray gives up
-    for good is replaced by ``revive(why)`` (at most :data:`REVIVALS` times)."""
+    for good is replaced by ``revive(why)`` (at most :data:`REVIVALS` times); ``back()`` is
+    called when a controller answers again."""
     import ray
 
     from actors.controller import death_reason
@@ -893,6 +905,7 @@ def _supervise(
             return f"the controller failed: {type(e).__name__}: {e}", True
         if down_since is not None:
             out(f"canopy: {names.CONTROLLER} (ControllerActor) is back and serving")
+            back()
         down_since, limit = None, CONTROLLER_TIMEOUT
         for d in dead:
             if d["event"] == "crashed":

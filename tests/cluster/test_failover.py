@@ -258,6 +258,9 @@ class TestAHealthyCluster:
                  FAILOVER, "the new controller to answer", describe=lambda: healthy.lines[-20:])
         assert any("configuration log's writer was gone; made again" in line for line in healthy.lines[seen:]), (
             healthy.lines[seen:])
+        # server.json names the new controller's process (what the next test kills)
+        wait_for(lambda: (pid := json.loads((healthy.data_dir / "server.json").read_text())["controller_pid"])
+                 != info["controller_pid"] and processes.alive(pid), 30, "server.json to name the new controller")
 
         async def changes() -> None:
             async with canopy.connect(healthy.url, *ADMIN) as s:
