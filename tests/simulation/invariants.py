@@ -7,7 +7,11 @@
    acknowledged so far for its partition. Excused only: writes no copy holds any more (no
    running replica's store, no journal's records or snapshot on any disk) after a power cut
    while the policy was ``interval`` (at that cut, or at a later loss of a copy: a damaged
-   journal set aside). Under ``always`` nothing is ever excused.
+   journal set aside); and, under any policy, writes that a damaged journal set aside was
+   the only copy of (:data:`ONLY_COPY`: a partition that ran without a backup, its only
+   node alive, then a bad record on that node's disk; recovery never reads past damage and
+   sets the journal aside whole, its repair being an operator's). Nothing else is excused,
+   under ``always`` nothing at all.
    A lost write says its *cause* when the checker can tell (:meth:`Checker.cause`): the
    replica's journal never held the partition at the epochs its missing writes were
    acknowledged at (:data:`STALE`), or it held them and lost them from its tail, to a record
@@ -44,6 +48,8 @@ __all__ = ["Checker", "Violation"]
 #: causes :meth:`Checker.cause` diagnoses for a lost write (``Violation.cause``)
 STALE = "a copy that never held the partition at the epochs its missing writes were acknowledged at"
 SHORT = "a copy that lost its tail (a record cut as torn, or a power cut) while another copy kept it"
+#: why the loss of writes a damaged journal alone held is excused (:meth:`Checker.set_aside`)
+ONLY_COPY = "a damaged journal set aside, the only copy of them"
 
 
 class Violation(Exception):
@@ -164,12 +170,22 @@ class Checker:
             self.lossy = f"a power cut of {node} under an interval policy"
         self._excuse()
 
-    def set_aside(self, replica: SimReplica) -> None:
-        """``replica``'s journal was damaged and set aside (its saved epoch starts over)."""
+    def set_aside(self, replica: SimReplica, kept: set[int]) -> None:
+        """``replica``'s journal was damaged and set aside (its saved epoch starts over); it
+        kept the writes ``kept`` (records and snapshot). Those no other copy holds are gone
+        with it, and excused (:data:`ONLY_COPY`): a partition alone on one node (no other
+        alive) acknowledges writes that only that node's disk holds, which no protocol keeps
+        through a bad record there; recovery sets the whole journal aside rather than read
+        past the damage. Writes no copy held even before are not excused: another bug lost them."""
         key = (replica.node.name, replica.index)
         self.saved[key] = 0
         self.whole.pop(key, None)
         self.truncated.pop(key, None)
+        elsewhere = self._held_anywhere(replica.index)
+        for wid in self.acked[replica.index]:
+            if wid in kept and wid not in elsewhere and wid not in self.excused:
+                self.excused[wid] = ONLY_COPY
+                self.world.note("excused", wid, ONLY_COPY)
         self._excuse()
 
     def _excuse(self) -> None:

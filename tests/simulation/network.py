@@ -30,7 +30,10 @@ stream is an :class:`End`; a :class:`Handler` gets ``on_message(end, message)`` 
 ``connected(end)`` first, or ``failed(reason)`` instead: after a round trip when nothing
 listens there ("refused"), after a drawn delay (``connect_fail_ms``) across a cut or to a
 node that is off ("timeout"). The handshake itself is not cut: a cut that starts during it
-stalls the stream's first bytes instead.
+stalls the stream's first bytes instead, the server's ``SYNACK`` first of all; the dialler,
+which is still sending its SYN while it waits for it, is told ``failed`` whenever that
+``SYNACK`` will never come (its direction timed out, or went with a reset or a machine
+that went), never left waiting for good.
 
 * Delivery is ordered and lossless, each direction on its own.
 * A cut stalls a direction with bytes in flight; healed before its retransmission timeout
@@ -298,7 +301,7 @@ class Network:
         if accept is None:
             self.world.at(self.latency(address[0], node), self._failed, node, address, "refused", failed)
             return
-        stream = Stream(self, next(self._stream_ids), node, address, handler, connected)
+        stream = Stream(self, next(self._stream_ids), node, address, handler, connected, failed)
         self.world.note("accept", stream.id, node, address)
         server = stream.server
         server._out.send(_SYNACK)  # first: the dialler is connected before anything the server sends
@@ -358,7 +361,7 @@ class Stream:
     """One TCP connection: :attr:`client` (the end that dialled) and :attr:`server`."""
 
     def __init__(self, network: Network, id: int, node: str, address: Address, handler: Handler,
-                 connected: Callable[[End], object]) -> None:
+                 connected: Callable[[End], object], failed: Callable[[str], object] = lambda reason: None) -> None:
         self.network = network
         self.id = id
         self.address = address
@@ -369,11 +372,31 @@ class Stream:
         self.server._out = _Direction(self.server, self.client)
         self.client._in, self.server._in = self.server._out, self.client._out
         self._connected = connected
+        self._failed = failed
+        self.established = False  # the dialler has its SYNACK: connected() was called
         network._ends.append(self.client)
         network._ends.append(self.server)
 
     def __repr__(self) -> str:
         return f"stream {self.id} {self.client.node}->{self.address[0]}/{self.address[1]}"
+
+    def established_at(self, end: End) -> None:
+        """The ``SYNACK`` reached the dialler's ``end``: it is connected."""
+        self.established = True
+        self._connected(end)
+
+    def never_established(self, reason: str, delay_ns: int = 0) -> None:
+        """The dialler's ``SYNACK`` will never come: its connect fails after ``delay_ns`` (its
+        own SYNs go unanswered until its timeout), its end gone without a callback (as TCP's
+        in SYN_SENT, which no process holds yet)."""
+        client = self.client
+        if self.established or client.notified:
+            return
+        client.notified = True
+        client.open = client.receiving = False
+        client._out.discard()
+        client._forget()
+        self.network.world.at(delay_ns, self.network._failed, client.node, self.address, reason, self._failed)
 
     def reset(self) -> None:
         """A reset on the wire: a prefix of each direction's bytes in flight arrives, then each
@@ -446,6 +469,9 @@ class End:
         self.open = self.receiving = False
         self._out.discard()
         self._forget()
+        stream = self.stream
+        if self is stream.server and not stream.established:  # the dialler's SYNs go unanswered
+            stream.never_established("timeout", stream.network.draw_ms(stream.network.conditions.connect_fail_ms))
 
     def _forget(self) -> None:
         try:
@@ -459,6 +485,10 @@ class End:
 
     def _lose(self) -> None:
         if self.notified:
+            return
+        stream = self.stream
+        if self is stream.client and not stream.established:  # a reset before the SYNACK: the connect fails
+            stream.never_established("reset")
             return
         self.notified = True
         self.open = self.receiving = False
@@ -555,8 +585,7 @@ class _Direction:
             dst._lose()
             return
         if item is _SYNACK:
-            stream = dst.stream
-            stream._connected(dst)
+            dst.stream.established_at(dst)
             return
         assert dst.handler is not None
         dst.handler.on_message(dst, item)
@@ -580,3 +609,6 @@ class _Direction:
         self.queue.clear()
         self.network.world.note("rto", repr(self.src_end))
         self.src_end._lose()
+        stream = self.src_end.stream
+        if self.src_end is stream.server and not stream.established:  # its SYNACK went with it
+            stream.never_established("timeout")

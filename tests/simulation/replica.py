@@ -206,8 +206,10 @@ class SimReplica(Process):
         try:
             recovery = journal.recover()
         except JournalCorrupt as e:  # its peer holds the partition: start empty, to be primed again
+            kept = before | {wid for _, wids in (journal.snapshot[1] if journal.snapshot is not None else ())
+                             for wid in wids}
             journal.set_aside(str(e), self.world.now_ms)
-            self.checker.set_aside(self)
+            self.checker.set_aside(self, kept)
             recovery = journal.recover()
         states: list[Any] = list(recovery.states)  # (key, write ids), as _image and the prime wrote them
         changes: list[Any] = list(recovery.changes)  # (key, write id)

@@ -300,3 +300,53 @@ def test_a_powered_off_node_leaves_half_open_streams_reset_once_it_is_back() -> 
     network.connect("node-0", ("node-2", "echo-0"), again, again.on_connected, again.on_failed)
     world.run_for(SECOND)
     assert again.failed == "refused", "its listeners went with the power"
+
+
+def test_a_dialler_whose_synack_never_comes_is_told_failed() -> None:
+    """A cut between the SYN's arrival and its SYNACK's (``test_regressions.py``, seed 46570):
+    the server's end breaks at its retransmission timeout, and the dialler, still sending SYNs,
+    fails ``timeout`` then, never ``connected``. The same when the server's machine goes before
+    its SYNACK left (after the dialler's own timeout), and a reset before it fails ``reset``."""
+    world, network = setup(Conditions(rto_ms=(2_000, 2_000)))
+    accepted: list[End] = []
+    server = Recorder(world)
+
+    def accept(end: End) -> Recorder:
+        accepted.append(end)
+        return server
+
+    def dial(name: str) -> Recorder:
+        """Dial ``name`` on node-2 from node-1, and stop once the SYN got there (the SYNACK on its way)."""
+        client = Recorder(world)
+        network.connect("node-1", ("node-2", name), client, client.on_connected, client.on_failed)
+        count = len(accepted)
+        while len(accepted) == count:
+            world.run_for(10_000)
+        assert client.connected is None
+        return client
+
+    network.listen("node-2", "x", accept)
+    client = dial("x")
+    started = world.now_ms
+    network.cut("node-2", "node-1")
+    world.run_for(5 * SECOND)
+    assert client.connected is None and client.failed == "timeout" and client.lost_count == 0
+    assert client.failed_at is not None and 2_000 <= client.failed_at - started <= 2_005  # the RTO, from the stall
+    assert server.lost_count == 1
+    network.heal("node-2", "node-1")
+    world.run_for(SECOND)
+    assert client.connected is None and client.failed == "timeout", "told once"
+
+    gone = dial("x")
+    network.cut("node-2", "node-1")
+    network.power_off("node-2")
+    world.run_for(40 * SECOND)
+    assert gone.connected is None and gone.failed == "timeout" and gone.lost_count == 0
+    network.power_on("node-2")
+    network.heal("node-2", "node-1")
+
+    network.listen("node-2", "y", accept)
+    reset = dial("y")
+    accepted[-1].abort()  # a reset from the server before its SYNACK got there (the prefix it keeps may hold it)
+    world.run_for(SECOND)
+    assert (reset.failed, reset.connected is None, reset.lost_count) in (("reset", True, 0), (None, False, 1))

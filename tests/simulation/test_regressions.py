@@ -174,3 +174,69 @@ def test_a_copy_whose_last_record_recovery_cut_does_not_lead() -> None:
         ),
         faults_end_ms=10000,
     ))
+
+
+def test_a_dialler_whose_synack_stalled_past_the_timeout_is_told_it_failed() -> None:
+    """Fixed in the network model (``network.Stream.never_established``). Partition 0's primary
+    on node-1 dials its backup on node-2; the SYN gets there, and node-1 and node-2 are cut
+    before the SYNACK comes back. The server's end broke at its retransmission timeout, but
+    the dialler was told neither ``connected`` nor ``failed``: the primary waited for that
+    connection for good, its backup never primed (no convergence 60 s after the faults). A
+    real dialler is still sending its SYN then, and its connect completes or times out; now
+    it is told ``failed`` and the primary tries again after ``RETRY_MS``."""
+    run(Schedule(
+        seed=46570,
+        nodes=('node-0', 'node-1', 'node-2'),
+        partitions=3,
+        policy='always',
+        ops=(
+            Cut(5, 'node-2', 'node-1', 4851),
+        ),
+        faults_end_ms=10000,
+        spike_rate=0.01,
+        loss_rate=0.01,
+    ))
+
+
+def test_writes_only_a_damaged_journal_held_are_lost_with_it() -> None:
+    """A wrong invariant (fixed in ``Checker.set_aside``: :data:`~tests.simulation.invariants.ONLY_COPY`).
+    Partition 0's primary on node-1 acknowledges writes 1-16 with its backup on node-0;
+    node-1's raylet restarts, so node-0 takes over alone at epoch 2 (no other node alive) and
+    acknowledges write 17, which only its journal holds. The whole instance restarts, and
+    node-0 is cut off before the new placement (epoch 3, a backup on node-1) takes; then the
+    record of write 17 in node-0's journal goes bad (the drawn seed: four writes of epoch 2,
+    the third one's record bad). Recovery sets node-0's journal aside (it never reads past
+    damage), and node-1's copy, of epoch 1, leads at epoch 4: the write is gone from every
+    copy, as it would be under any protocol. The checker took it for a write lost through a
+    stale copy; it now excuses the writes a damaged journal set aside was the only copy of,
+    under any fsync policy (never one that no copy held before)."""
+    run(Schedule(
+        seed=43961,
+        nodes=('node-0', 'node-1'),
+        partitions=1,
+        policy='always',
+        ops=(
+            Write(141, 'node-1', 'k/7'),
+            Write(802, 'node-1', 'k/2'),
+            Write(1080, 'node-1', 'k/0'),
+            Write(1566, 'node-1', 'k/4'),
+            Write(1583, 'node-1', 'k/5'),
+            Write(1637, 'node-0', 'k/1'),
+            Write(2238, 'node-0', 'k/8'),
+            Write(2490, 'node-0', 'k/4'),
+            Write(2541, 'node-0', 'k/9'),
+            Write(2546, 'node-1', 'k/0'),
+            Write(3469, 'node-1', 'k/6'),
+            Write(3595, 'node-1', 'k/0'),
+            Write(3674, 'node-1', 'k/1'),
+            Write(3758, 'node-0', 'k/1'),
+            Write(4414, 'node-0', 'k/0'),
+            Write(4503, 'node-1', 'k/1'),
+            Rejoin(4535, 'node-1'),
+            Write(4608, 'node-0', 'k/4'),
+            RestartAll(5846),
+            Isolate(6162, 'node-0', 3493),
+            Corrupt(7677, 'node-0', 0),
+        ),
+        faults_end_ms=10000,
+    ))
