@@ -328,12 +328,18 @@ class ControllerActor:
                 return ray.get(self.config_log.start.remote(self.agents), timeout=START_TIMEOUT), False
             except (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnschedulableError, ValueError) as e:
                 log.warning("the configuration log's writer is gone (%s); making it again", death_reason(e))
-                try:
-                    ray.kill(self.config_log, no_restart=True)
-                except Exception:
-                    pass
-        deadline = time.monotonic() + START_TIMEOUT
-        home = nodes[0]  # this controller's node (the home node first)
+        return self._new_config_log(nodes[0]), True  # this controller's node (the home node first)
+
+    def _new_config_log(self, home: Any) -> dict[str, Any]:
+        """A new writer of the configuration log on ``home``, which recovers the log from the
+        copies, handed to the view evaluator and the session tree actor (they commit through
+        it); its documents."""
+        old, deadline = self.config_log, time.monotonic() + START_TIMEOUT
+        if old is not None:
+            try:
+                ray.kill(old, no_restart=True)
+            except Exception:
+                pass
         while True:
             try:
                 self.config_log = configuration.log_class().options(
@@ -344,7 +350,10 @@ class ControllerActor:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
-        return ray.get(self.config_log.start.remote(self.agents), timeout=START_TIMEOUT), True
+        documents: dict[str, Any] = ray.get(self.config_log.start.remote(self.agents), timeout=START_TIMEOUT)
+        ray.get([h.set_config_log.remote(self.config_log) for h in (self.session_trees, self.views)
+                 if h is not None], timeout=RECOVER_TIMEOUT)
+        return documents
 
     def _adopt(self) -> None:
         """Ray restarted this actor (its process died): take over the instance from the
@@ -758,6 +767,18 @@ class ControllerActor:
             kind, handle = serving[name]
             if kind == partition.PartitionActor.__name__:
                 report += self._replica_event(name, event, reason)
+                continue
+            if event == "dead" and handle is self.config_log:
+                # given up by Ray (its label's node unknown when Ray retried, or killed for good):
+                # the copies keep the log; a new writer recovers it, on this controller's node
+                try:
+                    self._liveness.forget(name)
+                    self._new_config_log(self._nodes()[0])
+                    report.append({"name": "cluster", "actor": "", "event": "cluster",
+                                   "reason": f"{name} (ConfigLogActor) was given up by Ray ({reason}); made again"})
+                except Exception as e:
+                    report.append({"name": name, "actor": kind, "event": "failed",
+                                   "reason": f"given up by Ray and could not be made again: {type(e).__name__}: {e}"})
                 continue
             if event == "dead" and handle in self.gateways:
                 k = self.gateways.index(handle)

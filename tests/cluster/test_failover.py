@@ -18,7 +18,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -234,30 +234,40 @@ class TestAHealthyCluster:
     def test_a_controller_ray_gave_up_is_made_again_and_takes_the_instance_over(self, healthy: Server) -> None:
         """Ray gives a detached actor up for good when it cannot restart it (the head's label is
         unknown when Ray declares the old head dead before the new one registers; here: killed
-        with ``no_restart`` by another Ray driver). The configuration log's writer and then the
-        controller are killed so: serve makes a new controller that adopts the instance, makes the
-        writer again on its node (the copies keep the log) and hands it to the view evaluator and
-        the session tree actor; changes through each of them are committed on every copy."""
+        with ``no_restart`` by another Ray driver). First the configuration log's writer alone: the
+        controller makes it again on its node (the copies keep the log). Then the controller and,
+        right after it, the writer: serve makes a new controller that adopts the instance, makes
+        the writer again and hands it to the view evaluator and the session tree actor; changes
+        through each of them are committed on every copy."""
         now = wait_for(lambda: (s := status(healthy))["healthy"] and s, 60, "a healthy cluster")
         committed = now["configuration"]["log_committed"]
         info = json.loads((healthy.data_dir / "server.json").read_text())
+
+        def kill(*actors: str) -> None:
+            killer = subprocess.run(
+                [sys.executable, "-c", (
+                    "import sys, ray\n"
+                    "ray.init(address=sys.argv[1], namespace='canopy', logging_level='ERROR', log_to_driver=False)\n"
+                    "for name in sys.argv[2:]:\n"
+                    "    ray.kill(ray.get_actor(name), no_restart=True)\n"), info["ray_address"], *actors],
+                capture_output=True, text=True, timeout=120,
+                env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+            assert killer.returncode == 0, killer.stderr[-3000:]
+
+        def said(text: str, since: int) -> Callable[[], bool]:
+            return lambda: any(text in line for line in healthy.lines[since:])
+
         seen = len(healthy.lines)
-        killer = subprocess.run(
-            [sys.executable, "-c", (
-                "import sys, ray\n"
-                "ray.init(address=sys.argv[1], namespace='canopy', logging_level='ERROR', log_to_driver=False)\n"
-                "for name in ('configuration-log', 'controller'):\n"
-                "    ray.kill(ray.get_actor(name), no_restart=True)\n")
-             , info["ray_address"]],
-            capture_output=True, text=True, timeout=120,
-            env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
-        assert killer.returncode == 0, killer.stderr[-3000:]
-        wait_for(lambda: any("a new one takes the instance over" in line for line in healthy.lines[seen:]), 60,
-                 "serve to make a new controller", describe=lambda: healthy.lines[-20:])
-        wait_for(lambda: any("(ControllerActor) is back and serving" in line for line in healthy.lines[seen:]),
-                 FAILOVER, "the new controller to answer", describe=lambda: healthy.lines[-20:])
-        assert any("configuration log's writer was gone; made again" in line for line in healthy.lines[seen:]), (
-            healthy.lines[seen:])
+        kill("configuration-log")
+        wait_for(said("(ConfigLogActor) was given up by Ray", seen), 60, "the controller to make the writer again",
+                 describe=lambda: healthy.lines[-20:])
+        seen = len(healthy.lines)
+        kill("controller", "configuration-log")
+        wait_for(said("a new one takes the instance over", seen), 60, "serve to make a new controller",
+                 describe=lambda: healthy.lines[-20:])
+        wait_for(said("(ControllerActor) is back and serving", seen), FAILOVER, "the new controller to answer",
+                 describe=lambda: healthy.lines[-20:])
+        assert said("configuration log's writer was gone; made again", seen)(), healthy.lines[seen:]
         # server.json names the new controller's process (what the next test kills)
         wait_for(lambda: (pid := json.loads((healthy.data_dir / "server.json").read_text())["controller_pid"])
                  != info["controller_pid"] and processes.alive(pid), 30, "server.json to name the new controller")
