@@ -382,17 +382,15 @@ class ControllerActor:
         for name in sorted(set(self.agents) - set(answered)):
             self.agents[name] = _replace(self.agents[name], lambda node=alive[name]: self._agent(node))
             remade.append(f"the configuration copy on {name} did not answer; made again")
+        # found before the log: a writer made again is handed to them (_new_config_log)
+        self.session_trees = ray.get_actor(names.SESSION_TREES) if names.SESSION_TREES in listed else None
+        self.views = ray.get_actor(names.VIEWS) if names.VIEWS in listed else None
         documents, log_remade = self._recover_config_log(listed, nodes)
         if log_remade:
             remade.append("the configuration log's writer was gone; made again")
         stored = self._stored_security(documents.get("security"))
         if stored is not None:
             self.security = SecurityStore.from_dict(stored)
-        self.session_trees = ray.get_actor(names.SESSION_TREES) if names.SESSION_TREES in listed else None
-        self.views = ray.get_actor(names.VIEWS) if names.VIEWS in listed else None
-        if log_remade:  # they commit their changes through the writer
-            ray.get([h.set_config_log.remote(self.config_log) for h in (self.session_trees, self.views)
-                     if h is not None], timeout=RECOVER_TIMEOUT)
         self._fanout_defs(documents.get("fanout"))
         self.fanouts = {name: ray.get_actor(f"fanout-{name}") for name in self.fanout_defs if f"fanout-{name}" in listed}
         self.collectors = _stored_collectors(documents.get("collectors"))
