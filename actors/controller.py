@@ -11,10 +11,10 @@ brings back the ones Ray restarted, and says which died for good.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
-import re
 import secrets
 import socket
 import time
@@ -30,7 +30,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors import configuration, gateway, names, partition, session_trees, views
 from actors.locks import LockKeeper
 from actors.node_control import NodeControl
-from actors.replicas import NodeLeft, ReplicaSet
+from actors.cluster import ControlEvent, RayCluster
+from actors.liveness import Liveness, death_reason
+from actors.replicas import NodeLeft, PartitionManager, ReplicaSet
 from replication.configuration import SECURITY_FILE, SESSION_TREES_FILE, VIEWS_FILE
 from replication.nodes import LABEL, Node, alive_by_name, from_ray
 from sessions.collectors import CollectorError, Collectors, from_dict
@@ -45,116 +47,12 @@ STOP_TIMEOUT = 15.0
 RECOVER_TIMEOUT = 60.0
 #: how long a restarted controller waits for each node's configuration copy before making it again
 AGENT_TIMEOUT = 10.0
-#: restarts in a minute after which an actor counts as dead for good
-CRASH_LOOP = 5
 #: how many security changes the stored store remembers by id (see ``update_security``)
 CHANGES_KEPT = 64
 
 
 class StartupError(RuntimeError):
     pass
-
-
-def death_reason(error: BaseException) -> str:
-    """One line out of Ray's many-line account of an actor's death."""
-    text = str(error)
-    why = re.search(r"The actor is dead because ([^.\n]+)", text)
-    pid = re.search(r"^\s*pid: (\d+)$", text, re.MULTILINE)
-    exit_type = re.search(r"Worker exit type: (\w+)", text)
-    details = [f"pid {pid.group(1)}"] if pid else []
-    details += [exit_type.group(1)] if exit_type else []
-    head = why.group(1) if why else type(error).__name__
-    return head + (f" ({', '.join(details)})" if details else "")
-
-
-class Liveness:
-    """Which actors crashed, came back or died for good, found without waiting on any of them.
-
-    :meth:`poll` keeps one ``incarnation()`` call in flight per actor and reads the
-    answers that have come in. Each actor answers a token it made when it started, so:
-
-    * ``ActorUnavailableError`` -- the actor crashed and Ray is restarting it (``crashed``);
-    * a token other than the last one seen -- it was restarted (``restarted``): whoever
-      owns it must bring it back into the instance (start it, push what it missed);
-    * ``ActorDiedError`` -- it is dead for good (``dead``): Ray gave up on it, or it was
-      killed; so is one restarted more than :data:`CRASH_LOOP` times in a minute.
-
-    A call still pending means the actor is busy (a partition stalled by a costly
-    selector, say), which is not a crash."""
-
-    def __init__(self) -> None:
-        self._pending: dict[str, Any] = {}  # actor name -> the ObjectRef of its probe
-        self._dead: dict[str, str] = {}  # actor name -> why
-        self._known: dict[str, str] = {}  # actor name -> incarnation last seen
-        self._down: set[str] = set()
-        self._restarts: dict[str, list[float]] = {}  # actor name -> when it said it restarted
-
-    def restarted(self, name: str) -> None:
-        """An actor's constructor said it started again (see :mod:`actors.supervision`)."""
-        now = time.monotonic()
-        self._restarts[name] = [t for t in self._restarts.get(name, []) if now - t < 60] + [now]
-
-    def baseline(self, actors: dict[str, Any], timeout: float) -> None:
-        """Learn each actor's incarnation now (at start), so that a restart right
-        after it is seen as one."""
-        tokens = ray.get([handle.incarnation.remote() for handle in actors.values()], timeout=timeout)
-        self._known.update(zip(actors, tokens))
-
-    def forget(self, name: str) -> None:
-        """``name`` is a new actor now (the old one was replaced)."""
-        for table in (self._pending, self._dead, self._known, self._restarts):
-            table.pop(name, None)  # type: ignore[attr-defined]
-        self._down.discard(name)
-
-    def node(self, name: str) -> str | None:
-        """The Ray id of the node the actor ``name`` last said it runs on."""
-        token = self._known.get(name)
-        return token.partition("@")[2] or None if token else None
-
-    def poll(self, actors: dict[str, Any]) -> list[tuple[str, str, str]]:
-        """``[(name, "crashed" | "restarted" | "dead", detail)]`` since the last poll."""
-        events: list[tuple[str, str, str]] = []
-        for name in [n for n in self._pending if n not in actors]:
-            # no longer serving (replaced, or moved with its node): its answer, when it
-            # comes, is about an actor nobody asks after (and whose owner forgot it)
-            del self._pending[name]
-        for name, handle in actors.items():
-            if name not in self._pending and name not in self._dead:
-                self._pending[name] = handle.incarnation.remote()
-        if not self._pending:
-            return events
-        ready, _ = ray.wait(list(self._pending.values()), num_returns=len(self._pending), timeout=0)
-        answered = set(ready)
-        for name, ref in list(self._pending.items()):
-            if ref not in answered:
-                continue
-            del self._pending[name]
-            try:
-                incarnation = ray.get(ref, timeout=0)
-            except ray.exceptions.ActorUnavailableError as e:
-                if name not in self._down:
-                    self._down.add(name)
-                    events.append((name, "crashed", death_reason(e)))
-                continue
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError) as e:
-                # unschedulable: its node is gone, and it may only run there
-                self._dead[name] = death_reason(e)
-                events.append((name, "dead", self._dead[name]))
-                continue
-            before = self._known.get(name)
-            self._known[name] = incarnation
-            if before is not None and before != incarnation:
-                if name not in self._down:  # crashed and came back between two probes
-                    events.append((name, "crashed", "its process died"))
-                self._down.discard(name)
-                now = time.monotonic()
-                recent = [t for t in self._restarts.get(name, []) if now - t < 60]
-                if len(recent) > CRASH_LOOP:
-                    self._dead[name] = f"it crashed {len(recent)} times in a minute"
-                    events.append((name, "dead", self._dead[name]))
-                else:
-                    events.append((name, "restarted", ""))
-        return events
 
 
 def gateway_port(port: int, info: list[dict[str, Any]], nodes: list[str], node: str, same: bool = False) -> int:
@@ -208,7 +106,9 @@ class ControllerActor:
     def __init__(self, config: dict[str, Any], home_node: str | None = None, adopt: bool = False) -> None:
         self.config = config
         self.home_node = home_node
-        self.replicas = ReplicaSet(config, config["partitions"])
+        self.cluster = RayCluster(config)
+        self.replicas = ReplicaSet(config, config["partitions"], self.cluster)
+        self.partition_manager = PartitionManager(self.replicas)
         self.gateways: list[Any] = []
         #: the name of the node each gateway runs on, and the gateways whose node was lost
         self.gateway_nodes: list[str] = []
@@ -236,7 +136,9 @@ class ControllerActor:
         self.security = default_store(secrets.token_urlsafe(12))  # until start() reads the log
         #: the ids of the last security changes made, stored with the store
         self.security_changes: list[str] = []
-        self._liveness = Liveness()
+        self._liveness = Liveness(self.cluster)
+        #: the steps of :meth:`check` failing now, and what they said
+        self._failing: dict[str, str] = {}
         self.node_control = NodeControl(int(config.get("local_nodes") or 1), home_node,
                                         bool(config.get("gcs_redis_address")),
                                         float(config.get("gcs_reconnect_timeout") or 60),
@@ -409,7 +311,8 @@ class ControllerActor:
             self.gateway_nodes.append(node or "")
             self.gateway_info.append(info or {"gateway": names.gateway(k), "url": None, "lost": True})
         serving = {n: ray.get_actor(n) for n in listed if re.fullmatch(names.REPLICA_NAME, n)}
-        self._adopted = remade + self.replicas.adopt(alive, serving)
+        absent = {n.name for n in from_ray(ray.nodes())} - set(alive)  # known to Ray, not alive
+        self._adopted = remade + self.replicas.adopt(alive, serving, absent)
         for name, handle in ((names.SESSION_TREES, self.session_trees), (names.VIEWS, self.views)):
             if handle is None:  # went with its node while no controller ran
                 self._make_service(name, self._aside(nodes))
@@ -750,21 +653,28 @@ class ControllerActor:
         report: list[dict[str, str]] = [{"name": "cluster", "actor": "", "event": "cluster", "reason": line}
                                         for line in self._adopted]
         self._adopted = []
-        events = self._liveness.poll({name: handle for name, (_, handle) in serving.items()})
-        alive = {n.name: n for n in self._nodes()}
-        for line in self.replicas.nodes_changed(alive):
-            report.append({"name": "cluster", "actor": "", "event": "cluster", "reason": line})
-        self._agents_follow_nodes(alive)
-        self._gateways_follow_nodes(alive, report)
-        moved = self._services_follow_nodes(alive, report)
-        for handle in self.fanouts.values():  # starts one Ray restarted; a no-op otherwise
-            handle.ensure.remote()
+        step = functools.partial(self._isolated, report)
+        events = step("liveness", lambda: self._liveness.poll({n: h for n, (_, h) in serving.items()}), [])
+        nodes = step("nodes", self._nodes, None)
+        if nodes is None:
+            return report  # Ray did not say which nodes are alive: nothing to follow them with
+        alive = {n.name: n for n in nodes}
+        report += [e._asdict() for e in self.partition_manager.follow_nodes(alive)]
+        step("configuration copies", lambda: self._agents_follow_nodes(alive), None)
+        step("gateways", lambda: self._gateways_follow_nodes(alive, report), None)
+        moved = step("services", lambda: self._services_follow_nodes(alive, report), set())
+
+        def ensure() -> None:
+            for handle in self.fanouts.values():  # starts one Ray restarted; a no-op otherwise
+                handle.ensure.remote()
+
+        step("fan-out links", ensure, None)
         for name, event, reason in events:
             if name in moved:
                 continue  # went with its node, made again (said above)
             kind, handle = serving[name]
             if kind == partition.PartitionActor.__name__:
-                report += self._replica_event(name, event, reason)
+                report += [e._asdict() for e in self.partition_manager.replica_event(name, event, reason)]
                 continue
             if event == "dead" and handle is self.config_log:
                 # given up by Ray (its label's node unknown when Ray retried, or killed for good):
@@ -794,14 +704,10 @@ class ControllerActor:
         if any(r["actor"] == gateway.GatewayActor.__name__ and r["event"] in ("recovered", "dead") for r in report):
             self._lock_sweep_due = True  # a gateway process went, and its sessions with it
         if self._lock_sweep_due and self.started_at is not None:
-            self._sweep_locks()
-        if not report and self.started_at is not None:
-            try:
-                for line in self.replicas.rebalance():
-                    report.append({"name": "cluster", "actor": "", "event": "cluster", "reason": line})
-            except Exception as e:  # a replica that is going away: next time
-                log.warning("a rebalancing step failed: %s", e)
-        self._push_routes()
+            step("lock sweep", self._sweep_locks, None)
+        if self.started_at is not None:
+            report += [e._asdict() for e in self.partition_manager.settle(quiet=not report)]
+        step("routes", self._push_routes, None)
         report += [
             {"name": "cluster", "actor": "", "event": "add_node", "reason": name}
             for name in self.node_control.take_requests()
@@ -816,28 +722,21 @@ class ControllerActor:
                    for cut in self.node_control.take_partitions()]
         return report
 
-    def _replica_event(self, name: str, event: str, reason: str) -> list[dict[str, str]]:
-        kind = partition.PartitionActor.__name__
-        if name in self.replicas.dead:
-            return []  # went with its node
+    def _isolated(self, report: list[dict[str, str]], step: str, run: Callable[[], Any], default: Any) -> Any:
+        """``run()``, or, when it raises, ``default`` and a ``cluster`` line in ``report`` naming
+        the step (once while it keeps failing alike): one step of a check that fails is done again
+        at the next check, never fatal to serve."""
         try:
-            if event == "restarted":
-                said = self.replicas.restarted(name)
-                return [{"name": name, "actor": kind, "event": "recovered", "reason": ""}] + [
-                    {"name": "cluster", "actor": "", "event": "cluster", "reason": line} for line in said
-                ]
-            if event == "dead":
-                replaced = self.replicas.died(name)
-                if replaced is None:
-                    return [{"name": name, "actor": kind, "event": "dead", "reason": reason}]
-                return [{"name": "cluster", "actor": "", "event": "cluster", "reason": line} for line in replaced]
-        except ray.exceptions.ActorUnavailableError as e:
-            # it went down again while being brought back: Ray restarts it (a "restarted" event
-            # comes) or gives up (a "dead" event comes); neither is a failure to bring it back
-            return [{"name": name, "actor": kind, "event": "crashed", "reason": f"down again while coming back: {e}"}]
+            found = run()
         except Exception as e:
-            return [{"name": name, "actor": kind, "event": "failed", "reason": f"{type(e).__name__}: {e}"}]
-        return [{"name": name, "actor": kind, "event": event, "reason": reason}]
+            said = f"the {step} step failed ({type(e).__name__}: {e}); it is done again at the next check"
+            if self._failing.get(step) != said:
+                self._failing[step] = said
+                log.exception("the %s step of a check failed", step)
+                report.append(ControlEvent.cluster(said)._asdict())
+            return default
+        self._failing.pop(step, None)
+        return found
 
     def _agents_follow_nodes(self, alive: dict[str, Any]) -> None:
         """Each alive node keeps a copy of the configuration log; a lost node's copy leaves the count."""

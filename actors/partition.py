@@ -78,6 +78,9 @@ __all__ = ["BACKUP", "IDLE", "PRIMARY", "NotCaughtUp", "NotPrimary", "Partition"
            "remote_class"]
 
 log = logging.getLogger("canopy.partition")
+#: how long a primary waits for its backup's connect before it tries again (the replica state machine's
+#: back-off); the kernel's own SYN retries would wait about 30 s after a long cut
+BACKUP_CONNECT_TIMEOUT = 3.0
 
 
 #: the roles as plain strings (what position() and stats() answer, and the controller says)
@@ -542,10 +545,11 @@ class Partition:
         if delay_ms:
             await asyncio.sleep(delay_ms / 1000)
         try:
-            _, stream = await asyncio.get_running_loop().create_connection(
+            # bounded: after a long cut the kernel's SYN back-off alone would wait about 30 s
+            _, stream = await asyncio.wait_for(asyncio.get_running_loop().create_connection(
                 lambda: _ToBackup(self), address.host, address.port
-            )
-        except OSError as e:
+            ), BACKUP_CONNECT_TIMEOUT)
+        except (OSError, asyncio.TimeoutError) as e:
             (log.debug if delay_ms else log.warning)(
                 "partition %d cannot reach its backup at %s:%s yet: %s", self.index, address.host, address.port, e,
             )
@@ -611,14 +615,39 @@ class Partition:
 
     # -- roles (the controller's placement) --------------------------------
 
-    def become_primary(self, epoch: int, backup: dict[str, Any] | None) -> None:
-        """Take over as the partition's primary at ``epoch`` (a backup must have been primed)."""
+    def become_primary(self, epoch: int, backup: dict[str, Any] | None,
+                       weighed: Sequence[int] | None = None) -> None:
+        """Take over as the partition's primary at ``epoch`` (a backup must have been primed).
+
+        ``weighed``: the controller placed the partition from every node's journal, this copy
+        being the newest (``(epoch, last record)``, as :func:`~replication.journal_check.held`
+        read it then; ``()``: it had none): a journal marked as awaiting a prime, or set aside, is then taken
+        over after all (:meth:`Journal.trust`) when it still holds just that -- no copy
+        holds more, and the prime it awaited will not come. Without it (or when the journal
+        changed since) such a replica refuses, as a backup never primed does."""
         replica = self.replica
         was = replica.role
-        self._run(replica.become_primary(epoch, _address(backup), self._damage()))
+        damage = self._damage()
+        trusted = damage is not None and weighed is not None and self._holds(weighed)
+        self._run(replica.become_primary(epoch, _address(backup), None if trusted else damage))
+        if trusted:
+            assert self.journal is not None
+            log.warning("partition %d: no copy holds more than this journal (%s): it leads from it", self.index,
+                        damage)
+            self.journal.trust()
         if was is not Role.PRIMARY:
             log.info("partition %d: primary at epoch %d", self.index, epoch)
         self._schedule_removals()
+
+    def _holds(self, weighed: Sequence[int]) -> bool:
+        """Whether this replica's journal still holds what the controller weighed."""
+        from replication.journal_check import held
+
+        journal = self.journal
+        if journal is None:
+            return False
+        now = held(journal.directory.parent.parent, self.index)
+        return tuple(now or ()) == tuple(weighed)
 
     def _damage(self) -> str | None:
         """Why this replica's journal holds nothing to trust (its files were set aside), if so."""
@@ -988,9 +1017,10 @@ class PartitionActor:
         assert core.address is not None
         return core.address
 
-    async def become_primary(self, epoch: int, backup: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def become_primary(self, epoch: int, backup: dict[str, Any] | None = None,
+                             weighed: Sequence[int] | None = None) -> dict[str, Any]:
         core = await self._core()
-        core.become_primary(epoch, backup)
+        core.become_primary(epoch, backup, weighed)
         return core.position()
 
     async def become_backup(self, epoch: int) -> dict[str, Any]:

@@ -48,14 +48,14 @@ to gateways and the view evaluator after every change.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-from actors import partition
+from actors.cluster import Cluster, ControlEvent, NodeGone, get, one
 from actors.link import Route
 from replication.nodes import Node, head_of
+from replication.replica import Role
 from replication.placement import (
     Placement,
     Placements,
@@ -72,6 +72,7 @@ from replication.placement import (
 log = logging.getLogger("canopy.replicas")
 CALL_TIMEOUT = 20.0  # a placement step; serve gives up on a controller silent for 30 s
 PROBE_TIMEOUT = 2.0
+DRIFT_TIMEOUT = 0.5
 HELD_TIMEOUT = 300.0  # every node reads its journals back at start (as recovery will): bounded, not short
 
 
@@ -94,9 +95,6 @@ def held_epochs(directory: str, count: int) -> dict[int, tuple[int, int]]:
     return {i: (h.epoch, h.sequence) for i, h in found.items() if h is not None}
 
 
-_held_task = ray.remote(num_cpus=0)(held_epochs)
-
-
 def held_of(directory: str, index: int) -> tuple[int, int] | None:
     """What partition ``index``'s journal in ``directory`` holds (epoch, last record), read
     back without its lock (:func:`replication.journal.held`); ``None``: no journal."""
@@ -106,12 +104,11 @@ def held_of(directory: str, index: int) -> tuple[int, int] | None:
     return None if found is None else (found.epoch, found.sequence)
 
 
-_held_of_task = ray.remote(num_cpus=0)(held_of)
-
 
 class ReplicaSet:
-    def __init__(self, config: dict[str, Any], count: int) -> None:
+    def __init__(self, config: dict[str, Any], count: int, cluster: Cluster) -> None:
         self.config = config
+        self.cluster = cluster
         self.count = count
         self.placements: Placements = ()
         #: (partition, node name) -> the replica's name and actor handle
@@ -139,13 +136,8 @@ class ReplicaSet:
         held: dict[int, dict[str, tuple[int, int]]] = {}
         names = sorted(nodes)
         try:
-            answers = ray.get([
-                _held_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[n].id, soft=False)).remote(
-                    nodes[n].data_dir(self.config["data_dir"]), self.count
-                )
-                for n in names
-            ], timeout=HELD_TIMEOUT)
-        except ray.exceptions.TaskUnschedulableError as e:
+            answers = get(self.cluster, [self.cluster.held(nodes[n], self.count) for n in names], HELD_TIMEOUT)
+        except NodeGone as e:
             # a node Ray listed alive went before its task ran (a restarted cluster's worker whose
             # old raylet registered once more, then left): no journal of it was read, nothing placed
             raise NodeLeft(f"a node left while the journals were read: {e}") from e
@@ -156,7 +148,7 @@ class ReplicaSet:
         self.placements = initial(self.count, names, held, self.head)
         self.since = [p.epoch for p in self.placements]
         for p in self.placements:
-            self._place(p, None)
+            self._place(p, None, held.get(p.partition, {}).get(p.primary, ()))
 
     def _replica(self, index: int, node: str) -> Any:
         """The replica of partition ``index`` on ``node``, made if there is none alive."""
@@ -165,32 +157,30 @@ class ReplicaSet:
             return found[1]
         self._made += 1
         name = f"partition-{index}@{node}#{self._made}"
-        target = self.nodes[node]
-        handle = partition.remote_class().options(
-            name=name, lifetime="detached",  # it outlives a crash of the controller's process
-            scheduling_strategy=NodeAffinitySchedulingStrategy(target.id, soft=False),
-        ).remote(index, self.count, self.config, None, partition.IDLE, True, target.data_dir(self.config["data_dir"]))
+        handle = self.cluster.make_replica(name, self.nodes[node], index, self.count)
         self.replicas[(index, node)] = (name, handle)
         return handle
 
     def _set(self, new: Placement) -> None:
         self.placements = tuple(new if q.partition == new.partition else q for q in self.placements)
 
-    def _place(self, p: Placement, before: Placement | None) -> None:
+    def _place(self, p: Placement, before: Placement | None, weighed: tuple[int, ...] | None = None) -> None:
         """Carry out placement ``p`` (``before``: the one it replaces): the backup
         follows first, then the primary takes over (or stays) and primes it; then the
         replicas of the partition on nodes ``p`` does not name are stopped. A step that
         raises leaves the partition unsettled (the map names ``p``, which may not have
-        reached its backup); one that took makes ``p``'s primary its holder."""
+        reached its backup); one that took makes ``p``'s primary its holder. ``weighed``:
+        ``p`` was placed from every node's journal, its primary's being the newest, which held
+        that (epoch, last record; ``()``: it had none) -- the primary takes over from it even
+        when it awaits a prime or was set aside, unless it changed since
+        (``PartitionActor.become_primary``)."""
         self._set(p)
         self.known.update(p.nodes())
         try:
             address = None
             if p.backup is not None:
-                address = ray.get(self._replica(p.partition, p.backup).become_backup.remote(p.epoch),
-                                  timeout=CALL_TIMEOUT)
-            ray.get(self._replica(p.partition, p.primary).become_primary.remote(p.epoch, address),
-                    timeout=CALL_TIMEOUT)
+                address = self._ask(self._replica(p.partition, p.backup), "become_backup", p.epoch)
+            self._ask(self._replica(p.partition, p.primary), "become_primary", p.epoch, address, weighed)
         except BaseException:
             self.unsettled.add(p.partition)
             raise
@@ -199,6 +189,14 @@ class ReplicaSet:
             self.since[p.partition] = p.epoch
         for index, node in [k for k in self.replicas if k[0] == p.partition and k[1] not in p.nodes()]:
             self._drop(index, node)
+
+    def _ask(self, handle: Any, method: str, *args: Any, timeout: float = CALL_TIMEOUT) -> Any:
+        return one(self.cluster, self.cluster.call(handle, method, *args), timeout)
+
+    def _positions(self, handles: list[Any], timeout: float = PROBE_TIMEOUT) -> list[dict[str, Any] | None]:
+        """Each replica's ``position()`` (``None``: it did not answer in time, or failed)."""
+        found = self.cluster.outcomes([self.cluster.call(h, "position") for h in handles], timeout)
+        return [position if error is None else None for position, error in found]
 
     def _hold(self, p: Placement) -> None:
         """``p`` took: its partition is settled, and ``p``'s nodes hold what it acknowledges."""
@@ -210,17 +208,15 @@ class ReplicaSet:
         found = self.replicas.pop((index, node), None)
         if found is not None:
             self.dead.discard(found[0])
-            try:
-                ray.kill(found[1], no_restart=True)
-            except Exception:
-                pass
+            self.cluster.kill(found[1])
 
     # -- a restarted controller ------------------------------------------------
 
-    def adopt(self, nodes: dict[str, Node], found: dict[str, Any]) -> list[str]:
+    def adopt(self, nodes: dict[str, Node], found: dict[str, Any], absent: Iterable[str] = ()) -> list[str]:
         """The controller's process restarted: rebuild the partition map from the replicas
         that outlived it (``found``: every replica actor by name) and finish what its
-        predecessor left half done; return what was done.
+        predecessor left half done; return what was done. ``absent``: the nodes Ray knows
+        that are not alive (one may hold a partition's newest copy).
 
         Each partition's primary is its replica that says it is the primary at the newest
         epoch, and its backup the replica following that primary at that epoch. A partition
@@ -228,8 +224,10 @@ class ReplicaSet:
         handover half made, a backup not yet followed) is placed again at an epoch above
         every one its replicas hold, with the replicas it has: the primary (or else the
         primed backup with the newest epoch) primes its backup again. Replicas no placement
-        uses are stopped. A partition none of whose replicas answers cannot be served:
-        :class:`ReplicaError` (the controller fails to start again, and says why)."""
+        uses are stopped. A partition none of whose replicas answers, or none of which can
+        take over (their nodes were lost meanwhile, say), is *unsettled*: it is placed again
+        from its replicas and every alive node's journal (:meth:`_replan`), where it waits
+        while an absent node may hold more, then again at every check until it is placed."""
         import re
 
         from actors.names import REPLICA_NAME
@@ -238,56 +236,82 @@ class ReplicaSet:
         self.replicas, self.dead = {}, set()
         parsed = {name: m for name in found if (m := re.fullmatch(REPLICA_NAME, name))}
         self._made = max((int(m.group(3)) for m in parsed.values()), default=0)
-        refs = {name: found[name].position.remote() for name in parsed}
-        ready = set(ray.wait(list(refs.values()), num_returns=len(refs), timeout=CALL_TIMEOUT)[0]) if refs else set()
+        names = list(parsed)
+        answers = self.cluster.outcomes([self.cluster.call(found[name], "position") for name in names], CALL_TIMEOUT)
         standing: dict[int, list[Standing]] = {}
-        for name, ref in refs.items():
+        for name, (p, _) in zip(names, answers):
             m = parsed[name]
             index, node = int(m.group(1)), m.group(2)
-            try:
-                p = ray.get(ref, timeout=0) if ref in ready else None
-            except Exception:
-                p = None
             if p is None or node not in nodes or index >= self.count:
                 self._stop(found[name])
                 continue
-            standing.setdefault(index, []).append(_standing(name, node, p))
-        try:
-            adopted = from_replicas(self.count, standing)
-        except ValueError as e:
-            raise ReplicaError(str(e)) from None
-        self.placements = tuple(a.placement for a in adopted)
-        self.since = [a.since for a in adopted]
-        self.known = set(nodes)
-        for a in adopted:
-            taken = a.again or a.placement
-            self.holder[taken.partition], self.copies[taken.partition] = taken.primary, taken.nodes()
-            for r in standing[a.placement.partition]:
+            standing.setdefault(index, []).append(Standing.from_position(name, node, p))
+        placements: list[Placement] = []
+        self.since = []
+        self.known = set(nodes) | set(absent)
+        said = [f"the controller restarted: took over {len(found)} replica(s) of {self.count} partitions"]
+        again: list[Placement] = []
+        lost: list[int] = []
+        for index in range(self.count):
+            mine = standing.get(index, [])
+            try:
+                [a] = from_replicas(1, {0: mine})
+            except ValueError as e:
+                # none can take over as they stand: kept (the newest on each node) and placed again
+                kept: dict[str, Standing] = {}
+                for r in sorted(mine, key=lambda r: int(parsed[r.name].group(3))):
+                    if r.node in kept:
+                        self._stop(found[kept[r.node].name])
+                    kept[r.node] = r
+                on = sorted(kept) or [initial(1, sorted(nodes), {}, self.head)[0].primary]
+                top = max((r.epoch for r in mine), default=0)
+                placements.append(Placement(index, on[0], on[1] if len(on) > 1 else None, top))
+                self.since.append(top)
+                for node, r in kept.items():
+                    self.replicas[(index, node)] = (r.name, found[r.name])
+                self.unsettled.add(index)
+                lost.append(index)
+                said.append(f"{str(e).replace('partition 0', f'partition {index}')}: placed again from its replicas "
+                            f"and the journals")
+                continue
+            placement = a.placement._replace(partition=index)
+            placements.append(placement)
+            self.since.append(a.since)
+            taken = (a.again or a.placement)._replace(partition=index)
+            self.holder[index], self.copies[index] = taken.primary, taken.nodes()
+            for r in mine:
                 if r.name in a.keep:
-                    self.replicas[(a.placement.partition, r.node)] = (r.name, found[r.name])
+                    self.replicas[(index, r.node)] = (r.name, found[r.name])
                 else:
                     self._stop(found[r.name])
-        said = [f"the controller restarted: took over {len(found)} replica(s) of {self.count} partitions"]
-        for a in adopted:
             if a.again is not None:
-                said.append(f"partition {a.again.partition}: a change was cut off by the controller's restart; "
-                            f"placed again at epoch {a.again.epoch}")
-                self._place(a.again, None)
+                again.append(a.again._replace(partition=index))
+        self.placements = tuple(placements)
+        for p in again:
+            said.append(f"partition {p.partition}: a change was cut off by the controller's restart; "
+                        f"placed again at epoch {p.epoch}")
+            try:
+                self._place(p, None)
+            except Exception as e:  # unsettled: placed again at the next check
+                said.append(f"partition {p.partition}: could not be placed ({type(e).__name__}: {e})")
         before = self.placements
-        return said + self._apply(before, self._after_loss(before))
+        said += self._apply(before, self._after_loss(before))
+        for index in lost:
+            said += self._replan(index)
+        return said
 
-    @staticmethod
-    def _stop(handle: Any) -> None:
-        try:
-            ray.kill(handle, no_restart=True)
-        except Exception:
-            pass
+    def _stop(self, handle: Any) -> None:
+        self.cluster.kill(handle)
 
     # -- routes ---------------------------------------------------------------
 
     def route(self, index: int) -> Route:
         p = self.placements[index]
-        return Route(self.since[index], self.replicas[(index, p.primary)][1], p.primary)
+        found = self.replicas.get((index, p.primary))
+        # none there (a placement that failed before it made one): an idle one, which refuses
+        # links until the partition is placed again
+        handle = found[1] if found is not None else self._replica(index, p.primary)
+        return Route(self.since[index], handle, p.primary)
 
     def routes(self) -> list[Route]:
         return [self.route(i) for i in range(self.count)]
@@ -421,17 +445,12 @@ class ReplicaSet:
         nodes += [n for n in self.copies.get(index, ()) if n in self.nodes and n not in nodes]
         if not nodes:
             return [f"partition {index} waits: every node that holds it is lost"]
-        refs = [self._replica(index, n).position.remote() for n in nodes]
-        ready = set(ray.wait(refs, num_returns=len(refs), timeout=PROBE_TIMEOUT)[0])
+        positions = self._positions([self._replica(index, n) for n in nodes])
         standing: list[Standing] = []
-        for node, ref in zip(nodes, refs):
-            try:
-                position = ray.get(ref, timeout=0) if ref in ready else None
-            except Exception:
-                position = None
+        for node, position in zip(nodes, positions):
             if position is None:
                 return [f"partition {index} waits: its replica on {node} did not answer"]
-            standing.append(_standing(self.replicas[(index, node)][0], node, position))
+            standing.append(Standing.from_position(self.replicas[(index, node)][0], node, position))
         held = self._held(index)
         if held is None:
             return [f"partition {index} waits: a node did not say what its journal holds"]
@@ -443,7 +462,7 @@ class ReplicaSet:
                 return [f"partition {index} waits for node(s) {', '.join(absent)}: no copy that is back may lead "
                         f"(one may have lost what it had not synced, which an absent node may hold)"]
             for s in standing:
-                if s.role != "idle":
+                if s.role is not Role.IDLE:
                     self._drop(index, s.node)
             new = initial(1, sorted(self.nodes), {0: held}, self.head)[0]
             new = Placement(index, new.primary, new.backup, max(new.epoch, top + 1))
@@ -453,7 +472,7 @@ class ReplicaSet:
             if new.backup is None:
                 new = fill_backups(_with(self.placements, new), list(self.nodes), self.head)[index]
         try:
-            self._place(new, p)
+            self._place(new, p, held.get(new.primary, ()) if lead is None else None)
         except Exception as e:
             log.exception("placing partition %d again failed", index)
             return [f"partition {index}: could not be placed again ({type(e).__name__}: {e})"]
@@ -468,26 +487,31 @@ class ReplicaSet:
         found = self.replicas.get((index, node)) if node is not None else None
         if found is None or node is None or found[0] in self.dead:
             return None
-        try:
-            return _standing(found[0], node, ray.get(found[1].position.remote(), timeout=PROBE_TIMEOUT))
-        except Exception:
-            return None
+        [position] = self._positions([found[1]])
+        return None if position is None else Standing.from_position(found[0], node, position)
 
     def _held(self, index: int) -> dict[str, tuple[int, int]] | None:
         """What the journal of partition ``index`` on each alive node holds (epoch, last record;
         a node without one is left out); ``None`` when a node did not answer in time."""
         names = sorted(self.nodes)
-        refs = [
-            _held_of_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[n].id, soft=False))
-            .remote(self.nodes[n].data_dir(self.config["data_dir"]), index)
-            for n in names
-        ]
         try:
-            answers = ray.get(refs, timeout=CALL_TIMEOUT)
+            answers = get(self.cluster, [self.cluster.held_of(self.nodes[n], index) for n in names], CALL_TIMEOUT)
         except Exception:
             log.exception("reading partition %d's journals back failed", index)
             return None
         return {n: (h[0], h[1]) for n, h in zip(names, answers) if h is not None}
+
+    def drifted(self) -> list[str]:
+        """The replicas the map names that say they are idle (or did not answer in time: left
+        out): restarted without Liveness seeing it (before its baseline, say), to be brought
+        back as :meth:`restarted` does."""
+        named = [(p, node) for p in self.placements for node in p.nodes()
+                 if p.partition not in self.unsettled and (p.partition, node) in self.replicas
+                 and self.replicas[(p.partition, node)][0] not in self.dead]
+        # briefly: a replica out of reach is the failure detector's, and the check must go on
+        positions = self._positions([self.replicas[(p.partition, node)][1] for p, node in named], DRIFT_TIMEOUT)
+        return [self.replicas[(p.partition, node)][0] for (p, node), position in zip(named, positions)
+                if position is not None and position["role"] == Role.IDLE]
 
     def rebalance(self) -> list[str]:
         """One step towards an even spread (see :func:`~replication.placement.rebalance_step`)."""
@@ -504,9 +528,9 @@ class ReplicaSet:
         primary = self._replica(old.partition, old.primary)
         successor = self._replica(new.partition, new.primary)
         try:
-            ray.get(primary.handover.remote(), timeout=CALL_TIMEOUT)  # drained: the backup holds everything
-            address = ray.get(primary.become_backup.remote(new.epoch), timeout=CALL_TIMEOUT)
-            ray.get(successor.become_primary.remote(new.epoch, address), timeout=CALL_TIMEOUT)
+            self._ask(primary, "handover")  # drained: the backup holds everything
+            address = self._ask(primary, "become_backup", new.epoch)
+            self._ask(successor, "become_primary", new.epoch, address)
         except BaseException:
             self.unsettled.add(new.partition)  # its map's primary may be a backup now
             raise
@@ -522,17 +546,9 @@ class ReplicaSet:
         with_backup = [p for p in self.placements if p.backup is not None]
         if not with_backup:
             return []
-        refs = [self.route(p.partition).handle.position.remote() for p in with_backup]
-        ready = set(ray.wait(refs, num_returns=len(refs), timeout=PROBE_TIMEOUT)[0])
-        caught_up = []
-        for p, ref in zip(with_backup, refs):
-            if ref in ready:
-                try:
-                    if ray.get(ref, timeout=0).get("caught_up"):
-                        caught_up.append(p.partition)
-                except Exception:  # a replica going away: not now
-                    pass
-        return caught_up
+        positions = self._positions([self.route(p.partition).handle for p in with_backup])
+        # a replica that did not answer (going away, say): not now
+        return [p.partition for p, position in zip(with_backup, positions) if position and position.get("caught_up")]
 
     # -- reporting and stopping -----------------------------------------------
 
@@ -545,26 +561,145 @@ class ReplicaSet:
 
     def stop(self, timeout: float) -> None:
         handles = [h for _, h in self.replicas.values()]
-        try:  # their journals get what waits for an fsync
-            ray.get([h.stop.remote() for h in handles], timeout=timeout)
-        except Exception:
-            pass
+        # their journals get what waits for an fsync
+        self.cluster.outcomes([self.cluster.call(h, "stop") for h in handles], timeout)
 
     def kill_all(self) -> None:
         for _, handle in list(self.replicas.values()):
-            try:
-                ray.kill(handle, no_restart=True)
-            except Exception:
-                pass
+            self.cluster.kill(handle)
         self.replicas = {}
-
-
-def _standing(name: str, node: str, position: dict[str, Any]) -> Standing:
-    """What replica ``name`` on ``node`` says of itself (``PartitionActor.position``)."""
-    return Standing(name, node, position["role"], position["epoch"], position["primed"], position["handing_over"],
-                    position["since"], position["address"], position["backup"], position["sequence"],
-                    position["damaged"])
 
 
 def _with(placements: Placements, new: Placement) -> Placements:
     return tuple(new if q.partition == new.partition else q for q in placements)
+
+
+#: how soon a partition that waits is placed again, at first and at most (doubling between)
+RECONCILE_FIRST = 1.0
+RECONCILE_MOST = 30.0
+#: how often every replica the map names is asked where it stands (:meth:`ReplicaSet.drifted`)
+DRIFT_EVERY = 5.0
+PARTITION_ACTOR = "PartitionActor"
+
+
+class PartitionManager:
+    """The controller's manager of the partition replicas: the steps of one check, each one
+    isolated -- a step that raises is said (a ``cluster`` event naming the step and the error)
+    and done again at the next check; it never stops serve.
+
+    * :meth:`follow_nodes`: nodes lost or joined (:meth:`ReplicaSet.nodes_changed`);
+    * :meth:`replica_event`: what :class:`~actors.liveness.Liveness` saw of a replica --
+      ``restarted`` (:meth:`ReplicaSet.restarted`) or ``dead`` (:meth:`ReplicaSet.died`;
+      a primary without a backup is dead for serve to report);
+    * :meth:`settle`: the reconcile loop. Every partition that is unsettled (a placement
+      that failed partway, a node of it back, one that waits for a node) or whose map names
+      an alive node without a live replica there is placed again from its replicas and the
+      journals (:meth:`ReplicaSet._replan`), at once and then, while it keeps waiting, after
+      1 s, 2 s, ... at most 30 s (each try reads its journals on every alive node); a wait is
+      said once, not at every check. Every :data:`DRIFT_EVERY` seconds, every replica the
+      map names is asked where it stands, and one that says it is idle (it restarted before
+      :class:`~actors.liveness.Liveness` knew it, or a probe was lost) is brought back as
+      a restarted one is (:meth:`ReplicaSet.drifted`). When the check saw nothing else and
+      every partition is settled, one rebalancing step.
+
+    Time is read from ``clock`` (injected: the simulator runs the same steps on its time)."""
+
+    def __init__(self, replicas: ReplicaSet, clock: Callable[[], float] = time.monotonic) -> None:
+        self.replicas = replicas
+        self.clock = clock
+        self._due: dict[int, tuple[float, float]] = {}  # partition -> (next try, backoff)
+        self._said: dict[int, str] = {}  # partition -> the last wait said
+        #: handovers done by :meth:`settle` since this manager started
+        self.handovers = 0
+        self._drift_at = clock() + DRIFT_EVERY
+
+    def _drift(self) -> list[str]:
+        said: list[str] = []
+        for name in self.replicas.drifted():
+            said.append(f"{name} is idle where the partition map names it (it restarted unseen): brought back")
+            said += self.replicas.restarted(name)
+        return said
+
+    def _step(self, step: str, run: Callable[[], list[str]]) -> list[ControlEvent]:
+        try:
+            return [ControlEvent.cluster(line) for line in run()]
+        except Exception as e:
+            log.exception("the partitions' %s step failed", step)
+            return [ControlEvent.cluster(f"the partitions' {step} step failed ({type(e).__name__}: {e}); "
+                                         f"it is done again at the next check")]
+
+    def follow_nodes(self, alive: dict[str, Node]) -> list[ControlEvent]:
+        return self._step("nodes", lambda: self.replicas.nodes_changed(alive))
+
+    def replica_event(self, name: str, event: str, reason: str) -> list[ControlEvent]:
+        replicas = self.replicas
+        if name in replicas.dead:
+            return []  # went with its node
+        try:
+            if event == "restarted":
+                said = replicas.restarted(name)
+                return ([ControlEvent(name, PARTITION_ACTOR, "recovered", "")]
+                        + [ControlEvent.cluster(line) for line in said])
+            if event == "dead":
+                replaced = replicas.died(name)
+                if replaced is None:
+                    return [ControlEvent(name, PARTITION_ACTOR, "dead", reason)]
+                return [ControlEvent.cluster(line) for line in replaced]
+        except Exception as e:
+            if replicas.cluster.unavailable(e):
+                # it went down again while being brought back: Ray restarts it (a "restarted" event
+                # comes) or gives up (a "dead" event comes); neither is a failure to bring it back
+                return [ControlEvent(name, PARTITION_ACTOR, "crashed", f"down again while coming back: {e}")]
+            return [ControlEvent(name, PARTITION_ACTOR, "failed", f"{type(e).__name__}: {e}")]
+        return [ControlEvent(name, PARTITION_ACTOR, event, reason)]
+
+    def unplaced(self) -> list[int]:
+        """The partitions to place again: unsettled, or with an alive node of its map that has
+        no live replica."""
+        replicas = self.replicas
+        found = set(replicas.unsettled)
+        for p in replicas.placements:
+            for node in p.nodes():
+                if node in replicas.nodes:
+                    held = replicas.replicas.get((p.partition, node))
+                    if held is None or held[0] in replicas.dead:
+                        found.add(p.partition)
+        return sorted(found)
+
+    def settle(self, quiet: bool) -> list[ControlEvent]:
+        replicas = self.replicas
+        now = self.clock()
+        events: list[ControlEvent] = []
+        due = self.unplaced()
+        for index in list(self._due):
+            if index not in due:
+                del self._due[index]
+                self._said.pop(index, None)
+        for index in due:
+            at, backoff = self._due.get(index, (now, RECONCILE_FIRST / 2))
+            if at > now:
+                continue
+            said = self._step(f"placing of partition {index}", lambda: replicas._replan(index))
+            if index in replicas.unsettled:
+                backoff = min(backoff * 2, RECONCILE_MOST)
+                self._due[index] = (now + backoff, backoff)
+                reason = "; ".join(e.reason for e in said)
+                if reason != self._said.get(index):
+                    self._said[index] = reason
+                    events += said
+            else:
+                self._due.pop(index, None)
+                self._said.pop(index, None)
+                events += said
+        if now >= self._drift_at:
+            self._drift_at = now + DRIFT_EVERY
+            events += self._step("drift", self._drift)
+        if quiet and not events and not replicas.unsettled and not due:
+            try:
+                moved = replicas.rebalance()
+            except Exception as e:  # a replica that is going away: next time
+                log.warning("a rebalancing step failed: %s", e)
+                moved = []
+            self.handovers += sum("handed over" in line for line in moved)
+            events += [ControlEvent.cluster(line) for line in moved]
+        return events

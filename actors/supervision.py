@@ -3,7 +3,7 @@
 Ray restarts a crashed actor within about half a second, faster than the
 controller's probes (one a second) can see each restart; so every actor
 announces each start of its own from its constructor, and the controller
-counts the ones after the instance started (:class:`actors.controller.Liveness`).
+counts the ones after the instance started (:class:`actors.liveness.Liveness`).
 
 Every serving actor also leaves with its node: a worker whose raylet died
 (a node crashed, or paused past the failure detector and then resumed, which
@@ -31,7 +31,7 @@ ORPHAN_CHECK = 0.5
 def new_incarnation() -> str:
     """A serving actor's incarnation token: new at every start of its process, and
     naming the Ray node it runs on (``<token>@<node id>``; see
-    :class:`actors.controller.Liveness`)."""
+    :class:`actors.liveness.Liveness`)."""
     node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
     return f"{secrets.token_hex(8)}@{node}"
 

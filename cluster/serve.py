@@ -869,7 +869,7 @@ def _supervise(
     called when a controller answers again."""
     import ray
 
-    from actors.controller import death_reason
+    from actors.liveness import death_reason
 
     down_since: float | None = None  # the controller crashed (Ray restarts it) or is unreachable
     limit = CONTROLLER_TIMEOUT  # how long it may take to come back

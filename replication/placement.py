@@ -73,7 +73,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from replication.replica import Role
 
 
 class Placement(NamedTuple):
@@ -315,7 +317,7 @@ class Standing(NamedTuple):
 
     name: str
     node: str
-    role: str  # "primary", "backup" or "idle"
+    role: Role  # a str: "primary", "backup" or "idle"
     epoch: int
     primed: bool = False
     handing_over: bool = False
@@ -324,6 +326,13 @@ class Standing(NamedTuple):
     backup: str | None = None  # a primary: where its backup serves
     sequence: int = 0  # the last record its journal holds
     damaged: bool = False  # its journal was set aside or awaits a prime: it holds nothing to lead from
+
+    @classmethod
+    def from_position(cls, name: str, node: str, position: Mapping[str, Any]) -> Standing:
+        """What replica ``name`` on ``node`` answered ``position()`` (``PartitionActor.position``)."""
+        return cls(name, node, Role(position["role"]), position["epoch"], position["primed"],
+                   position["handing_over"], position["since"], position["address"], position["backup"],
+                   position["sequence"], position["damaged"])
 
 
 class Adoption(NamedTuple):
@@ -351,11 +360,11 @@ def from_replicas(count: int, standing: Mapping[int, Sequence[Standing]]) -> lis
         if not mine:
             raise ValueError(f"partition {index}: no replica of it answers; it cannot be served")
         top = max(r.epoch for r in mine)
-        primaries = sorted((r for r in mine if r.role == "primary"), key=lambda r: r.epoch)
+        primaries = sorted((r for r in mine if r.role is Role.PRIMARY), key=lambda r: r.epoch)
         primary = primaries[-1] if primaries else None
         backup = None
         if primary is not None:
-            backup = next((r for r in mine if r.role == "backup" and r.node != primary.node
+            backup = next((r for r in mine if r.role is Role.BACKUP and r.node != primary.node
                            and r.address == primary.backup and r.epoch == primary.epoch), None)
         if primary is not None and not primary.handing_over and (backup is not None or primary.backup is None):
             keep = (primary.name,) + ((backup.name,) if backup is not None else ())
@@ -363,7 +372,7 @@ def from_replicas(count: int, standing: Mapping[int, Sequence[Standing]]) -> lis
                                 primary.since, keep, None))
             continue
         if primary is None or primary.handing_over:
-            primed = sorted((r for r in mine if r.role == "backup" and r.primed), key=lambda r: r.epoch)
+            primed = sorted((r for r in mine if r.role is Role.BACKUP and r.primed), key=lambda r: r.epoch)
             primary = primed[-1] if primed else primary
         if primary is None:
             raise ValueError(f"partition {index}: no replica of it can take over (none is primed)")
@@ -397,24 +406,24 @@ def promotable(p: Placement, unsettled: Collection[int], backup: Standing | None
     (:func:`leader`)."""
     if p.backup is None or p.partition in set(unsettled) or backup is None:
         return False
-    return backup.node == p.backup and backup.role == "backup" and backup.primed and backup.epoch == p.epoch
+    return backup.node == p.backup and backup.role is Role.BACKUP and backup.primed and backup.epoch == p.epoch
 
 
 def can_lead(s: Standing) -> bool:
     """Whether ``become_primary`` would take on this replica: a primary, a primed backup, or
     an idle replica whose journal holds something to lead from."""
-    if s.role == "backup":
+    if s.role is Role.BACKUP:
         return s.primed
-    return s.role == "primary" or not s.damaged
+    return s.role is Role.PRIMARY or not s.damaged
 
 
 def rank(s: Standing) -> tuple[int, int, int]:
     """The order in which replicas lead (the least first): a primary at the newest epoch, a
     primed backup, then an idle replica with the newest epoch and the longest journal (a torn
     tail cut off, or records its primary journaled that a backup never got, make them differ)."""
-    if s.role == "primary":
+    if s.role is Role.PRIMARY:
         return (0, -s.epoch, 0)
-    if s.role == "backup":
+    if s.role is Role.BACKUP:
         return (1, -s.epoch, 0)
     return (2, -s.epoch, -s.sequence)
 
@@ -446,7 +455,7 @@ def leader(
     A replica that cannot lead (:func:`can_lead`: a backup never primed, a journal set aside
     or awaiting a prime) never does here."""
     able = [s for s in standing if can_lead(s)]
-    serving = sorted((s for s in able if s.role != "idle"), key=rank)
+    serving = sorted((s for s in able if s.role is not Role.IDLE), key=rank)
     if serving:
         return serving[0].node
     idle = sorted(able, key=rank)

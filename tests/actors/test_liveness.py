@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from actors.controller import Liveness
+from actors.cluster import RayCluster
+from actors.liveness import Liveness
 
 
 def _actor_class(ray: Any) -> Any:
@@ -36,7 +37,7 @@ def test_a_probe_in_flight_for_an_actor_no_longer_asked_after_reports_nothing(ra
     ray = ray_node
     probed = _actor_class(ray)
     kept, dropped = probed.remote(), probed.remote()
-    liveness = Liveness()
+    liveness = Liveness(RayCluster({"data_dir": "/nonexistent"}))
     try:
         assert liveness.poll({"kept": kept, "dropped": dropped}) == []  # both probes pending
         in_flight = liveness._pending["dropped"]

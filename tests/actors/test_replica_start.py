@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from actors.cluster import RayCluster
 from actors.replicas import NodeLeft, ReplicaSet
 from replication.nodes import alive_by_name, from_ray
 
@@ -19,7 +20,8 @@ def test_a_node_gone_before_its_journals_are_read_places_nothing(ray_node: Any, 
     alive = list(alive_by_name(from_ray(ray_node.nodes())).values())
     assert len(alive) == 1, alive
     ghost = alive[0]._replace(name="ghost", id=secrets.token_hex(28), head=False)
-    replicas = ReplicaSet({"data_dir": str(tmp_path)}, 2)
+    config = {"data_dir": str(tmp_path)}
+    replicas = ReplicaSet(config, 2, RayCluster(config))
     with pytest.raises(NodeLeft, match="left while the journals were read"):
         replicas.start({alive[0].name: alive[0], ghost.name: ghost})
     assert replicas.placements == () and replicas.replicas == {} and replicas.nodes == {}

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from actors.controller import CRASH_LOOP, death_reason
+from actors.liveness import CRASH_LOOP, death_reason
 from actors.processes import alive as _alive
 from actors.processes import arguments as _args
 from actors.processes import descendants as _descendants

@@ -31,6 +31,7 @@ from topics.protocol import Batch, Done, Hello
 
 if TYPE_CHECKING:
     from tests.simulation.controller import Controller
+    from tests.simulation.managed import ManagedController
 
 __all__ = ["SimLink"]
 
@@ -84,7 +85,7 @@ class _Stream:
 class SimLink(Process):
     """The writes of the gateway on ``node`` (``partition_of`` names each key's partition)."""
 
-    def __init__(self, node: SimNode, count: int, network: Network, calls: Calls, controller: Controller) -> None:
+    def __init__(self, node: SimNode, count: int, network: Network, calls: Calls, controller: Controller | ManagedController) -> None:
         super().__init__(network.world, f"gateway@{node.name}", node)
         self.count = count
         self.network = network

@@ -1,11 +1,10 @@
 """A scripted controller: the partition map, placed by the real pure placement functions.
 
-Step 6b of design 28 replaces this with the real controller managers (``ReplicaSet`` over a
-``SimCluster``); until then this small driver stands in for them, so that the seeds judge the
-replica state machines and :mod:`replication.placement`, not ``ReplicaSet``'s known faults
-(F2, F3: it re-drives what failed, where ``ReplicaSet`` only says so). It runs on the head as
-a synchronous actor would: one job at a time (a generator that yields Ray calls and gets their
-outcomes), ``route`` calls waiting while a job runs.
+The runs use the real managers (:mod:`tests.simulation.managed`); this small driver stays for
+the regressions that must run without the safeguards the real ``ReplicaSet`` shares with it
+(``careful = False``: what the replicas and their journals must refuse by themselves). It runs
+on the head as a synchronous actor would: one job at a time (a generator that yields Ray calls
+and gets their outcomes), ``route`` calls waiting while a job runs.
 
 * **Start** (and after a whole restart), once every node is alive:
   :func:`~replication.placement.initial` from what the nodes' journals hold (``held``); the
@@ -28,7 +27,7 @@ outcomes), ``route`` calls waiting while a job runs.
   ``become_backup`` first, then the primary ``become_primary`` with the backup's address;
   then the replicas on nodes it left are killed (a new replica on such a node starts once
   the old one is dead: ``Sim.make_replica``). A step that fails leaves the partition
-  *unsettled*, placed again on the next tick (step 7 gives the real controller that reconcile).
+  *unsettled*, placed again on the next tick (as ``PartitionManager.settle`` does).
 * **A crash**: Ray restarts the controller, which adopts the map from the replicas' positions
   (:func:`~replication.placement.from_replicas`, per partition; one it cannot adopt waits for
   every node, then is placed from the journals, as at start), then fills in lost backups.
@@ -499,6 +498,6 @@ class Controller(Process):
 
 def _standing(replica: SimReplica, position: Position) -> Standing:
     """What ``replica`` says of itself, as the real controller reads ``position()``."""
-    return Standing(replica.name, replica.node.name, position.role.value, position.epoch, position.primed,
+    return Standing(replica.name, replica.node.name, position.role, position.epoch, position.primed,
                     position.handing_over, position.since, position.address, position.backup, position.sequence,
                     position.damaged)

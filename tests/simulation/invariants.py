@@ -40,6 +40,7 @@ from tests.simulation.world import MS, World
 
 if TYPE_CHECKING:
     from tests.simulation.controller import Controller
+    from tests.simulation.managed import ManagedController
     from tests.simulation.replica import SimReplica
 
 __all__ = ["Checker", "Violation"]
@@ -52,9 +53,11 @@ SHORT = "a copy that lost its tail (a record cut as torn, or a power cut) while 
 ONLY_COPY = "a damaged journal set aside, the only copy of them"
 
 
-class Violation(Exception):
+class Violation(BaseException):
     """An invariant broke: ``kind`` (which), ``detail`` (how), ``time_ns`` (when), and for a
-    lost write the ``cause`` the checker diagnosed (:data:`STALE`, :data:`SHORT`), if any."""
+    lost write the ``cause`` the checker diagnosed (:data:`STALE`, :data:`SHORT`), if any.
+    A ``BaseException``: the control plane's code, which the checker may interrupt from inside
+    a simulated call, catches ``Exception`` and must not swallow it."""
 
     def __init__(self, kind: str, detail: str, time_ns: int, cause: str | None = None) -> None:
         super().__init__(kind, detail, time_ns)
@@ -215,7 +218,7 @@ class Checker:
 
     # -- 4 ---------------------------------------------------------------------------------------
 
-    def unconverged(self, controller: Controller, alive: Iterable[str]) -> str | None:
+    def unconverged(self, controller: Controller | ManagedController, alive: Iterable[str]) -> str | None:
         """Why the cluster has not converged yet, or None when it has."""
         if not controller.running or not controller.placements:
             return "the controller is not running"

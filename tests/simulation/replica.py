@@ -62,6 +62,7 @@ MOVED = ["MOVED"]
 PRIME_CHUNK = 3  # states per prime frame: several frames for most primes
 SNAPSHOT_EVERY = 8  # journal records between two snapshots
 MS = 1_000_000
+HANDOVER_MS = 30_000  # PartitionActor.handover's own bound (30 s)
 
 #: what waits in the outbox: the link's end, the answer, the write id (None: a MOVED answer)
 Answer = tuple[End, Done, int | None, str]
@@ -446,6 +447,9 @@ class SimReplica(Process):
                         where(state.backup) if state.backup is not None else None)
 
     def handle(self, method: str, args: tuple[Any, ...], reply: Reply) -> None:
+        if method == "incarnation":  # the supervision token (``Liveness``): the process, not the partition
+            reply(f"{self.name}/{self.incarnation}@{self.node.id}", None)
+            return
         if not self.opened and not self._open():
             reply(None, JournalBusy(f"another process holds the journal in {self.journal.directory}"))
             return
@@ -463,7 +467,8 @@ class SimReplica(Process):
             elif method == "become_primary":  # (epoch, the backup's address, the journal as weighed, or None)
                 was = state.role
                 damage = self.journal.damaged
-                trusted = damage is not None and args[2] is not None and tuple(self.journal.held() or ()) == args[2]
+                weighed = args[2] if len(args) > 2 else None
+                trusted = damage is not None and weighed is not None and tuple(self.journal.held() or ()) == tuple(weighed)
                 self.run(state.become_primary(args[0], args[1], None if damage is None or trusted
                                               else str(damage["reason"])))
                 if trusted:  # no copy holds more: this journal's older state, or (set aside) nothing
@@ -478,7 +483,8 @@ class SimReplica(Process):
                 reply(None, None)
             elif method == "handover":
                 if state.handover():
-                    timer = self.world.at(args[0] * MS, self._handover_timeout, self.incarnation)
+                    timeout_ms = args[0] if args else HANDOVER_MS  # PartitionActor.handover's default
+                    timer = self.world.at(timeout_ms * MS, self._handover_timeout, self.incarnation)
                     self._handover = (reply, timer)
                 else:
                     reply(self.position(), None)

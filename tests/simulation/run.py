@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 from replication.journal import FsyncMode, FsyncPolicy
 from tests.simulation.client import SimLink
 from tests.simulation.controller import Controller
+from tests.simulation.managed import ManagedController
 from tests.simulation.disk import NodeDisk
 from tests.simulation.invariants import Checker, Violation
 from tests.simulation.network import Conditions, Network
@@ -73,6 +74,9 @@ class Outcome(NamedTuple):
 class Sim:
     """Everything of one run, for the processes and the checker to reach each other."""
 
+    #: the controller the runs use: the real managers (``ManagedController``), or the scripted one
+    controller_class: type[Controller] | type[ManagedController] = ManagedController
+
     def __init__(self, schedule: Schedule, *, tracing: bool = False) -> None:
         self.schedule = schedule
         world = self.world = World(schedule.seed, tracing=tracing)
@@ -84,7 +88,7 @@ class Sim:
         self.disks = {name: NodeDisk(name, schedule.policy) for name in schedule.nodes}
         self.checker = Checker(world, schedule.partitions, list(self.disks.values()))
         self.replicas = self.checker.replicas
-        self.controller = Controller(self, self.head, schedule.partitions)
+        self.controller = self.controller_class(self, self.head, schedule.partitions)
         self.links = {name: SimLink(self.nodes[name], schedule.partitions, self.network, self.calls,
                                     self.controller) for name in sorted({w.client for w in schedule.writes})}
         self.ids = itertools.count(1)
@@ -101,15 +105,16 @@ class Sim:
         """The nodes the head counts in, with their raylets' ids."""
         return {name: node.id for name, node in self.nodes.items() if node.alive}
 
-    def make_replica(self, name: str, index: int, node: str) -> SimReplica:
+    def make_replica(self, name: str, index: int, node: str, raylet: int | None = None) -> SimReplica:
         """A new replica of partition ``index`` on ``node``. Its process starts once every
         earlier one of that partition there is dead (a kill may still be on its way): as Ray
         starts an actor once the one it replaces is gone, never beside it on its journal.
-        Until then a call to it fails as to an actor not started yet."""
+        Until then a call to it fails as to an actor not started yet. ``raylet``: the node's id
+        it is pinned to (one the node no longer has: it never runs)."""
         before = [r for r in self.replicas if r.index == index and r.node.name == node and not r.dead]
         replica = SimReplica(name, index, self.nodes[node], self.disks[node].journal(index), self.network,
                              self.checker)
-        if not replica.node.running():
+        if not replica.node.running() or raylet not in (None, replica.node.id):
             replica.dead = True  # pinned to a raylet that is gone: it never runs (ActorDied)
         elif before:
             self.world.note("waits", name, "for", ", ".join(r.name for r in before))
@@ -278,7 +283,7 @@ class Sim:
                 if replica.index == int(index) and replica.node.name == node and not replica.dead:
                     replica.crash()
                     break
-        # the configuration log and its agents are not simulated yet (step 6c)
+        # the configuration log and its agents are not simulated yet
 
     def _power_off(self, node: SimNode) -> None:
         self.network.power_off(node.name)

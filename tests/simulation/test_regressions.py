@@ -10,12 +10,18 @@ pass, which fails the strict ``xfail`` until the marker and the cause go.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from actors import liveness, replicas
+from actors.link import Route
+from actors.replicas import ReplicaError, ReplicaSet
+from replication import placement
 from tests.simulation.controller import Controller
 from tests.simulation.invariants import Violation
-from tests.simulation.run import run
-from tests.simulation.schedule import Corrupt, CrashProcess, Cut, Isolate, PowerCut, Rejoin, RestartAll
+from tests.simulation.run import Sim, run
+from tests.simulation.schedule import Corrupt, CrashProcess, Cut, Isolate, Pause, PowerCut, Rejoin, RestartAll
 from tests.simulation.schedule import Schedule, Write
 
 #: the causes of lost writes (``Violation.cause``: ``invariants.STALE``, ``invariants.SHORT``) of
@@ -27,8 +33,9 @@ OPEN: dict[str, tuple[str, ...]] = {}
 def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
     """A scripted controller without the safeguards it shares with ``ReplicaSet``
     (``Controller.careful``), which would keep these schedules off the path the replicas must
-    refuse by themselves."""
+    refuse by themselves. (The runs otherwise use the real managers: ``ManagedController``.)"""
     monkeypatch.setattr(Controller, "careful", False)
+    monkeypatch.setattr(Sim, "controller_class", Controller)
 
 
 def fails_through(cause: str, schedule: Schedule) -> None:
@@ -240,3 +247,173 @@ def test_writes_only_a_damaged_journal_held_are_lost_with_it() -> None:
         ),
         faults_end_ms=10000,
     ))
+
+
+# -- found in the real control plane ----------------------------------------------------------
+#
+# Since the runs use the real managers (``ReplicaSet``, ``PartitionManager``, ``Liveness`` over
+# ``SimCluster``), the seeds below found these bugs in them. Each test also brings its bug back
+# (``regressed``: the old code, patched in) and checks that the schedule then fails, so that it
+# keeps proving something.
+
+
+def regressed(schedule: Schedule, monkeypatch: pytest.MonkeyPatch, *patches: tuple[Any, str, Any]) -> str:
+    """What ``schedule`` breaks with ``patches`` (the bug back), as ``type: message``."""
+    with monkeypatch.context() as m:
+        for target, name, value in patches:
+            m.setattr(target, name, value)
+        try:
+            run(schedule)
+        except (Violation, Exception) as e:
+            return f"{type(e).__name__}: {e}"
+    raise AssertionError("the schedule passes with the bug back: it no longer shows it")
+
+
+def test_a_start_cut_off_once_leaves_no_copy_unable_to_lead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed in ``ReplicaSet.start`` (seed 23). The start is slow (latency spikes); partition 1's
+    backup on node-1 is told to follow at epoch 1, which marks its journal as awaiting a prime
+    before anything is written, and then node-2, where its primary was to be, rejoins: its
+    replica is dead, and the start fails. serve stops what it made and starts again: node-1's
+    empty journal, marked, is the only copy of partition 1, so it leads; but ``start`` passed
+    what the journal held only when it held something, so the replica refused as a backup
+    never primed, at every start, for good. It now passes ``()`` (weighed: no journal), and a
+    replica whose journal still holds nothing takes over."""
+    schedule = Schedule(
+        seed=23,
+        nodes=('node-0', 'node-1', 'node-2'),
+        partitions=2,
+        policy='always',
+        ops=(
+            Rejoin(1127, 'node-2'),
+        ),
+        faults_end_ms=10000,
+        spike_rate=0.01,
+        loss_rate=0.001,
+    )
+    run(schedule)
+    place = ReplicaSet._place
+    broken = regressed(schedule, monkeypatch, (ReplicaSet, "_place", lambda self, p, before, weighed=None: place(
+        self, p, before, None if weighed == () else weighed)))
+    assert "the controller is not running" in broken, broken
+
+
+def test_a_restarted_controller_places_a_partition_none_of_whose_replicas_answers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed in ``ReplicaSet.adopt`` (seed 115). The head is isolated for 7 s and its controller
+    crashes meanwhile: the head declares node-1 and node-2 lost, so their raylets restart when
+    the cut heals and every replica goes with them. The restarted controller then found no
+    replica of either partition and failed to start (``ReplicaError``), again at every restart,
+    for good. A partition it cannot adopt is now unsettled: placed again from its replicas and
+    every alive node's journal, waiting while a node Ray knows is absent."""
+    schedule = Schedule(
+        seed=115,
+        nodes=('node-0', 'node-1', 'node-2'),
+        partitions=2,
+        policy='interval:100',
+        ops=(
+            Isolate(5645, 'node-0', 7192),
+            CrashProcess(6019, 'controller'),
+        ),
+        faults_end_ms=10000,
+    )
+    run(schedule)
+
+    def from_replicas(count: int, standing: Any) -> Any:
+        try:
+            return placement.from_replicas(count, standing)
+        except ValueError as e:
+            raise ReplicaError(str(e)) from None
+
+    broken = regressed(schedule, monkeypatch, (replicas, "from_replicas", from_replicas))
+    assert "the controller is not running" in broken, broken
+
+
+def test_a_restart_whose_probe_was_lost_is_still_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed in ``Liveness.poll`` and ``PartitionManager.settle`` (seed 156). With 1 % of
+    messages lost, the controller's first ``incarnation`` probe of partition 0's replica on
+    node-2 was lost: Liveness waited for its answer for good and never saw the replica restart
+    at 7 s, idle, while the map still named it; the partition never had a primed backup again.
+    A probe unanswered for 30 s is now sent again, and every 5 s the manager asks each replica
+    the map names where it stands, bringing back one that says it is idle."""
+    schedule = Schedule(
+        seed=156,
+        nodes=('node-0', 'node-1', 'node-2'),
+        partitions=1,
+        policy='always',
+        ops=(
+            Write(65, 'node-2', 'k/8'),
+            Write(109, 'node-1', 'k/8'),
+            Write(377, 'node-1', 'k/3'),
+            CrashProcess(7011, 'partition-0@node-2'),
+        ),
+        faults_end_ms=10000,
+        loss_rate=0.01,
+    )
+    run(schedule)
+    broken = regressed(schedule, monkeypatch, (replicas, "DRIFT_EVERY", 1e12), (liveness, "STALE", 1e12))
+    assert "no convergence" in broken, broken
+
+
+def test_a_replica_that_restarts_while_the_instance_starts_is_brought_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed in ``Liveness.baseline`` (seed 208). Partition 1's replica on node-1 crashes 279 ms
+    after the start placed it, before the controller learned each replica's incarnation: the
+    baseline failed for it, its first answer after the restart became its baseline, and the
+    restart was never seen -- its backup stayed unprimed. A replica restarting at the baseline is
+    now marked so, and its first answer counts as a restart (the drift check would find it too:
+    it is off here, to show the baseline's part)."""
+    schedule = Schedule(
+        seed=208,
+        nodes=('node-0', 'node-1', 'node-2'),
+        partitions=2,
+        policy='always',
+        ops=(
+            CrashProcess(279, 'partition-1@node-1'),
+        ),
+        faults_end_ms=10000,
+        spike_rate=0.01,
+    )
+    run(schedule)
+
+    def baseline(self: liveness.Liveness, actors: dict[str, Any], timeout: float) -> None:
+        found = self._cluster.outcomes([self._cluster.call(h, "incarnation") for h in actors.values()], timeout)
+        for name, (token, error) in zip(actors, found):
+            if error is not None:
+                raise error
+            self._known[name] = token
+
+    broken = regressed(schedule, monkeypatch, (replicas, "DRIFT_EVERY", 1e12),
+                       (liveness.Liveness, "baseline", baseline))
+    assert "is not primed" in broken, broken
+
+
+def test_a_route_names_a_replica_after_a_placement_that_failed_before_making_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed in ``ReplicaSet.route`` (seed 378). Partition 0's primary on node-2 restarts, its
+    backup's node-1 is paused (and lost), and the controller crashes: its successor finds no
+    replica of partition 0 that can take over, and places it again once node-1 is back, with
+    the primary on node-1 -- a step that fails (the replica on node-2 is restarting) before the
+    replica on node-1 is made. The map named a primary without a replica, and ``route`` raised
+    ``KeyError`` (in the real controller, its ``check`` and every link asking). It now makes
+    an idle replica there, which refuses links until the partition is placed again."""
+    schedule = Schedule(
+        seed=378,
+        nodes=('node-0', 'node-1', 'node-2'),
+        partitions=2,
+        policy='always',
+        ops=(
+            CrashProcess(647, 'partition-0@node-2'),
+            Write(850, 'node-2', 'k/2'),
+            Pause(1511, 'node-1', 7649),
+            CrashProcess(5307, 'controller'),
+        ),
+        faults_end_ms=10000,
+        loss_rate=0.01,
+    )
+    run(schedule)
+
+    def route(self: ReplicaSet, index: int) -> Route:
+        p = self.placements[index]
+        return Route(self.since[index], self.replicas[(index, p.primary)][1], p.primary)
+
+    broken = regressed(schedule, monkeypatch, (ReplicaSet, "route", route))
+    assert broken.startswith("KeyError"), broken

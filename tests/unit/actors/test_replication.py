@@ -558,3 +558,36 @@ async def test_a_quiet_partition_syncs_its_last_bytes_though_its_timer_fired_ear
     finally:
         link.close()
         await actor.stop()
+
+
+async def test_a_primary_gives_up_a_backup_connect_that_hangs_and_tries_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a long cut the kernel's SYN back-off alone would hold a primary's connect to its new
+    backup for about 30 s: the connect is bounded (``BACKUP_CONNECT_TIMEOUT``), and the replica
+    state machine is told it failed (it tries again after its back-off). Here the backup's
+    listening queue is full, so its SYNs go unanswered."""
+    import socket
+
+    from actors import partition
+    from replication.replica import Address
+
+    monkeypatch.setattr(partition, "BACKUP_CONNECT_TIMEOUT", 0.2)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    queued = [socket.create_connection(listener.getsockname()), socket.socket()]
+    queued[1].setblocking(False)
+    try:
+        queued[1].connect(listener.getsockname())
+    except BlockingIOError:
+        pass
+    core = partition.Partition(0, "127.0.0.1")
+    failed: list[int] = []
+    monkeypatch.setattr(core.replica, "connect_failed", lambda attempt: failed.append(attempt) or [])
+    monkeypatch.setattr(core.replica, "connected", lambda attempt, stream: pytest.fail("the connect completed"))
+    try:
+        host, port = listener.getsockname()
+        await asyncio.wait_for(core._connect_backup(Address(host, port, "secret"), 0, 3), 10)
+        assert failed == [3]
+    finally:
+        for s in (*queued, listener):
+            s.close()

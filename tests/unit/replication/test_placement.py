@@ -23,6 +23,7 @@ from replication.placement import (
     rebalance_step,
     repaired,
 )
+from replication.replica import Role
 
 NODES = ["n0", "n1", "n2", "n3", "n4"]
 
@@ -250,18 +251,18 @@ def test_a_lost_primary_s_backup_on_the_head_takes_over_there() -> None:
 # -- a restarted controller: the map from what the replicas say -------------------------
 
 def test_a_consistent_partition_is_taken_over_as_it_stands() -> None:
-    standing = {0: [Standing("p0a", "n0", "primary", 3, since=2, address="a", backup="b"),
-                    Standing("p0b", "n1", "backup", 3, primed=True, address="b")],
-                1: [Standing("p1a", "n1", "primary", 1, since=1, address="c")]}  # alone: no backup
+    standing = {0: [Standing("p0a", "n0", Role.PRIMARY, 3, since=2, address="a", backup="b"),
+                    Standing("p0b", "n1", Role.BACKUP, 3, primed=True, address="b")],
+                1: [Standing("p1a", "n1", Role.PRIMARY, 1, since=1, address="c")]}  # alone: no backup
     (zero, one) = from_replicas(2, standing)
     assert zero == Adoption(Placement(0, "n0", "n1", 3), 2, ("p0a", "p0b"), None)
     assert one == Adoption(Placement(1, "n1", None, 1), 1, ("p1a",), None)
 
 
 def test_the_newest_primary_wins_and_a_stale_one_is_dropped() -> None:
-    standing = {0: [Standing("old", "n0", "primary", 2, since=1, address="a", backup="b"),
-                    Standing("new", "n1", "primary", 3, since=3, address="b", backup="c"),
-                    Standing("bk", "n2", "backup", 3, primed=True, address="c")]}
+    standing = {0: [Standing("old", "n0", Role.PRIMARY, 2, since=1, address="a", backup="b"),
+                    Standing("new", "n1", Role.PRIMARY, 3, since=3, address="b", backup="c"),
+                    Standing("bk", "n2", Role.BACKUP, 3, primed=True, address="c")]}
     (a,) = from_replicas(1, standing)
     assert a.placement == Placement(0, "n1", "n2", 3) and a.keep == ("new", "bk") and a.again is None
 
@@ -269,16 +270,16 @@ def test_the_newest_primary_wins_and_a_stale_one_is_dropped() -> None:
 @pytest.mark.parametrize("cut_off", ["backup not following", "handover half made", "primary gone"])
 def test_a_change_cut_off_is_placed_again_above_every_epoch(cut_off: str) -> None:
     if cut_off == "backup not following":  # the new backup was told epoch 5, the primary not yet
-        standing = [Standing("p", "n0", "primary", 4, since=4, address="a", backup="x"),
-                    Standing("b", "n1", "backup", 5, address="b")]
+        standing = [Standing("p", "n0", Role.PRIMARY, 4, since=4, address="a", backup="x"),
+                    Standing("b", "n1", Role.BACKUP, 5, address="b")]
         chosen = "n0"
     elif cut_off == "handover half made":  # the primary stopped applying; its backup is primed
-        standing = [Standing("p", "n0", "primary", 4, since=4, handing_over=True, address="a", backup="b"),
-                    Standing("b", "n1", "backup", 4, primed=True, address="b")]
+        standing = [Standing("p", "n0", Role.PRIMARY, 4, since=4, handing_over=True, address="a", backup="b"),
+                    Standing("b", "n1", Role.BACKUP, 4, primed=True, address="b")]
         chosen = "n1"
     else:  # the old primary already follows, the successor was not told yet
-        standing = [Standing("p", "n0", "backup", 5, address="a"),
-                    Standing("b", "n1", "backup", 4, primed=True, address="b")]
+        standing = [Standing("p", "n0", Role.BACKUP, 5, address="a"),
+                    Standing("b", "n1", Role.BACKUP, 4, primed=True, address="b")]
         chosen = "n1"
     (a,) = from_replicas(1, {0: standing})
     newest = max(r.epoch for r in standing)
@@ -288,9 +289,9 @@ def test_a_change_cut_off_is_placed_again_above_every_epoch(cut_off: str) -> Non
 
 def test_a_partition_with_no_replica_that_can_serve_is_refused() -> None:
     with pytest.raises(ValueError, match="partition 1: no replica"):
-        from_replicas(2, {0: [Standing("p", "n0", "primary", 1, address="a")]})
+        from_replicas(2, {0: [Standing("p", "n0", Role.PRIMARY, 1, address="a")]})
     with pytest.raises(ValueError, match="none is primed"):
-        from_replicas(1, {0: [Standing("b", "n0", "backup", 2), Standing("i", "n1", "idle", 0)]})
+        from_replicas(1, {0: [Standing("b", "n0", Role.BACKUP, 2), Standing("i", "n1", Role.IDLE, 0)]})
 
 
 # -- only a placement that took is trusted: its backup alone is promoted ----------------
@@ -310,7 +311,7 @@ def test_an_unsettled_partition_gets_no_backup_either() -> None:
     assert repaired(placements, ["n0", "n1"]) == (Placement(0, "n0", "n1", 5),)
 
 
-PRIMED = Standing("b", "n1", "backup", 3, primed=True)
+PRIMED = Standing("b", "n1", Role.BACKUP, 3, primed=True)
 
 
 @pytest.mark.parametrize("unsettled, said, promoted", [
@@ -319,7 +320,7 @@ PRIMED = Standing("b", "n1", "backup", 3, primed=True)
     ((), None, False),  # it did not answer
     ((), PRIMED._replace(primed=False), False),  # never primed: its journal awaits a prime
     ((), PRIMED._replace(epoch=2), False),  # primed at an older placement: it may lack epoch 3's writes
-    ((), PRIMED._replace(role="idle"), False),  # restarted too: back idle with its journal
+    ((), PRIMED._replace(role=Role.IDLE), False),  # restarted too: back idle with its journal
 ])
 def test_a_backup_is_promoted_only_from_a_placement_that_took(
     unsettled: set[int], said: Standing | None, promoted: bool
@@ -330,7 +331,7 @@ def test_a_backup_is_promoted_only_from_a_placement_that_took(
 # -- a copy that may have lost its tail does not lead while a fuller one is away ----------
 
 def idle(node: str, epoch: int, sequence: int, damaged: bool = False) -> Standing:
-    return Standing(f"p@{node}", node, "idle", epoch, sequence=sequence, damaged=damaged)
+    return Standing(f"p@{node}", node, Role.IDLE, epoch, sequence=sequence, damaged=damaged)
 
 
 def test_the_holder_back_from_a_power_cut_waits_for_its_absent_backup() -> None:
@@ -349,7 +350,7 @@ def test_a_longer_copy_of_the_holder_s_epoch_leads_instead() -> None:
 
 def test_the_holder_does_not_lead_while_a_journal_elsewhere_holds_more() -> None:
     # n2's copy, which the map no longer names (a backup replaced meanwhile), holds more
-    back = [idle("n0", 3, 40), Standing("p@n1", "n1", "backup", 4)]  # n1 never primed: it cannot lead
+    back = [idle("n0", 3, 40), Standing("p@n1", "n1", Role.BACKUP, 4)]  # n1 never primed: it cannot lead
     held = {"n0": (3, 40), "n1": (2, 10), "n2": (3, 41)}
     assert leader(back, "n0", ("n0", "n1"), absent=[], held=held) is None
     assert leader(back, "n0", ("n0", "n1"), absent=[], held={**held, "n2": (3, 40)}) == "n0"
@@ -364,7 +365,7 @@ def test_with_no_holder_known_an_idle_copy_leads_only_with_every_node_back() -> 
 
 
 def test_a_serving_replica_leads_and_one_that_cannot_never_does() -> None:
-    serving = [idle("n0", 3, 40), Standing("p@n1", "n1", "backup", 3, primed=True)]
+    serving = [idle("n0", 3, 40), Standing("p@n1", "n1", Role.BACKUP, 3, primed=True)]
     assert leader(serving, "n0", ("n0", "n1"), absent=["n2"], held={"n2": (9, 9)}) == "n1"  # it holds it all
     aside = [idle("n0", 3, 40, damaged=True), idle("n1", 2, 10)]
     assert leader(aside, "n0", ("n0", "n1"), absent=[], held={"n1": (2, 10)}) is None
