@@ -166,7 +166,7 @@ class _Client(Handler):
         if self._hello_timer is not None:
             self._hello_timer.cancel()
         self.closing = True  # this handler's part is over
-        return mqtt(stream, self._release)  # type: ignore[no-any-return]
+        return mqtt(stream, self._release)
 
     def _release(self, stream: WebSocketStream) -> None:
         """Uncount a connection another handler took over, once it is gone."""
@@ -600,7 +600,8 @@ class Connections:
         """A connection is gone. Its session ends with it when the client closed
         it (or the server did); otherwise it is kept for the grace period."""
         session_id = client.session_id
-        if session_id is None or self.by_session.get(session_id) is not client:
+        holder = self.by_session.get(session_id) if session_id is not None else None
+        if holder is None or holder is not client:
             return  # no session yet, or ended, or taken over by another connection
         if client.closing or self._grace <= 0 or not client.kept_on_drop():
             self.forget(client)

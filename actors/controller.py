@@ -21,7 +21,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import ray
@@ -63,7 +63,7 @@ def gateway_port(port: int, info: list[dict[str, Any]], nodes: list[str], node: 
     listens on the same port (``gateway_ports = "same"``: nodes with addresses of their own)."""
     if not port or same:
         return port
-    ports = [urlsplit(i["url"]).port if i.get("url") else None for i in info]
+    ports: list[int | None] = [urlsplit(str(i["url"])).port if i.get("url") else None for i in info]
     live = {p for p, i in zip(ports, info) if not i.get("lost")}
     for k in reversed(range(len(info))):
         known = ports[k]
@@ -282,7 +282,7 @@ class ControllerActor:
         answered = _gather({name: agent.state.remote() for name, agent in self.agents.items()}, AGENT_TIMEOUT)
         remade = []
         for name in sorted(set(self.agents) - set(answered)):
-            self.agents[name] = _replace(self.agents[name], lambda node=alive[name]: self._agent(node))
+            self.agents[name] = _replace(self.agents[name], functools.partial(self._agent, alive[name]))
             remade.append(f"the configuration copy on {name} did not answer; made again")
         # found before the log: a writer made again is handed to them (_new_config_log)
         self.session_trees = ray.get_actor(names.SESSION_TREES) if names.SESSION_TREES in listed else None
@@ -302,7 +302,8 @@ class ControllerActor:
         for k in range(max(found, default=-1) + 1):
             handle = ray.get_actor(found[k]) if k in found else None
             try:
-                info = ray.get(handle.start.remote(), timeout=RECOVER_TIMEOUT) if handle else None
+                info = (cast(dict[str, Any], ray.get(handle.start.remote(), timeout=RECOVER_TIMEOUT))
+                        if handle else None)
                 node = by_id.get(ray.get(handle.node.remote(), timeout=RECOVER_TIMEOUT)) if handle else None
             except Exception as e:
                 log.warning("gateway %d did not answer the restarted controller: %s", k, e)
@@ -628,7 +629,7 @@ class ControllerActor:
     def route(self, index: int) -> tuple[int, Any, str]:
         """Partition ``index``'s primary: (the epoch since which it is, its handle, its node).
         Links ask this when their stream to the partition broke or was told ``MOVED``."""
-        return tuple(self.replicas.route(index))  # type: ignore[return-value]
+        return tuple(self.replicas.route(index))
 
     def node_action(self, action: str, name: str | None, seconds: float = 0.0, force: bool = False,
                     options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -749,7 +750,7 @@ class ControllerActor:
         agents = {}
         for name, node in alive.items():
             if name in moved and name in self.agents:
-                agents[name] = _replace(self.agents[name], lambda node=node: self._agent(node))
+                agents[name] = _replace(self.agents[name], functools.partial(self._agent, node))
             else:
                 agents[name] = self.agents.get(name) or self._agent(node)
         self.agents = agents

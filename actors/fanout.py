@@ -112,7 +112,7 @@ class FanoutLink:
             drop = mirror.clear()
             for i in range(self.link.count):
                 answer: asyncio.Future[Any] = loop.create_future()
-                self.link.submit(i, drop, lambda result, a=answer: a.done() or a.set_result(result))
+                self.link.submit(i, drop, functools.partial(_settle, answer))
                 answers.append(answer)
         self.link.flush()
         if answers:
@@ -337,3 +337,9 @@ class FanoutLinkActor:
 
 def remote_class() -> Any:
     return ray.remote(num_cpus=0, max_restarts=-1)(FanoutLinkActor)
+
+
+def _settle(answer: asyncio.Future[Any], result: Any) -> None:
+    """Give ``answer`` its result, unless it has one already."""
+    if not answer.done():
+        answer.set_result(result)

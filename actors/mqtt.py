@@ -40,7 +40,7 @@ import secrets
 import time
 from collections import deque
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from actors.connections import Connections
 from canopy import protocol as wire
@@ -332,7 +332,8 @@ class MQTTServer:
         connection.client_id, connection.principal, connection.user_properties = client_id, principal, user
         connection.expiry = min(int(record.get("expiry") or 0), self.max_session_expiry)
         now = time.time() * 1000
-        left = record.get("left") if isinstance(record.get("left"), (int, float)) else now
+        recorded = record.get("left")
+        left = recorded if isinstance(recorded, (int, float)) else now
         if not connection.expiry or not connection._restore({**record, "left": left}):
             self.connections.forget(connection)
             connection.session_id = None
@@ -542,7 +543,7 @@ class MQTTConnection(asyncio.Protocol):
             for packet in e.packets:
                 if self.closing:
                     break
-                self._packet(packet)
+                self._packet(cast(m.Packet, packet))
             self._malformed(e)
             self.connections.received()
             return
@@ -1451,13 +1452,13 @@ class MQTTConnection(asyncio.Protocol):
         if aliased:
             # a topic alias: the first PUBLISH of a topic carries its name and the alias it gets,
             # the later ones the alias alone (MQTT 5, 3.3.2.3.4); per connection, so not shared
-            alias = self.outbound_aliases.get(topic)
-            if alias is None and self.alias_room:
+            given = self.outbound_aliases.get(topic)
+            if given is None and self.alias_room:
                 self.alias_room -= 1
-                alias = self.outbound_aliases[topic] = len(self.outbound_aliases) + 1
-                properties = replace(properties, topic_alias=alias)
-            elif alias is not None:
-                properties = replace(properties, topic_alias=alias)
+                given = self.outbound_aliases[topic] = len(self.outbound_aliases) + 1
+                properties = replace(properties, topic_alias=given)
+            elif given is not None:
+                properties = replace(properties, topic_alias=given)
                 topic = b"\x00\x00"
         if qos > 0:
             if len(self.inflight) >= self.send_quota:

@@ -174,10 +174,10 @@ class RemoteConnection:
             data = encode(spec.event_type, ts.value)
             return [Appended(event.path, Event(ts.sequence, ts.timestamp, ts.author, data,
                                                original.sequence if original is not None else None))]
-        data = encode(spec.type, event.value) if event.value is not None else None
+        value = encode(spec.type, event.value) if event.value is not None else None
         if kind == "subscribed":
-            return [Added(event.path, spec.type.value, spec.properties, data)]
-        return [Changed(event.path, data)] if data is not None else []
+            return [Added(event.path, spec.type.value, spec.properties, value)]
+        return [Changed(event.path, value)] if value is not None else []
 
     def describe(self) -> dict[str, Any]:
         return {"state": self.state, "error": self.error, "selectors": sorted(self.selectors),

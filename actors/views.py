@@ -14,6 +14,7 @@ events are not kept over a restart).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import time
 from pathlib import Path
@@ -258,13 +259,14 @@ class ViewEvaluatorActor:
             server = self.servers.get(name)
             if server is None:
                 continue
-            connection = self.remote.get(name)
-            if connection is None:
-                connection = self.remote[name] = RemoteConnection(server, self._remote_events, self._remote_lost)
-                connection.start()
+            found = self.remote.get(name)
+            if found is None:
+                found = self.remote[name] = RemoteConnection(server, self._remote_events, self._remote_lost)
+                found.start()
+            connection = found
             await connection.want(set(selectors))
 
-    def _remote_events(self, server: str, events: list[Any]) -> None:
+    def _remote_events(self, server: str, events: builtins.list[Any]) -> None:
         self._carry(self.engine.on_events(events, _now(), server))
 
     def _remote_lost(self, server: str) -> None:
@@ -291,7 +293,7 @@ class ViewEvaluatorActor:
             await self._sync_remote()
         return True
 
-    async def server_list(self) -> list[dict[str, Any]]:
+    async def server_list(self) -> builtins.list[dict[str, Any]]:
         users: dict[str, list[str]] = {}
         for definition in self.engine.definitions():
             named = self.engine.server_of(definition.name)
@@ -310,12 +312,12 @@ class ViewEvaluatorActor:
             raise RemoteServerError(f"no remote server {name!r} is defined")
         return await remote_servers.check(server)
 
-    async def remote_filters(self) -> list[tuple[str, str]]:
+    async def remote_filters(self) -> builtins.list[tuple[str, str]]:
         """The remote servers with a missing-topic notification filter: (name, filter)."""
         return [(n, s.missing_topic_filter) for n, s in sorted(self.servers.items()) if s.missing_topic_filter]
 
     async def missing(self, name: str, selector: str, session_id: str, properties: dict[str, str],
-                      servers: list[str], hops: list[str]) -> str:
+                      servers: builtins.list[str], hops: builtins.list[str]) -> str:
         """Pass a missing-topic notification on to a remote server whose filter it intersects,
         over the session remote views keep to it; ``proceed`` without one (or when it is lost)."""
         connection = self.remote.get(name)
@@ -340,7 +342,7 @@ class ViewEvaluatorActor:
         ordered = sorted(definitions.values(), key=lambda d: d.precedence)
         await configuration.commit(self.config_log, "views", [d.to_wire() for d in ordered])
 
-    async def set_routes(self, routes: list[Any]) -> None:
+    async def set_routes(self, routes: builtins.list[Any]) -> None:
         """The controller's new partition map (see :meth:`actors.link.PartitionLink.set_routes`)."""
         self.link.set_routes(routes)
 

@@ -24,6 +24,7 @@ simulated cluster serve owns.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -81,8 +82,8 @@ def reconnect(address: str, namespace: str, node_id: str, timeout: float = REGIS
     ray.shutdown()
     deadline = time.monotonic() + timeout
     while True:
-        ray.init(address=address, namespace=namespace, logging_level="WARNING",
-                 **({"_node_ip_address": node_ip} if node_ip else {}))
+        on_ip: dict[str, Any] = {"_node_ip_address": node_ip} if node_ip else {}
+        ray.init(address=address, namespace=namespace, logging_level=logging.WARNING, **on_ip)
         through = ray.get_runtime_context().get_node_id()
         if through == node_id:
             return

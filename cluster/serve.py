@@ -44,6 +44,7 @@ import errno
 import fcntl
 import ipaddress
 import json
+import logging
 import os
 import secrets
 import signal
@@ -54,7 +55,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from actors import names
 from cluster import head, watchdog
@@ -407,8 +408,8 @@ def _local_cluster(config: ServerConfig) -> tuple[Any, Any]:
             _start_local_node(cluster, config, f"node-{k}", network)
         cluster.wait_for_nodes()
         with _in_namespace(network, "node-0"):
-            ray.init(address=cluster.address, namespace=config.namespace, logging_level="WARNING",
-                     **({"_node_ip_address": head_address} if head_address else {}))
+            on_ip: dict[str, Any] = {"_node_ip_address": head_address} if head_address else {}
+            ray.init(address=cluster.address, namespace=config.namespace, logging_level=logging.WARNING, **on_ip)
         _check_loopback(head_address)
     except BaseException:
         if cluster is not None:
@@ -478,13 +479,13 @@ def _init_ray(config: ServerConfig) -> tuple[Any, Any]:
             namespace=config.namespace,
             include_dashboard=False,
             num_cpus=os.cpu_count(),
-            logging_level="WARNING",
+            logging_level=logging.WARNING,
             _system_config=_system_config(config),
         )
         _check_loopback()
         return None, None
     try:
-        ray.init(address=config.address, namespace=config.namespace, logging_level="WARNING")
+        ray.init(address=config.address, namespace=config.namespace, logging_level=logging.WARNING)
     except ConnectionError as e:
         raise ServeError(
             f"cannot join the Ray cluster at {config.address}: {e} (if it uses token authentication, "
@@ -587,7 +588,7 @@ def _run(
     local, network = _init_ray(config)
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-    controller = None
+    controller: Any = None
     try:
         cls = controller_module.remote_class()
         home = ray.get_runtime_context().get_node_id()
@@ -674,7 +675,7 @@ def _run(
             began = time.monotonic()
             head.start_gcs_server()
             try:
-                alive = sum(1 for n in ray.nodes() if n.get("Alive"))  # waits for it to answer
+                alive = len([n for n in ray.nodes() if n.get("Alive")])  # waits for it to answer
             except Exception as e:
                 out(f"canopy: Ray's GCS was started again but does not answer: {type(e).__name__}: {e}")
                 return
@@ -955,7 +956,7 @@ def _surviving(config: ServerConfig, instance_id: str, out: Callable[[str], None
     while True:
         try:
             existing = ray.get_actor(names.CONTROLLER)
-            described: dict[str, Any] = ray.get(existing.describe.remote(), timeout=CONTROLLER_TIMEOUT)
+            described = cast(dict[str, Any], ray.get(existing.describe.remote(), timeout=CONTROLLER_TIMEOUT))
         except Exception as e:  # restarting, adopting, or gone meanwhile
             if time.monotonic() > deadline:
                 raise ServeError(f"{_already_running(config)} (it does not answer: {type(e).__name__})") from None
@@ -979,7 +980,7 @@ def _already_running(config: ServerConfig) -> str:
     detail = ""
     try:
         existing = ray.get_actor(names.CONTROLLER)
-        info: dict[str, Any] = ray.get(existing.describe.remote(), timeout=10)
+        info = cast(dict[str, Any], ray.get(existing.describe.remote(), timeout=10))
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.get("started_at") or 0))
         detail = f" (gateways {', '.join(info.get('urls', [])) or 'none'}, started {started})"
     except Exception:

@@ -27,7 +27,7 @@ def add(ctx: Context, sid: str, path: Any, type_name: Any, properties: Any = Non
 def _locks(ctx: Context, sid: str) -> LockLookup:
     """Whether the session holds a session lock at a sequence: an update constraint's ``locked``
     terms are decided here, from the lock table the controller pushed (actors/locks.py)."""
-    return NO_LOCKS if ctx.locks is None else ctx.locks.lookup(sid)  # type: ignore[no-any-return]
+    return NO_LOCKS if ctx.locks is None else ctx.locks.lookup(sid)
 
 
 def set_(ctx: Context, sid: str, *args: Any) -> Routed:
