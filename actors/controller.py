@@ -139,6 +139,8 @@ class ControllerActor:
         self._liveness = Liveness(self.cluster)
         #: the steps of :meth:`check` failing now, and what they said
         self._failing: dict[str, str] = {}
+        #: what Liveness saw that a check could not handle yet (its nodes or services step failed)
+        self._events_due: list[tuple[str, str, str]] = []
         self.node_control = NodeControl(int(config.get("local_nodes") or 1), home_node,
                                         bool(config.get("gcs_redis_address")),
                                         float(config.get("gcs_reconnect_timeout") or 60),
@@ -192,6 +194,13 @@ class ControllerActor:
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
         ).remote(node.data_dir(self.config["data_dir"]))
 
+    @staticmethod
+    def _absent(alive: dict[str, Any]) -> set[str]:
+        """The canopy nodes (labelled) Ray lists as dead and not alive again under their name: one
+        may hold a partition's newest copy. (A node gone for good stays in Ray's table, and a
+        partition that needs it waits: see ``ReplicaSet._replan``.)"""
+        return {n.name for n in from_ray(ray.nodes()) if n.labelled} - set(alive)
+
     def _nodes(self) -> list[Any]:
         """The alive nodes, the home node (the controller's) first."""
         alive = list(alive_by_name(from_ray(ray.nodes())).values())
@@ -211,7 +220,8 @@ class ControllerActor:
         while True:
             nodes = self._nodes()
             try:
-                self.replicas.start({n.name: n for n in nodes})
+                alive = {n.name: n for n in nodes}
+                self.replicas.start(alive, self._absent(alive))
                 return nodes
             except NodeLeft as e:
                 if time.monotonic() > deadline:
@@ -312,8 +322,7 @@ class ControllerActor:
             self.gateway_nodes.append(node or "")
             self.gateway_info.append(info or {"gateway": names.gateway(k), "url": None, "lost": True})
         serving = {n: ray.get_actor(n) for n in listed if re.fullmatch(names.REPLICA_NAME, n)}
-        absent = {n.name for n in from_ray(ray.nodes())} - set(alive)  # known to Ray, not alive
-        self._adopted = remade + self.replicas.adopt(alive, serving, absent)
+        self._adopted = remade + self.replicas.adopt(alive, serving, self._absent(alive))
         for name, handle in ((names.SESSION_TREES, self.session_trees), (names.VIEWS, self.views)):
             if handle is None:  # went with its node while no controller ran
                 self._make_service(name, self._aside(nodes))
@@ -655,15 +664,22 @@ class ControllerActor:
                                         for line in self._adopted]
         self._adopted = []
         step = functools.partial(self._isolated, report)
-        events = step("liveness", lambda: self._liveness.poll({n: h for n, (_, h) in serving.items()}), [])
+        events = self._events_due + step(
+            "liveness", lambda: self._liveness.poll({n: h for n, (_, h) in serving.items()}), [])
+        self._events_due = []
         nodes = step("nodes", self._nodes, None)
-        if nodes is None:
-            return report  # Ray did not say which nodes are alive: nothing to follow them with
+        if nodes is None:  # Ray did not say which nodes are alive: what Liveness saw waits for that
+            self._events_due = events
+            return report
         alive = {n.name: n for n in nodes}
         report += [e._asdict() for e in self.partition_manager.follow_nodes(alive)]
         step("configuration copies", lambda: self._agents_follow_nodes(alive), None)
         step("gateways", lambda: self._gateways_follow_nodes(alive, report), None)
-        moved = step("services", lambda: self._services_follow_nodes(alive, report), set())
+        moved = step("services", lambda: self._services_follow_nodes(alive, report), None)
+        if moved is None:  # which services went with their node is not known: their events wait
+            self._events_due = [e for e in events if serving.get(e[0], ("",))[0] != partition.PartitionActor.__name__]
+            events = [e for e in events if e not in self._events_due]
+            moved = set()
 
         def ensure() -> None:
             for handle in self.fanouts.values():  # starts one Ray restarted; a no-op otherwise
@@ -671,8 +687,8 @@ class ControllerActor:
 
         step("fan-out links", ensure, None)
         for name, event, reason in events:
-            if name in moved:
-                continue  # went with its node, made again (said above)
+            if name in moved or name not in serving:
+                continue  # went with its node, made again (said above); or no longer serving
             kind, handle = serving[name]
             if kind == partition.PartitionActor.__name__:
                 report += [e._asdict() for e in self.partition_manager.replica_event(name, event, reason)]

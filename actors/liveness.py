@@ -6,6 +6,7 @@ from an injected clock, so that the simulator runs it as the controller does.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -14,6 +15,8 @@ from typing import Any
 from actors.cluster import CallTimeout, Cluster
 
 __all__ = ["CRASH_LOOP", "Liveness", "death_reason"]
+
+log = logging.getLogger("canopy.liveness")
 
 #: restarts in a minute after which an actor counts as dead for good
 CRASH_LOOP = 5
@@ -125,8 +128,9 @@ class Liveness:
                 self._dead[name] = death_reason(error)
                 events.append((name, "dead", self._dead[name]))
                 continue
-            if error is not None:
-                raise error
+            if error is not None:  # neither restarting nor gone: asked again at the next poll
+                log.warning("the probe of %s failed: %s: %s", name, type(error).__name__, error)
+                continue
             before = self._known.get(name)
             self._known[name] = incarnation
             if before is not None and before != incarnation:

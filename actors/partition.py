@@ -640,14 +640,15 @@ class Partition:
         self._schedule_removals()
 
     def _holds(self, weighed: Sequence[int]) -> bool:
-        """Whether this replica's journal still holds what the controller weighed."""
-        from replication.journal_check import held
-
+        """Whether this replica's journal still holds what the controller weighed: the epoch its
+        ``EPOCH`` keeps and the last record recovery gave back (as ``held`` read them, without
+        reading the files again); ``()``: no record."""
         journal = self.journal
         if journal is None:
             return False
-        now = held(journal.directory.parent.parent, self.index)
-        return tuple(now or ()) == tuple(weighed)
+        if not weighed:
+            return journal.last_sequence == 0
+        return (journal.epoch, journal.last_sequence) == tuple(weighed)
 
     def _damage(self) -> str | None:
         """Why this replica's journal holds nothing to trust (its files were set aside), if so."""

@@ -1,4 +1,4 @@
-"""The controller's partition replicas: placement carried out on Ray.
+"""The controller's partition replicas: placement carried out on the cluster (:mod:`actors.cluster`).
 
 :class:`ReplicaSet` holds the partition map (one
 :class:`~replication.placement.Placement` per partition: primary node, backup
@@ -7,8 +7,8 @@ each of those nodes, and carries out what the pure functions of
 :mod:`replication.placement` decide:
 
 * at start, each partition on the nodes that hold its journal (the newest
-  epoch first; a node's epochs are read from its data directory by a Ray task
-  on that node), the rest spread evenly; the backup is made to follow first,
+  epoch first; a node's epochs are read from its data directory by a task held
+  to that node: :meth:`~actors.cluster.Cluster.held`), the rest spread evenly; the backup is made to follow first,
   then the primary is told to take over and prime it;
 * Ray's head node (:attr:`~replication.nodes.Node.head`) holds no replica
   while two other nodes are alive, and rebalancing moves replicas off it (see
@@ -132,7 +132,12 @@ class ReplicaSet:
 
     # -- start ----------------------------------------------------------------
 
-    def start(self, nodes: dict[str, Node]) -> None:
+    def start(self, nodes: dict[str, Node], absent: Iterable[str] = ()) -> None:
+        """Place every partition from the journals on ``nodes`` (:func:`~replication.placement.initial`).
+        Its primary is told what the controller read of its journal (:func:`weighed`), so that a
+        copy marked as awaiting a prime that no other copy outranks leads from what it holds --
+        unless a node Ray knows is ``absent`` (it may hold more), or the copy was set aside as
+        damaged (that waits for the operator: ``canopy journal repair``)."""
         held: dict[int, dict[str, tuple[int, int]]] = {}
         names = sorted(nodes)
         try:
@@ -147,8 +152,9 @@ class ReplicaSet:
                 held.setdefault(i, {})[name] = epoch
         self.placements = initial(self.count, names, held, self.head)
         self.since = [p.epoch for p in self.placements]
+        absent = list(absent)
         for p in self.placements:
-            self._place(p, None, held.get(p.partition, {}).get(p.primary, ()))
+            self._place(p, None, None if absent else weighed(held.get(p.partition, {}), p.primary))
 
     def _replica(self, index: int, node: str) -> Any:
         """The replica of partition ``index`` on ``node``, made if there is none alive."""
@@ -309,7 +315,7 @@ class ReplicaSet:
         p = self.placements[index]
         found = self.replicas.get((index, p.primary))
         # none there (a placement that failed before it made one): an idle one, which refuses
-        # links until the partition is placed again
+        # links until the partition is placed again (on a lost node: none can be made, KeyError)
         handle = found[1] if found is not None else self._replica(index, p.primary)
         return Route(self.since[index], handle, p.primary)
 
@@ -472,7 +478,7 @@ class ReplicaSet:
             if new.backup is None:
                 new = fill_backups(_with(self.placements, new), list(self.nodes), self.head)[index]
         try:
-            self._place(new, p, held.get(new.primary, ()) if lead is None else None)
+            self._place(new, p, weighed(held, new.primary) if lead is None else None)
         except Exception as e:
             log.exception("placing partition %d again failed", index)
             return [f"partition {index}: could not be placed again ({type(e).__name__}: {e})"]
@@ -570,6 +576,15 @@ class ReplicaSet:
         self.replicas = {}
 
 
+def weighed(held: dict[str, tuple[int, int]], node: str) -> tuple[int, ...] | None:
+    """What the controller read of ``node``'s journal of a partition, for ``become_primary``:
+    ``()`` when it has none; ``None`` (nothing to trust) when it was set aside as damaged."""
+    found = held.get(node)
+    if found is None:
+        return ()
+    return None if found[0] < 0 else found
+
+
 def _with(placements: Placements, new: Placement) -> Placements:
     return tuple(new if q.partition == new.partition else q for q in placements)
 
@@ -577,6 +592,8 @@ def _with(placements: Placements, new: Placement) -> Placements:
 #: how soon a partition that waits is placed again, at first and at most (doubling between)
 RECONCILE_FIRST = 1.0
 RECONCILE_MOST = 30.0
+#: seconds of placing again per check, after which the rest waits for the next one
+SETTLE_BUDGET = 10.0
 #: how often every replica the map names is asked where it stands (:meth:`ReplicaSet.drifted`)
 DRIFT_EVERY = 5.0
 PARTITION_ACTOR = "PartitionActor"
@@ -612,21 +629,33 @@ class PartitionManager:
         #: handovers done by :meth:`settle` since this manager started
         self.handovers = 0
         self._drift_at = clock() + DRIFT_EVERY
+        self._idle: set[str] = set()  # replicas the last drift check saw idle
+        self._failing: dict[str, str] = {}  # steps failing now -> what they said
 
     def _drift(self) -> list[str]:
+        """Bring back a replica seen idle where the map names it at two drift checks in a row (a
+        restart Liveness reports within one is handled as its event, not twice)."""
         said: list[str] = []
-        for name in self.replicas.drifted():
+        idle = set(self.replicas.drifted())
+        seen, self._idle = self._idle, idle
+        for name in sorted(idle & seen):
             said.append(f"{name} is idle where the partition map names it (it restarted unseen): brought back")
             said += self.replicas.restarted(name)
+        self._idle -= seen
         return said
 
     def _step(self, step: str, run: Callable[[], list[str]]) -> list[ControlEvent]:
         try:
-            return [ControlEvent.cluster(line) for line in run()]
+            said = run()
         except Exception as e:
+            line = f"the partitions' {step} step failed ({type(e).__name__}: {e})"
+            if self._failing.get(step) == line:
+                return []  # said once while it fails alike
+            self._failing[step] = line
             log.exception("the partitions' %s step failed", step)
-            return [ControlEvent.cluster(f"the partitions' {step} step failed ({type(e).__name__}: {e}); "
-                                         f"it is done again at the next check")]
+            return [ControlEvent.cluster(line + "; the next check does what is due then")]
+        self._failing.pop(step, None)
+        return [ControlEvent.cluster(line) for line in said]
 
     def follow_nodes(self, alive: dict[str, Node]) -> list[ControlEvent]:
         return self._step("nodes", lambda: self.replicas.nodes_changed(alive))
@@ -676,9 +705,12 @@ class PartitionManager:
                 del self._due[index]
                 self._said.pop(index, None)
         for index in due:
-            at, backoff = self._due.get(index, (now, RECONCILE_FIRST / 2))
+            # newly due: the step that unsettled it has just tried to place it
+            at, backoff = self._due.setdefault(index, (now + RECONCILE_FIRST, RECONCILE_FIRST))
             if at > now:
                 continue
+            if self.clock() - now > SETTLE_BUDGET:
+                break  # the rest at the next check: serve gives up on a controller silent for 30 s
             said = self._step(f"placing of partition {index}", lambda: replicas._replan(index))
             if index in replicas.unsettled:
                 backoff = min(backoff * 2, RECONCILE_MOST)

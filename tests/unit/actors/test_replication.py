@@ -591,3 +591,37 @@ async def test_a_primary_gives_up_a_backup_connect_that_hangs_and_tries_again(mo
     finally:
         for s in (*queued, listener):
             s.close()
+
+
+async def test_a_copy_awaiting_a_prime_leads_only_from_the_journal_the_controller_weighed(
+    replicas: dict[str, PartitionActor], tmp_path: Path
+) -> None:
+    """A backup told to follow a newer primary marks its journal as awaiting a prime; restarted
+    before the prime, it refuses to become the primary -- unless the controller placed the
+    partition from every copy's journal and found this one the newest (``weighed``: the epoch and
+    last record it read), and the journal still holds just that."""
+    primary, backup = await pair(replicas)
+    link, _ = await linked(primary, 1)
+    try:
+        for k in range(3):
+            await link.request(0, p.SetValue(f"k{k}", cb(k), False, None, True))
+        await until(lambda: len(topics(backup)) == 3, "the backup to hold the writes")
+    finally:
+        link.close()
+    await backup.become_backup(2)  # a new primary will connect: its journal awaits that prime
+    await crash(backup)
+    config = {"data_dir": str(tmp_path / "b"), "journal_fsync": "never"}
+    again = PartitionActor(0, 1, config, host="127.0.0.1", role="idle", replicated=True)
+    try:
+        position = await again.position()
+        assert position["damaged"] and position["epoch"] == 1, position
+        last = position["sequence"]
+        with pytest.raises(NotCaughtUp, match="awaiting|damaged|primed"):
+            await again.become_primary(3, None)
+        with pytest.raises(NotCaughtUp):
+            await again.become_primary(3, None, (1, last + 1))  # it does not hold what was weighed
+        await again.become_primary(3, None, (1, last))
+        assert not (await again.position())["damaged"]
+        assert set(topics(again)) == {"k0", "k1", "k2"}
+    finally:
+        await again.stop()
