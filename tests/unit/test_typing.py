@@ -9,7 +9,8 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_pure_packages_type_check(tmp_path: pathlib.Path) -> None:
+def test_every_package_type_checks(tmp_path: pathlib.Path) -> None:
+    """mypy --strict over the files pyproject.toml names: every package, the Ray shells included."""
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "mypy-cache")],
         capture_output=True,
