@@ -621,14 +621,16 @@ class Partition:
 
         ``weighed``: the controller placed the partition from every node's journal, this copy
         being the newest (``(epoch, last record)``, as :func:`~replication.journal_check.held`
-        read it then; ``()``: it had none): a journal marked as awaiting a prime, or set aside, is then taken
+        read it then; ``()``: it had none): a journal marked as awaiting a prime is then taken
         over after all (:meth:`Journal.trust`) when it still holds just that -- no copy
         holds more, and the prime it awaited will not come. Without it (or when the journal
         changed since) such a replica refuses, as a backup never primed does."""
         replica = self.replica
         was = replica.role
         damage = self._damage()
-        trusted = damage is not None and weighed is not None and self._holds(weighed)
+        set_aside = self.journal is not None and "files" in (self.journal.damaged or {})
+        # a journal set aside as damaged is never trusted here: `canopy journal repair` saves what it held
+        trusted = damage is not None and weighed is not None and not set_aside and self._holds(weighed)
         self._run(replica.become_primary(epoch, _address(backup), None if trusted else damage))
         if trusted:
             assert self.journal is not None

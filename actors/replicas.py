@@ -178,8 +178,8 @@ class ReplicaSet:
         reached its backup); one that took makes ``p``'s primary its holder. ``weighed``:
         ``p`` was placed from every node's journal, its primary's being the newest, which held
         that (epoch, last record; ``()``: it had none) -- the primary takes over from it even
-        when it awaits a prime or was set aside, unless it changed since
-        (``PartitionActor.become_primary``)."""
+        when it awaits a prime, unless it changed since (``PartitionActor.become_primary``;
+        :func:`weighed` gives none for a journal set aside as damaged)."""
         self._set(p)
         self.known.update(p.nodes())
         try:

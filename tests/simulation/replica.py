@@ -468,7 +468,8 @@ class SimReplica(Process):
                 was = state.role
                 damage = self.journal.damaged
                 weighed = args[2] if len(args) > 2 else None
-                trusted = damage is not None and weighed is not None and tuple(self.journal.held() or ()) == tuple(weighed)
+                trusted = (damage is not None and weighed is not None and "files" not in damage  # never one set aside
+                           and tuple(self.journal.held() or ()) == tuple(weighed))
                 self.run(state.become_primary(args[0], args[1], None if damage is None or trusted
                                               else str(damage["reason"])))
                 if trusted:  # no copy holds more: this journal's older state, or (set aside) nothing

@@ -625,3 +625,32 @@ async def test_a_copy_awaiting_a_prime_leads_only_from_the_journal_the_controlle
         assert set(topics(again)) == {"k0", "k1", "k2"}
     finally:
         await again.stop()
+
+
+async def test_a_journal_set_aside_as_damaged_is_never_taken_over_whatever_the_controller_weighed(
+    replicas: dict[str, PartitionActor], tmp_path: Path
+) -> None:
+    """A replica whose journal failed its checks sets it aside (for ``canopy journal repair``) and
+    holds nothing: even told that its journal holds nothing (``weighed=()``), it refuses to lead."""
+    primary, backup = await pair(replicas)
+    link, _ = await linked(primary, 1)
+    try:
+        for k in range(3):
+            await link.request(0, p.SetValue(f"k{k}", cb(k), False, None, True))
+        await until(lambda: len(topics(backup)) == 3, "the backup to hold the writes")
+    finally:
+        link.close()
+    await crash(backup)
+    segment = max((tmp_path / "b").rglob("segment-*.log"))
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    config = {"data_dir": str(tmp_path / "b"), "journal_fsync": "never"}
+    again = PartitionActor(0, 1, config, host="127.0.0.1", role="idle", replicated=True)
+    try:
+        position = await again.position()
+        assert position["damaged"] and position["sequence"] == 0, position
+        with pytest.raises(NotCaughtUp, match="set aside"):
+            await again.become_primary(3, None, ())
+    finally:
+        await again.stop()
