@@ -343,40 +343,48 @@ class ControllerActor:
         log.warning("the controller restarted and took the instance over: %s", "; ".join(self._adopted))
 
     def start(self) -> dict[str, Any]:
+        """Start the instance. Each actor is a process of its own to start (about a second and a
+        half of a core each), so those that do not need another's answer are made side by side:
+        the configuration log's writer and copies while the partitions' replicas are placed, the
+        session tree actor beside the view evaluator, then the gateways."""
         gateway_cls = gateway.remote_class()
         try:
             port = self.config["port"]
-            nodes = self._start_replicas()
-            routes = self.replicas.routes()
-            self._routes_pushed = [(r.epoch, r.node) for r in routes]
             # the log's writer on the controller's node (Ray restarts both there when that node
             # comes back under its name: on_node), the view evaluator and the session tree actor
             # on another: re-created on a living node when theirs
             # is lost (see _services_follow_nodes; Ray's soft node affinity does not hold
             # a detached actor to its node, so the controller moves them itself)
-            aside = NodeAffinitySchedulingStrategy(self._aside(nodes).id, soft=False)
-            self.agents = {n.name: self._agent(n) for n in nodes}
+            first = self._nodes()
+            self.agents = {n.name: self._agent(n) for n in first}
             self.config_log = configuration.log_class().options(
-                name=names.CONFIG_LOG, lifetime="detached", **on_node(nodes[0])
+                name=names.CONFIG_LOG, lifetime="detached", **on_node(first[0])
             ).remote()
             data_dir = self.config["data_dir"]
             imports = {name: os.path.join(data_dir, file) for name, file in
                        (("security", SECURITY_FILE), ("session_trees", SESSION_TREES_FILE), ("views", VIEWS_FILE))}
-            documents = ray.get(self.config_log.start.remote(self.agents, imports), timeout=START_TIMEOUT)
+            recovered = self.config_log.start.remote(self.agents, imports)
+            nodes = self._start_replicas()
+            routes = self.replicas.routes()
+            self._routes_pushed = [(r.epoch, r.node) for r in routes]
+            # (a node that left or joined meanwhile: the copies follow it at the first check)
+            documents = ray.get(recovered, timeout=START_TIMEOUT)
             self.security = self._load_security(documents.get("security"))
             self.collectors = _stored_collectors(documents.get("collectors"))
             self.locks.load(documents.get("locks"), fresh=True)
+            aside = NodeAffinitySchedulingStrategy(self._aside(nodes).id, soft=False)
             self.session_trees = session_trees.remote_class().options(
                 name=names.SESSION_TREES, scheduling_strategy=aside, lifetime="detached"
             ).remote(self.config_log)
-            trees = ray.get(self.session_trees.snapshot.remote(), timeout=START_TIMEOUT)
             security = self.security.to_dict()
             self.views = views.remote_class().options(
                 name=names.VIEWS, scheduling_strategy=aside, lifetime="detached"
             ).remote(
                 routes, self.config, security, self.config_log
             )
-            ray.get(self.views.start.remote(), timeout=START_TIMEOUT)
+            views_started = self.views.start.remote()
+            trees = ray.get(self.session_trees.snapshot.remote(), timeout=START_TIMEOUT)
+            ray.get(views_started, timeout=START_TIMEOUT)
             for k, node in enumerate(nodes):
                 gateway_id = f"gw{k}-{uuid.uuid4().hex[:8]}"
                 strategy = NodeAffinitySchedulingStrategy(node.id, soft=False)

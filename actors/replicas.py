@@ -153,6 +153,11 @@ class ReplicaSet:
         self.placements = initial(self.count, names, held, self.head)
         self.since = [p.epoch for p in self.placements]
         absent = list(absent)
+        # every replica is made first: each is a process of its own to start, and they start side by
+        # side while the placements below are carried out one by one
+        for p in self.placements:
+            for node in p.nodes():
+                self._replica(p.partition, node)
         for p in self.placements:
             self._place(p, None, None if absent else weighed(held.get(p.partition, {}), p.primary))
 

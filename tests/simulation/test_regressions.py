@@ -10,6 +10,8 @@ pass, which fails the strict ``xfail`` until the marker and the cause go.
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 import pytest
@@ -329,14 +331,16 @@ def test_a_restarted_controller_places_a_partition_none_of_whose_replicas_answer
 
 
 def test_a_restart_whose_probe_was_lost_is_still_seen(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fixed in ``Liveness.poll`` and ``PartitionManager.settle`` (seed 156). With 1 % of
-    messages lost, the controller's first ``incarnation`` probe of partition 0's replica on
-    node-2 was lost: Liveness waited for its answer for good and never saw the replica restart
-    at 7 s, idle, while the map still named it; the partition never had a primed backup again.
-    A probe unanswered for 30 s is now sent again, and every 5 s the manager asks each replica
-    the map names where it stands, bringing back one that says it is idle."""
+    """Fixed in ``Liveness.poll`` and ``PartitionManager.settle`` (found as seed 156; the same
+    operations under seed 21 since the start makes every replica before placing them, which
+    shifted which messages the loss takes). With 1 % of messages lost, the controller's first
+    ``incarnation`` probe of partition 0's replica on node-2 was lost: Liveness waited for its
+    answer for good and never saw the replica restart at 7 s, idle, while the map still named it;
+    the partition never had a primed backup again (without the loss, the bug back passes). A
+    probe unanswered for 30 s is now sent again, and every 5 s the manager asks each replica the
+    map names where it stands, bringing back one that says it is idle."""
     schedule = Schedule(
-        seed=156,
+        seed=21,
         nodes=('node-0', 'node-1', 'node-2'),
         partitions=1,
         policy='always',
@@ -352,6 +356,9 @@ def test_a_restart_whose_probe_was_lost_is_still_seen(monkeypatch: pytest.Monkey
     run(schedule)
     broken = regressed(schedule, monkeypatch, (replicas, "DRIFT_EVERY", 1e12), (liveness, "STALE", 1e12))
     assert "no convergence" in broken, broken
+    with pytest.raises(AssertionError, match="no longer shows it"):  # the lost message is what shows it
+        regressed(dataclasses.replace(schedule, loss_rate=0.0), monkeypatch, (replicas, "DRIFT_EVERY", 1e12),
+                  (liveness, "STALE", 1e12))
 
 
 def test_a_replica_that_restarts_while_the_instance_starts_is_brought_back(monkeypatch: pytest.MonkeyPatch) -> None:
