@@ -68,6 +68,10 @@ class Cluster(Protocol):
         """Make partition ``index``'s replica ``name`` on ``node``, idle, over the node's data
         directory (it outlives the controller); its handle."""
 
+    def ready(self, handles: Sequence[Any], timeout: float) -> None:
+        """Wait up to ``timeout`` seconds until the replicas ``handles``, just made, run (each is
+        a process to start); a replica that does not is left to fail the call made to it next."""
+
     def call(self, handle: Any, method: str, *args: Any) -> Future:
         """Call ``method(*args)`` on the actor ``handle``; calls from one caller to one actor
         run in the order made."""
@@ -137,6 +141,10 @@ class RayCluster:
             name=name, lifetime="detached",  # it outlives a crash of the controller's process
             scheduling_strategy=self._on(node),
         ).remote(index, count, self.config, None, partition.IDLE, True, node.data_dir(self.config["data_dir"]))
+
+    def ready(self, handles: Sequence[Any], timeout: float) -> None:
+        if handles:  # Ray answers an actor's __ray_ready__ once its process runs it
+            self._ray.wait([h.__ray_ready__.remote() for h in handles], num_returns=len(handles), timeout=timeout)
 
     def call(self, handle: Any, method: str, *args: Any) -> Future:
         return getattr(handle, method).remote(*args)

@@ -229,6 +229,23 @@ class ControllerActor:
                 log.warning("%s; reading the nodes again", e)
                 time.sleep(1.0)
 
+    def _agents_on(self, nodes: list[Any]) -> None:
+        """The configuration copies made before the replicas were placed, on the nodes the
+        placement settled on: a node Ray listed then that left (an old raylet of a restarted
+        cluster that registered once more) loses its copy, one new or back under a new Ray id gets
+        one (a copy pinned to a gone node never answers, and the log needs a majority)."""
+        for name in set(self.agents) - {n.name for n in nodes}:
+            try:
+                ray.kill(self.agents.pop(name), no_restart=True)
+            except Exception:
+                pass
+            self.agent_nodes.pop(name, None)
+        for node in nodes:
+            if node.name not in self.agents:
+                self.agents[node.name] = self._agent(node)
+            elif self.agent_nodes.get(node.name) != node.id:
+                self.agents[node.name] = _replace(self.agents[node.name], functools.partial(self._agent, node))
+
     def _recover_config_log(self, listed: set[str], nodes: list[Any]) -> tuple[dict[str, Any], bool]:
         """The configuration log's writer, recovered from the copies (it outlives a controller);
         made again on this node when it is gone: Ray gives up a detached actor held to a node by
@@ -345,8 +362,9 @@ class ControllerActor:
     def start(self) -> dict[str, Any]:
         """Start the instance. Each actor is a process of its own to start (about a second and a
         half of a core each), so those that do not need another's answer are made side by side:
-        the configuration log's writer and copies while the partitions' replicas are placed, the
-        session tree actor beside the view evaluator, then the gateways."""
+        the configuration log's writer and copies while the partitions' replicas are placed (the
+        log recovers once they are, on the nodes the placement settled on), the session tree actor
+        beside the view evaluator, then the gateways."""
         gateway_cls = gateway.remote_class()
         try:
             port = self.config["port"]
@@ -355,20 +373,19 @@ class ControllerActor:
             # on another: re-created on a living node when theirs
             # is lost (see _services_follow_nodes; Ray's soft node affinity does not hold
             # a detached actor to its node, so the controller moves them itself)
-            first = self._nodes()
+            first = self._nodes()  # the home node first: the controller's, which does not change
             self.agents = {n.name: self._agent(n) for n in first}
             self.config_log = configuration.log_class().options(
                 name=names.CONFIG_LOG, lifetime="detached", **on_node(first[0])
             ).remote()
-            data_dir = self.config["data_dir"]
-            imports = {name: os.path.join(data_dir, file) for name, file in
-                       (("security", SECURITY_FILE), ("session_trees", SESSION_TREES_FILE), ("views", VIEWS_FILE))}
-            recovered = self.config_log.start.remote(self.agents, imports)
             nodes = self._start_replicas()
             routes = self.replicas.routes()
             self._routes_pushed = [(r.epoch, r.node) for r in routes]
-            # (a node that left or joined meanwhile: the copies follow it at the first check)
-            documents = ray.get(recovered, timeout=START_TIMEOUT)
+            self._agents_on(nodes)
+            data_dir = self.config["data_dir"]
+            imports = {name: os.path.join(data_dir, file) for name, file in
+                       (("security", SECURITY_FILE), ("session_trees", SESSION_TREES_FILE), ("views", VIEWS_FILE))}
+            documents = ray.get(self.config_log.start.remote(self.agents, imports), timeout=START_TIMEOUT)
             self.security = self._load_security(documents.get("security"))
             self.collectors = _stored_collectors(documents.get("collectors"))
             self.locks.load(documents.get("locks"), fresh=True)

@@ -73,6 +73,8 @@ log = logging.getLogger("canopy.replicas")
 CALL_TIMEOUT = 20.0  # a placement step; serve gives up on a controller silent for 30 s
 PROBE_TIMEOUT = 2.0
 DRIFT_TIMEOUT = 0.5
+#: the replicas a start makes, side by side: a few dozen processes to start on a busy machine
+READY_TIMEOUT = 120.0
 HELD_TIMEOUT = 300.0  # every node reads its journals back at start (as recovery will): bounded, not short
 
 
@@ -154,10 +156,9 @@ class ReplicaSet:
         self.since = [p.epoch for p in self.placements]
         absent = list(absent)
         # every replica is made first: each is a process of its own to start, and they start side by
-        # side while the placements below are carried out one by one
-        for p in self.placements:
-            for node in p.nodes():
-                self._replica(p.partition, node)
+        # side; the placements are then carried out one by one, each step with its own bound
+        made = [self._replica(p.partition, node) for p in self.placements for node in p.nodes()]
+        self.cluster.ready(made, READY_TIMEOUT)
         for p in self.placements:
             self._place(p, None, None if absent else weighed(held.get(p.partition, {}), p.primary))
 

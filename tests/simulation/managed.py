@@ -88,6 +88,9 @@ class SimCluster:
     def make_replica(self, name: str, node: Node, index: int, count: int) -> SimReplica:
         return self.sim.make_replica(name, index, node.name, int(node.id))
 
+    def ready(self, handles: Sequence[Any], timeout: float) -> None:
+        """At once: a simulated replica runs from the moment it is made."""
+
     def call(self, handle: Any, method: str, *args: Any) -> _Future:
         future = _Future()
 

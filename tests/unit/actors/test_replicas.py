@@ -66,6 +66,9 @@ class Cluster:
         replica = self.made[node.name] = FakeReplica(node.name, epoch, sequence)
         return replica
 
+    def ready(self, handles: Any, timeout: float) -> None:
+        pass  # a fake replica runs from the moment it is made
+
     def call(self, handle: FakeReplica, method: str, *args: Any) -> Ref:
         try:
             return Ref(getattr(handle, method)(*args))
