@@ -298,7 +298,9 @@ async def progressed(*works: Workload, writes: int = 10, timeout: float = 60.0) 
 
     await loop.run_in_executor(None, lambda: wait_for(
         lambda: not short(), timeout, f"{writes} more acknowledged writes on every topic",
-        describe=lambda: dict(list(short().items())[:6])))
+        describe=lambda: {**dict(list(short().items())[:6]),
+                          **({"ended": [e for work in works for e in work.ended]} if any(w.ended for w in works)
+                             else {})}))
 
 
 async def finish(*works: Workload, urls: list[str]) -> None:

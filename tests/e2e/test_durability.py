@@ -80,7 +80,10 @@ async def test_a_killed_serve_restarts_with_everything_acknowledged(tmp_path: Pa
         second = Server(data, "--partitions", "2", port=port).wait_ready()
 
     try:
-        work = await run_with(first, kill_and_restart, 20, publishers=2, topics=8, subscribers=2)
+        # the clients wait for the instance to come back as long as it may take on a loaded machine
+        # (the old one's processes go, then a whole start): past their reconnect timeout they give up
+        work = await run_with(first, kill_and_restart, 20, publishers=2, topics=8, subscribers=2,
+                              reconnect_timeout=180)
     finally:
         first.stop()
         if second is not None:
