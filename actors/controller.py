@@ -20,7 +20,7 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -240,11 +240,21 @@ class ControllerActor:
             except Exception:
                 pass
             self.agent_nodes.pop(name, None)
+        self.agents = self._copies_on(nodes)
+
+    def _copies_on(self, nodes: Iterable[Any]) -> dict[str, Any]:
+        """A configuration copy on each of ``nodes``: the one it has, or a new one (made again for a
+        node back under a new Ray id: the head after kill-head; its old copy went with it)."""
+        agents = {}
         for node in nodes:
-            if node.name not in self.agents:
-                self.agents[node.name] = self._agent(node)
-            elif self.agent_nodes.get(node.name) != node.id:
-                self.agents[node.name] = _replace(self.agents[node.name], functools.partial(self._agent, node))
+            old = self.agents.get(node.name)
+            if old is None:
+                agents[node.name] = self._agent(node)
+            elif self.agent_nodes.get(node.name, node.id) != node.id:
+                agents[node.name] = _replace(old, functools.partial(self._agent, node))
+            else:
+                agents[node.name] = old
+        return agents
 
     def _recover_config_log(self, listed: set[str], nodes: list[Any]) -> tuple[dict[str, Any], bool]:
         """The configuration log's writer, recovered from the copies (it outlives a controller);
@@ -788,13 +798,7 @@ class ControllerActor:
         moved = {name for name, node in alive.items() if self.agent_nodes.get(name, node.id) != node.id}
         if set(self.agents) == set(alive) and not moved:
             return
-        agents = {}
-        for name, node in alive.items():
-            if name in moved and name in self.agents:
-                agents[name] = _replace(self.agents[name], functools.partial(self._agent, node))
-            else:
-                agents[name] = self.agents.get(name) or self._agent(node)
-        self.agents = agents
+        self.agents = self._copies_on(alive.values())
         self.config_log.set_agents.remote(self.agents)
 
     def _aside(self, nodes: list[Any]) -> Any:

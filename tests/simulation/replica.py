@@ -472,7 +472,7 @@ class SimReplica(Process):
                            and tuple(self.journal.held() or ()) == tuple(weighed))
                 self.run(state.become_primary(args[0], args[1], None if damage is None or trusted
                                               else str(damage["reason"])))
-                if trusted:  # no copy holds more: this journal's older state, or (set aside) nothing
+                if trusted:  # no copy holds more: this journal's older state, or nothing
                     self.journal.trust()
                 if was is not Role.PRIMARY:
                     self.applying = False

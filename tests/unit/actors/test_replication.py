@@ -76,6 +76,19 @@ async def linked(primary: PartitionActor, epoch: int, name: str = "gw") -> tuple
     return link, routes
 
 
+async def three_writes_on_a_pair(replicas: dict[str, PartitionActor]) -> tuple[PartitionActor, PartitionActor]:
+    """A primary and its backup at epoch 1, with ``k0``..``k2`` written and replicated."""
+    primary, backup = await pair(replicas)
+    link, _ = await linked(primary, 1)
+    try:
+        for k in range(3):
+            await link.request(0, p.SetValue(f"k{k}", cb(k), False, None, True))
+        await until(lambda: len(topics(backup)) == 3, "the backup to hold the writes")
+    finally:
+        link.close()
+    return primary, backup
+
+
 async def crash(actor: PartitionActor) -> None:
     """As when the replica's process dies: its journal closes, every stream and the server with it."""
     core = actor.core
@@ -600,14 +613,7 @@ async def test_a_copy_awaiting_a_prime_leads_only_from_the_journal_the_controlle
     before the prime, it refuses to become the primary -- unless the controller placed the
     partition from every copy's journal and found this one the newest (``weighed``: the epoch and
     last record it read), and the journal still holds just that."""
-    primary, backup = await pair(replicas)
-    link, _ = await linked(primary, 1)
-    try:
-        for k in range(3):
-            await link.request(0, p.SetValue(f"k{k}", cb(k), False, None, True))
-        await until(lambda: len(topics(backup)) == 3, "the backup to hold the writes")
-    finally:
-        link.close()
+    _, backup = await three_writes_on_a_pair(replicas)
     await backup.become_backup(2)  # a new primary will connect: its journal awaits that prime
     await crash(backup)
     config = {"data_dir": str(tmp_path / "b"), "journal_fsync": "never"}
@@ -632,14 +638,7 @@ async def test_a_journal_set_aside_as_damaged_is_never_taken_over_whatever_the_c
 ) -> None:
     """A replica whose journal failed its checks sets it aside (for ``canopy journal repair``) and
     holds nothing: even told that its journal holds nothing (``weighed=()``), it refuses to lead."""
-    primary, backup = await pair(replicas)
-    link, _ = await linked(primary, 1)
-    try:
-        for k in range(3):
-            await link.request(0, p.SetValue(f"k{k}", cb(k), False, None, True))
-        await until(lambda: len(topics(backup)) == 3, "the backup to hold the writes")
-    finally:
-        link.close()
+    _, backup = await three_writes_on_a_pair(replicas)
     await crash(backup)
     segment = max((tmp_path / "b").rglob("segment-*.log"))
     data = bytearray(segment.read_bytes())
