@@ -33,6 +33,7 @@ from actors.node_control import NodeControl
 from actors.cluster import ControlEvent, RayCluster
 from actors.liveness import Liveness, death_reason
 from actors.replicas import NodeLeft, PartitionManager, ReplicaSet
+from replication.config_writer import LOG_START_ATTEMPT
 from replication.configuration import SECURITY_FILE, SESSION_TREES_FILE, VIEWS_FILE
 from replication.nodes import LABEL, Node, alive_by_name, from_ray
 from sessions.collectors import CollectorError, Collectors, from_dict
@@ -264,10 +265,29 @@ class ControllerActor:
         if names.CONFIG_LOG in listed:
             try:
                 self.config_log = ray.get_actor(names.CONFIG_LOG)
-                return ray.get(self.config_log.start.remote(self.agents), timeout=START_TIMEOUT), False
+                return self._start_config_log(START_TIMEOUT), False
             except (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnschedulableError, ValueError) as e:
                 log.warning("the configuration log's writer is gone (%s); making it again", death_reason(e))
         return self._new_config_log(nodes[0]), True  # this controller's node (the home node first)
+
+    def _start_config_log(self, timeout: float, imports: dict[str, str] | None = None) -> dict[str, Any]:
+        """The writer recovers the log from the copies (:meth:`ConfigLogActor.start`); its
+        documents. Asked again every :data:`LOG_START_ATTEMPT` seconds, until ``timeout``: an
+        answer lost on its way would otherwise hold the whole start (a second start waits for the
+        first under the writer's lock, then recovers again, under a higher term)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            call = (self.config_log.start.remote(self.agents, imports) if imports is not None
+                    else self.config_log.start.remote(self.agents))
+            try:
+                documents: dict[str, Any] = ray.get(
+                    call, timeout=max(1.0, min(LOG_START_ATTEMPT, deadline - time.monotonic())))
+                return documents
+            except ray.exceptions.GetTimeoutError:
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("the configuration log's writer did not answer its start in %.0f s; asking again",
+                            LOG_START_ATTEMPT)
 
     def _new_config_log(self, home: Any) -> dict[str, Any]:
         """A new writer of the configuration log on ``home``, which recovers the log from the
@@ -289,7 +309,7 @@ class ControllerActor:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
-        documents: dict[str, Any] = ray.get(self.config_log.start.remote(self.agents), timeout=START_TIMEOUT)
+        documents = self._start_config_log(START_TIMEOUT)
         ray.get([h.set_config_log.remote(self.config_log) for h in (self.session_trees, self.views)
                  if h is not None], timeout=RECOVER_TIMEOUT)
         return documents
@@ -395,7 +415,7 @@ class ControllerActor:
             data_dir = self.config["data_dir"]
             imports = {name: os.path.join(data_dir, file) for name, file in
                        (("security", SECURITY_FILE), ("session_trees", SESSION_TREES_FILE), ("views", VIEWS_FILE))}
-            documents = ray.get(self.config_log.start.remote(self.agents, imports), timeout=START_TIMEOUT)
+            documents = self._start_config_log(START_TIMEOUT, imports)
             self.security = self._load_security(documents.get("security"))
             self.collectors = _stored_collectors(documents.get("collectors"))
             self.locks.load(documents.get("locks"), fresh=True)
@@ -797,6 +817,7 @@ class ControllerActor:
         # a node back under a new Ray id between two checks (the head after kill-head): its copy went
         moved = {name for name, node in alive.items() if self.agent_nodes.get(name, node.id) != node.id}
         if set(self.agents) == set(alive) and not moved:
+            self.config_log.tend.remote(self.agents)  # a copy that missed a change is caught up; a writer recovers
             return
         self.agents = self._copies_on(alive.values())
         self.config_log.set_agents.remote(self.agents)
@@ -973,7 +994,7 @@ class ControllerActor:
         elif handle is self.session_trees:
             ray.get(handle.set_gateways.remote(self._live_gateways()), timeout=RECOVER_TIMEOUT)
         elif handle is self.config_log:
-            ray.get(handle.start.remote(self.agents), timeout=RECOVER_TIMEOUT)
+            self._start_config_log(RECOVER_TIMEOUT)
         elif handle in self.fanouts.values():
             ray.get(handle.set_routes.remote(self.replicas.routes()), timeout=RECOVER_TIMEOUT)
             ray.get(handle.ensure.remote(), timeout=RECOVER_TIMEOUT)

@@ -30,81 +30,27 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
+
+# the rules without a copy at hand, which the writer shares (named here too, as before)
+from replication.config_entries import (
+    NAMES,
+    ConfigLogError,
+    Entry,
+    LogState,
+    StaleTerm,
+    commit_point,
+    majority,
+    newest,
+    recovered_commit,
+)
+
+__all__ = ["FILE", "NAMES", "ConfigLogError", "ConfigLogStore", "Entry", "LogState", "StaleTerm", "commit_point",
+           "import_documents", "majority", "newest", "recovered_commit"]
 
 FILE = "configuration.sqlite"
-#: document names (the fan-out issue adds ``servers``; metric collectors are ``collectors``, the
-#: session lock table ``locks``)
-NAMES = ("security", "session_trees", "views", "fanout", "servers", "collectors", "locks")
-
-
-class ConfigLogError(Exception):
-    pass
-
-
-class StaleTerm(ConfigLogError):
-    """A leader of an older term: another one took over."""
-
-
-class Entry(NamedTuple):
-    position: int
-    term: int
-    name: str
-    document: str  # JSON text
-
-    def value(self) -> Any:
-        return json.loads(self.document)
-
-
-class LogState(NamedTuple):
-    #: the highest term this copy has seen (it refuses older leaders)
-    term: int
-    #: the last stored entry's position and term (0, 0 when empty)
-    last: int
-    last_term: int
-    #: entries up to here are committed (stored by a majority, said so by a leader)
-    committed: int
-
-
-def majority(copies: int) -> int:
-    """How many copies make a majority of ``copies``."""
-    if copies < 1:
-        raise ValueError("a log needs at least one copy")
-    return copies // 2 + 1
-
-
-def newest(states: Mapping[Any, LogState]) -> Any:
-    """The copy a new leader takes as the truth: the highest committed position, then
-    the newest last term, then the longest log (ties: the first key in order)."""
-    if not states:
-        raise ValueError("no copy to recover from")
-    return max(states, key=lambda k: (states[k].committed, states[k].last_term, states[k].last))
-
-
-def commit_point(stored: Iterable[int], copies: int) -> int:
-    """The highest position stored by a majority of ``copies`` (each copy's last
-    stored position in ``stored``; copies not heard from count as 0)."""
-    positions = sorted(stored, reverse=True)
-    need = majority(copies)
-    return positions[need - 1] if len(positions) >= need else 0
-
-
-def recovered_commit(source: list[Entry], committed: int, held: Iterable[set[tuple[int, int]]], copies: int) -> int:
-    """The committed position a new writer takes from the ``source`` copy's entries
-    (committed up to ``committed``): also every entry after it that a majority of the
-    ``copies`` hold, the same (position, term) — the old writer may have died after a
-    majority stored an entry and before any copy heard it was committed, and that change
-    may have been answered as done by then (see the writer's append)."""
-    held = list(held)
-    for entry in reversed(source):
-        if entry.position <= committed:
-            break
-        if sum((entry.position, entry.term) in h for h in held) >= majority(copies):
-            return entry.position
-    return committed
-
 
 class ConfigLogStore:
     """A node's copy of the log (:mod:`sqlite3`, one connection, one thread)."""
@@ -116,14 +62,38 @@ class ConfigLogStore:
         os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
         os.chmod(self.path, 0o600)
         # check_same_thread off: the actor that owns it calls it from one thread at a time
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS entries (position INTEGER PRIMARY KEY, term INTEGER NOT NULL, "
-            "name TEXT NOT NULL, document TEXT NOT NULL)"
-        )
-        self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+        self._open(sqlite3.connect(self.path, isolation_level=None, check_same_thread=False))
+
+    @classmethod
+    def in_memory(cls) -> ConfigLogStore:
+        """A copy held in memory only (the simulator's: its node's "disk" is the object itself)."""
+        global _EMPTY
+        if _EMPTY is None:  # the schema, made once: copying it is a tenth of making it
+            _EMPTY = sqlite3.connect(":memory:", isolation_level=None)
+            _schema(_EMPTY)
+        db = sqlite3.connect(":memory:", isolation_level=None)
+        _EMPTY.backup(db)
+        store = cls.__new__(cls)
+        store.path = Path(":memory:")
+        store._open(db, on_disk=False)
+        return store
+
+    def _open(self, db: sqlite3.Connection, on_disk: bool = True) -> None:
+        self._db = db
+        if on_disk:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            _schema(db)
+        # A copy in memory is this connection's alone, so it keeps its meta table and last entry in
+        # Python too (the simulator runs tens of thousands of copies). A file may be opened by
+        # another process (a copy made again while the old one is not quite gone): read it each time.
+        self._memo = not on_disk
+        #: the meta table as committed, and a transaction's changes (kept in memory only)
+        self._cached = {str(k): int(v) for k, v in self._db.execute("SELECT key, value FROM meta")}
+        self._pending: dict[str, int] = {}
+        #: the last entry's (position, term), None until read again (a store or a cut changes it;
+        #: compaction never removes it: it keeps every entry from the committed position on)
+        self._last: tuple[int, int] | None = None
 
     def close(self) -> None:
         self._db.close()
@@ -131,13 +101,16 @@ class ConfigLogStore:
     # -- reading -------------------------------------------------------------------------
 
     def _meta(self, key: str) -> int:
+        if self._memo:
+            return self._pending.get(key, self._cached.get(key, 0))
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return int(row[0]) if row else 0
 
     def state(self) -> LogState:
-        row = self._db.execute("SELECT position, term FROM entries ORDER BY position DESC LIMIT 1").fetchone()
-        last, last_term = (int(row[0]), int(row[1])) if row else (0, 0)
-        return LogState(self._meta("term"), last, last_term, self._meta("committed"))
+        if self._last is None or not self._memo:
+            row = self._db.execute("SELECT position, term FROM entries ORDER BY position DESC LIMIT 1").fetchone()
+            self._last = (int(row[0]), int(row[1])) if row else (0, 0)
+        return LogState(self._meta("term"), self._last[0], self._last[1], self._meta("committed"))
 
     def entries_after(self, position: int) -> list[Entry]:
         rows = self._db.execute(
@@ -183,6 +156,7 @@ class ConfigLogStore:
             if entry.name not in NAMES:
                 raise ConfigLogError(f"unknown configuration document {entry.name!r}")
             json.loads(entry.document)  # a document must be JSON
+        self._last = None
         with self._transaction():
             self._set("term", term)
             self._db.execute("DELETE FROM entries WHERE position >= ?", (positions[0],))
@@ -208,9 +182,21 @@ class ConfigLogStore:
         self._check_term(term)
         if position < self._meta("committed"):
             raise ConfigLogError(f"cannot cut committed entries (committed {self._meta('committed')}, asked {position})")
+        self._last = None
         with self._transaction():
             self._db.execute("DELETE FROM entries WHERE position > ?", (position,))
         return self.state()
+
+    def catch_up(self, term: int, entries: list[Entry], committed: int) -> LogState:
+        """A leader brings this copy up to date in one step: it announces ``term``, cuts back what
+        this copy had not committed, stores those of ``entries`` (the leader's retained committed
+        entries) after this copy's committed position, and commits up to ``committed``."""
+        state = self.begin_term(term)
+        self.truncate(term, state.committed)
+        missing = [e for e in entries if e.position > state.committed]
+        if missing:
+            self.store(term, missing)
+        return self.commit(term, committed)
 
     def _compact(self, committed: int) -> None:
         """Entries of a name older than its newest committed one are of no use any more."""
@@ -223,20 +209,40 @@ class ConfigLogStore:
     def _set(self, key: str, value: int) -> None:
         self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = ?",
                          (key, value, value))
+        self._pending[key] = value
 
     def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+        return _Transaction(self)
 
 
 class _Transaction:
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
+    def __init__(self, store: ConfigLogStore) -> None:
+        self.store = store
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        self.store._pending = {}
+        self.store._db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, kind: Any, *_: Any) -> None:
-        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+        store = self.store
+        try:
+            store._db.execute("COMMIT" if kind is None else "ROLLBACK")
+            if kind is None:
+                store._cached.update(store._pending)
+        finally:
+            store._pending = {}
+
+
+#: an empty copy's schema, which :meth:`ConfigLogStore.in_memory` copies
+_EMPTY: sqlite3.Connection | None = None
+
+
+def _schema(db: sqlite3.Connection) -> None:
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS entries (position INTEGER PRIMARY KEY, term INTEGER NOT NULL, "
+        "name TEXT NOT NULL, document TEXT NOT NULL)"
+    )
+    db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
 
 
 def import_documents(files: Mapping[str, Path]) -> list[tuple[str, Any]]:

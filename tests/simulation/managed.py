@@ -18,6 +18,12 @@ cannot adopt fails to start, and Ray starts it again). Every second (serve's che
 :meth:`~actors.replicas.PartitionManager.follow_nodes`, each replica event,
 :meth:`~actors.replicas.PartitionManager.settle`. ``route`` calls wait while a job runs (a
 synchronous actor).
+
+With the configuration log (:mod:`tests.simulation.configuration`), the controller does its
+part as ``ControllerActor`` does: after the replicas' start (or adoption) it makes a copy on every
+node and starts (recovers) the writer, waiting for it; Liveness watches the writer too (restarted:
+started again; given up: made again); and each check the copies follow the nodes (the writer told
+of a change) or the writer is tended.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from replication.placement import Placements
 from tests.simulation.processes import ActorDied, ActorUnavailable, CallError, Process, SimNode
 from tests.simulation.processes import CallTimeout as SimCallTimeout
 from tests.simulation.replica import Position, SimReplica
+from tests.simulation.configuration import RECOVER_S
 from tests.simulation.world import MS, SECOND
 
 if TYPE_CHECKING:
@@ -47,6 +54,8 @@ __all__ = ["ControllerGone", "ManagedController", "SimCluster"]
 logging.getLogger("canopy").addHandler(logging.NullHandler())
 
 TICK_NS = SECOND
+#: the configuration log's writer, as Liveness names it
+WRITER = "configuration-log"
 RESEND_NS = 100 * MS
 #: a call's own bound (the callers' ``outcomes`` bound is what they wait)
 CALL_MS = 3_600_000
@@ -180,6 +189,7 @@ class ManagedController(Process):
         self.fresh = True  # start from the journals (else adopt the replicas)
         self.busy = False
         self.replicas: ReplicaSet | None = None
+        self.cluster: SimCluster | None = None
         self.manager: PartitionManager | None = None
         self.liveness: Liveness | None = None
         self.failovers_before = 0
@@ -226,6 +236,7 @@ class ManagedController(Process):
         self.busy = False
         self.failovers_before, self.handovers_before = self.failovers, self.handovers
         self.replicas = self.manager = self.liveness = None
+        self.cluster = None
         if self._timer is not None:
             self.world.cancel(self._timer)
 
@@ -276,11 +287,15 @@ class ManagedController(Process):
             self.fresh = False  # Ray restarts a controller that dies from now on: it adopts
             try:
                 replicas.start(nodes)
+                if self.sim.config is not None:
+                    self.sim.config.start(cluster, nodes, fresh=True)
             except Exception as e:
                 # the controller did not start (a node left, a replica did not answer): serve stops
                 # what it made, and the operator (here: the next tick) starts it again
                 self.world.note("start failed", type(e).__name__, str(e))
                 replicas.kill_all()
+                if self.sim.config is not None:
+                    self.sim.config.stop_all()
                 self.fresh = True
                 return
             said: list[str] = []
@@ -288,14 +303,17 @@ class ManagedController(Process):
             found = {r.name: r for r in self.sim.replicas if not r.dead and r.node.name in nodes}
             try:
                 said = replicas.adopt(nodes, found, [name for name in self.sim.nodes if name not in nodes])
+                if self.sim.config is not None:  # the log is recovered again (``_recover_config_log``)
+                    self.sim.config.start(cluster, nodes, fresh=False)
             except Exception as e:  # it fails to start; Ray starts it again
                 self.world.note("adopt failed", type(e).__name__, str(e))
                 self.world.at(0, self.crash)
                 return
+        self.cluster = cluster
         self.replicas, self.manager = replicas, PartitionManager(replicas, self.world.clock.monotonic)
         self.liveness = Liveness(cluster, self.world.clock.monotonic)
         try:
-            self.liveness.baseline(replicas.serving(), 5.0)
+            self.liveness.baseline(self._serving(replicas), 5.0)
         except Exception as e:  # one is down: its first answer is its baseline
             self.world.note("baseline", type(e).__name__, str(e))
         self._said(said)
@@ -303,12 +321,45 @@ class ManagedController(Process):
     def _check(self) -> None:
         replicas, manager, liveness = self.replicas, self.manager, self.liveness
         assert replicas is not None and manager is not None and liveness is not None
-        events = liveness.poll(replicas.serving())
-        said = [e.reason for e in manager.follow_nodes(self._nodes())]
+        config, cluster = self.sim.config, self.cluster
+        events = liveness.poll(self._serving(replicas))
+        nodes = self._nodes()
+        said = [e.reason for e in manager.follow_nodes(nodes)]
+        if config is not None and cluster is not None:
+            config.follow_nodes(cluster, nodes)
         for name, event, reason in events:
+            if name == WRITER:
+                said += self._writer_event(event)
+                continue
             said += [f"{e.name} {e.event} {e.reason}" for e in manager.replica_event(name, event, reason)]
         said += [e.reason for e in manager.settle(quiet=not said and not events)]
         self._said(said)
+
+    def _serving(self, replicas: ReplicaSet) -> dict[str, Any]:
+        """What Liveness watches: the replicas, and the configuration log's writer (``_serving``)."""
+        serving = replicas.serving()
+        config = self.sim.config
+        if config is not None and config.writer is not None:
+            serving = {**serving, WRITER: config.writer}
+        return serving
+
+    def _writer_event(self, event: str) -> list[str]:
+        """The configuration log's writer restarted (Ray made it again, empty): it recovers the
+        log from the copies (``ControllerActor._recover``); given up by Ray: a new one does."""
+        config, cluster = self.sim.config, self.cluster
+        assert config is not None and cluster is not None
+        if event not in ("restarted", "dead"):
+            return [f"{WRITER} {event}"]
+        try:
+            if event == "dead":
+                assert self.liveness is not None
+                self.liveness.forget(WRITER)
+                config.start(cluster, self._nodes(), fresh=True)
+            else:
+                config.recover(cluster, RECOVER_S)
+        except Exception as e:
+            return [f"{WRITER} {event}; its recovery failed: {type(e).__name__}: {e}"]
+        return [f"{WRITER} {event}; recovered"]
 
     def _said(self, lines: list[str]) -> None:
         if self.world.tracing:

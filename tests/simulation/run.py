@@ -1,4 +1,5 @@
-"""One simulated run: a schedule played against replicas, a controller and links, checked throughout.
+"""One simulated run: a schedule played against replicas, a controller, links and (when the
+schedule runs it) the configuration log, checked throughout.
 
 :func:`run` builds the world from a :class:`~tests.simulation.schedule.Schedule` (or a seed,
 through :func:`~tests.simulation.schedule.generate`), starts the controller at t=0, plays the
@@ -24,6 +25,7 @@ from typing import Any, NamedTuple
 
 from replication.journal import FsyncMode, FsyncPolicy
 from tests.simulation.client import SimLink
+from tests.simulation.configuration import SimAgent, SimConfiguration, SimServices
 from tests.simulation.controller import Controller
 from tests.simulation.managed import ManagedController
 from tests.simulation.disk import NodeDisk
@@ -32,6 +34,7 @@ from tests.simulation.network import Conditions, Network
 from tests.simulation.processes import Calls, SimNode
 from tests.simulation.replica import SimReplica
 from tests.simulation.schedule import (
+    Configure,
     Corrupt,
     CrashProcess,
     Cut,
@@ -69,6 +72,10 @@ class Outcome(NamedTuple):
     excused: int
     converged_ms: int  # after faults_end
     events: int
+    #: configuration changes acknowledged, refused and of an outcome still unknown at the end
+    configured: int = 0
+    refused: int = 0
+    undecided: int = 0
 
 
 class Sim:
@@ -88,6 +95,11 @@ class Sim:
         self.disks = {name: NodeDisk(name, schedule.policy) for name in schedule.nodes}
         self.checker = Checker(world, schedule.partitions, list(self.disks.values()))
         self.replicas = self.checker.replicas
+        #: the configuration log, when the schedule runs it (and the controller is the real one)
+        self.config = (SimConfiguration(self) if schedule.config_log and self.controller_class is ManagedController
+                       else None)
+        self.services = (SimServices(self, self.nodes[schedule.nodes[1 if len(schedule.nodes) > 1 else 0]])
+                         if self.config is not None else None)
         self.controller = self.controller_class(self, self.head, schedule.partitions)
         self.links = {name: SimLink(self.nodes[name], schedule.partitions, self.network, self.calls,
                                     self.controller) for name in sorted({w.client for w in schedule.writes})}
@@ -150,6 +162,8 @@ class Sim:
         world.at(schedule.faults_end_ms * MS + CHECK_EVERY_NS, self._converging)
         for link in self.links.values():
             link.boot()
+        if self.services is not None:
+            self.services.boot()
         self.controller.boot()
         deadline = (schedule.faults_end_ms + CONVERGE_MS) * MS
         if not world.run_until(lambda: self.converged_ns is not None, deadline):
@@ -162,10 +176,14 @@ class Sim:
         return Outcome(self.schedule.seed, sum(len(a) for a in self.checker.acked),
                        sum(link.unknown for link in links), sum(link.failed for link in links),
                        self.controller.failovers, self.controller.handovers, len(self.checker.excused),
-                       (self.converged_ns - self.schedule.faults_end_ms * MS) // MS, self.world.events)
+                       (self.converged_ns - self.schedule.faults_end_ms * MS) // MS, self.world.events,
+                       *((services.made, services.failed, services.unknown) if (services := self.services) is not None
+                         else ()))
 
     def _converging(self) -> None:
         self.unconverged = self.checker.unconverged(self.controller, self.alive())
+        if self.unconverged is None and self.config is not None:
+            self.unconverged = self.config.unconverged(self.alive())
         if self.unconverged is None:
             self.converged_ns = self.world.now_ns
             self.world.note("converged")
@@ -202,7 +220,7 @@ class Sim:
         self._unreached.pop(node.name, None)
         self._rejoining.add(node.name)
         for process in node.processes:
-            if isinstance(process, SimReplica):
+            if isinstance(process, (SimReplica, SimAgent)):  # held to the raylet: gone with it
                 process.kill()
             elif process.running:
                 process.crash()
@@ -218,7 +236,7 @@ class Sim:
         node.alive = True
         self.world.note("node joined", node.name, node.id)
         for process in node.processes:  # a gateway is made again there (replicas are the controller's)
-            if isinstance(process, SimLink) and not process.running:
+            if isinstance(process, (SimLink, SimServices)) and not process.running:
                 process.boot()
 
     # -- the schedule ----------------------------------------------------------------------------
@@ -230,6 +248,9 @@ class Sim:
         if isinstance(op, Write):
             index = partition_of(op.key, self.schedule.partitions)
             self.links[op.client].submit(index, next(self.ids), op.key)
+        elif isinstance(op, Configure):
+            if self.services is not None:
+                self.services.change(op.name, next(self.ids))
         elif self.faults_over:
             return
         elif isinstance(op, CrashProcess):
@@ -283,13 +304,19 @@ class Sim:
                 if replica.index == int(index) and replica.node.name == node and not replica.dead:
                     replica.crash()
                     break
-        # the configuration log and its agents are not simulated yet
+        elif self.config is not None and target == "configuration-log":
+            if self.config.writer is not None:
+                self.config.writer.crash()
+        elif self.config is not None and target.startswith("config-agent@"):
+            agent = self.config.agents.get(target.partition("@")[2])
+            if agent is not None:
+                agent.crash()
 
     def _power_off(self, node: SimNode) -> None:
         self.network.power_off(node.name)
         node.powered = False
         for process in node.processes:
-            if isinstance(process, SimReplica):
+            if isinstance(process, (SimReplica, SimAgent)):
                 process.kill()
             elif process.running:
                 process.crash()
@@ -330,6 +357,8 @@ class Sim:
             replica.kill(clean=True)
         for link in self.links.values():
             link.crash()
+        if self.config is not None:
+            self.config.stop_all()
         self.controller.fresh = True
         self.controller.crash()
 
@@ -349,8 +378,12 @@ class Sim:
 def run(schedule: Schedule | int, *, tracing: bool = False) -> Outcome:
     """Play ``schedule`` (or ``generate(seed)``); its outcome, or :class:`Violation`."""
     sim = Sim(generate(schedule) if isinstance(schedule, int) else schedule, tracing=tracing)
-    sim.play()
-    return sim.outcome()
+    try:
+        sim.play()
+        return sim.outcome()
+    finally:
+        if sim.config is not None:
+            sim.config.close()
 
 
 __all__ += ["Violation"]

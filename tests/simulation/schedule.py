@@ -8,7 +8,10 @@ Targets are named as the cluster names them: nodes ``node-0`` (the head: the con
 configuration log's writer and serve run there; it is never powered off, as ``NodeControl``
 refuses) to ``node-<n-1>``; a crashed process is ``partition-<i>@<node>`` (whichever replica of
 partition ``i`` that node holds), ``controller``, ``configuration-log``,
-``config-agent@<node>`` or ``gateway@<node>``; clients write from a node's gateway.
+``config-agent@<node>`` or ``gateway@<node>``; clients write from a node's gateway, and the
+services (on ``node-1``) change configuration documents (:class:`Configure`) through the
+configuration log, when the schedule runs it (``config_log``; schedules recorded before it was
+simulated replay without it).
 
 The generator (its own random stream, ``f"{seed}/schedule"``): 3 nodes (10%: 2 or 4),
 2 partitions (10%: 1 or 3), ``always`` (25%: ``interval:100``), 2 writers and ~30 writes over
@@ -17,7 +20,9 @@ at most 5 crashes of one process, at most one corruption per partition, one ``Re
 one power cut per node, never the head's (nor a ``Rejoin`` of it); latency spikes in half the
 runs (0.1% or 1% of messages), lost Ray-call messages in two in five (0.1% or 1%). At
 ``faults_end_ms`` every cut heals, every node is back, the policy is ``always`` again and the
-network loses and spikes no more.
+network loses and spikes no more. The configuration changes (2-6 over the same 8 s, of
+``views``, ``session_trees`` or ``security``) are drawn from a stream of their own
+(``f"{seed}/configure"``), so that the rest of a seed's schedule is what it was before them.
 """
 
 from __future__ import annotations
@@ -28,13 +33,15 @@ import dataclasses
 from dataclasses import dataclass, fields
 
 __all__ = [
-    "Corrupt", "CrashProcess", "Cut", "Isolate", "Op", "Pause", "PowerCut", "Rejoin", "Reset", "RestartAll",
+    "Configure", "Corrupt", "CrashProcess", "Cut", "Isolate", "Op", "Pause", "PowerCut", "Rejoin", "Reset", "RestartAll",
     "Schedule", "Slow", "Write", "generate",
 ]
 
 WRITE_WINDOW_MS = 8_000
 FAULTS_END_MS = 10_000
 MAX_CRASHES = 5  # of one process in a run (under a simulated minute)
+#: the configuration documents the services change
+CONFIGURED = ("views", "session_trees", "security")
 
 
 @dataclass(frozen=True)
@@ -131,13 +138,21 @@ class Rejoin:
 
 
 @dataclass(frozen=True)
+class Configure:
+    """The services change configuration document ``name`` (through the configuration log)."""
+
+    at_ms: int
+    name: str
+
+
+@dataclass(frozen=True)
 class RestartAll:
     """Every process of the instance stops and the instance starts again from the held epochs."""
 
     at_ms: int
 
 
-Op = Write | CrashProcess | PowerCut | Pause | Cut | Isolate | Slow | Reset | Corrupt | Rejoin | RestartAll
+Op = Write | Configure | CrashProcess | PowerCut | Pause | Cut | Isolate | Slow | Reset | Corrupt | Rejoin | RestartAll
 Fault = CrashProcess | PowerCut | Pause | Cut | Isolate | Slow | Reset | Corrupt | Rejoin | RestartAll
 
 
@@ -156,6 +171,9 @@ class Schedule:
     faults_end_ms: int
     spike_rate: float = 0.0
     loss_rate: float = 0.0
+    #: whether the configuration log runs (its writer, a copy on every node, the services that
+    #: change documents); schedules recorded before it was simulated replay without it
+    config_log: bool = False
 
     @property
     def head(self) -> str:
@@ -167,12 +185,12 @@ class Schedule:
 
     @property
     def faults(self) -> list[Op]:
-        return [op for op in self.ops if not isinstance(op, Write)]
+        return [op for op in self.ops if not isinstance(op, (Write, Configure))]
 
     def literal(self) -> str:
         """This schedule as Python that evaluates to an equal one (with this module's names in scope)."""
         ops = "".join(f"        {_literal(op)},\n" for op in self.ops)
-        rates = "".join(f"    {name}={getattr(self, name)!r},\n" for name in ("spike_rate", "loss_rate")
+        rates = "".join(f"    {name}={getattr(self, name)!r},\n" for name in ("spike_rate", "loss_rate", "config_log")
                         if getattr(self, name))
         return (f"Schedule(\n    seed={self.seed!r},\n    nodes={self.nodes!r},\n    partitions={self.partitions!r},\n"
                 f"    policy={self.policy!r},\n    ops=(\n{ops}    ),\n    faults_end_ms={self.faults_end_ms!r},\n"
@@ -206,10 +224,14 @@ def generate(seed: int) -> Schedule:
         for _ in range(rng.randint(25, 35))
     ]
     ops.extend(_faults(rng, nodes, partitions, clients))
-    ops.sort(key=lambda op: op.at_ms)  # stable: equal times keep the order they were drawn in
     spike_rate = rng.choice((0.0, 0.0, 0.001, 0.01))
     loss_rate = rng.choice((0.0, 0.0, 0.0, 0.001, 0.01))
-    return Schedule(seed, nodes, partitions, policy, tuple(ops), FAULTS_END_MS, spike_rate, loss_rate)
+    # drawn from a stream of their own: the draws above are those of the schedules before them
+    changes = random.Random(f"{seed}/configure")
+    ops.extend(Configure(changes.randrange(WRITE_WINDOW_MS), changes.choice(CONFIGURED))
+               for _ in range(changes.randint(2, 6)))
+    ops.sort(key=lambda op: op.at_ms)  # stable: equal times keep the order they were drawn in
+    return Schedule(seed, nodes, partitions, policy, tuple(ops), FAULTS_END_MS, spike_rate, loss_rate, True)
 
 
 #: the kinds of fault, by weight

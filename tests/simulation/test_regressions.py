@@ -19,12 +19,14 @@ import pytest
 from actors import liveness, replicas
 from actors.link import Route
 from actors.replicas import ReplicaError, ReplicaSet
+from replication.config_writer import ConfigWriter, NotCommitted
 from replication import placement
+from tests.simulation import configuration
 from tests.simulation.controller import Controller
 from tests.simulation.invariants import Violation
 from tests.simulation.run import Sim, run
-from tests.simulation.schedule import Corrupt, CrashProcess, Cut, Isolate, PowerCut, Rejoin, RestartAll
-from tests.simulation.schedule import Schedule, Write
+from tests.simulation.schedule import Configure, Corrupt, CrashProcess, Cut, Isolate, Pause, PowerCut, Rejoin, Reset
+from tests.simulation.schedule import RestartAll, Schedule, Write
 
 #: the causes of lost writes (``Violation.cause``: ``invariants.STALE``, ``invariants.SHORT``) of
 #: the bugs still open -> their regressions, which raise it through :func:`fails_through`
@@ -425,3 +427,188 @@ def test_a_route_names_a_replica_after_a_placement_that_failed_before_making_it(
 
     broken = regressed(schedule, monkeypatch, (ReplicaSet, "route", route))
     assert broken.startswith("KeyError"), broken
+
+
+#
+# The configuration log in the simulator (``tests/simulation/configuration.py``: the real writer,
+# ``replication.config_writer.ConfigWriter``, and the real copies) found these.
+
+
+def _tend_without(part: str) -> Any:
+    """``ConfigWriter.tend`` without one of its parts (the bug back)."""
+    tend = ConfigWriter.tend
+
+    def tend_without(self: ConfigWriter, nodes: Any, renewed: Any = ()) -> Any:
+        if not self.ready and part == "recovery":
+            return
+        if self.ready and part == "nodes":
+            nodes, renewed = self.nodes, ()
+        if self.ready and part == "catch-up":
+            if list(nodes) != self.nodes or renewed:
+                yield from self.set_nodes(nodes, renewed)
+            return
+        yield from tend(self, nodes, renewed)
+
+    return tend_without
+
+
+def test_a_change_refused_is_cut_back_before_it_is_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed in ``ConfigWriter.append`` (seed 875). Two nodes; node-1 is paused past the head's
+    failure detector and the controller restarts meanwhile. A security change is stored on node-0's
+    copy, node-1's copy is gone (its node left): no majority, and the writer answered "not made" at
+    once. The restarted controller then recovers the log from node-0's copy alone (node-1 is no
+    longer a node: a majority of one), which held the refused entry, and took it as committed: a
+    change answered "not made" was made. The writer now cuts a refused entry back on every copy
+    that may hold it, and refuses only once each has confirmed (else a recovery decides)."""
+    schedule = Schedule(
+        seed=875,
+        nodes=('node-0', 'node-1'),
+        partitions=2,
+        policy='always',
+        ops=(
+            Cut(1316, 'node-1', 'node-0', 2134, False),
+            Write(3136, 'node-1', 'k/3'),
+            CrashProcess(3209, 'controller'),
+            Write(3243, 'node-0', 'k/5'),
+            Pause(3314, 'node-1', 2234),
+            Configure(4429, 'security'),
+        ),
+        faults_end_ms=10000,
+        loss_rate=0.01,
+        config_log=True,
+    )
+    run(schedule)
+
+    def undo_at_once(self: ConfigWriter, entry: Any, held: Any, stored: int) -> Any:
+        self.copies = {}
+        raise NotCommitted("not made")
+        yield
+
+    broken = regressed(schedule, monkeypatch, (ConfigWriter, "_undo", undo_at_once))
+    assert "refused configuration change made" in broken, broken
+
+
+def test_a_writer_that_lost_track_of_a_change_recovers_once_a_majority_is_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed in ``ConfigWriter.tend`` (seed 4). node-2 is paused and node-1 isolated while a change is
+    appended: it reaches no majority, and the writer can neither tell whether the copies that did
+    not answer stored it nor recover (only its own node answers): the outcome is unknown and the
+    writer is left unrecovered. It did not restart, so Liveness saw nothing, and nothing started it
+    again: it refused every change for good. The controller's check now tends the writer with the
+    copies it keeps, and a writer not recovered recovers from them."""
+    schedule = Schedule(
+        seed=4,
+        nodes=('node-0', 'node-1', 'node-2'),
+        partitions=3,
+        policy='interval:100',
+        ops=(
+            Pause(800, 'node-2', 5812),
+            Isolate(1767, 'node-1', 6145),
+            Configure(2245, 'session_trees'),
+        ),
+        faults_end_ms=10000,
+        spike_rate=0.01,
+        config_log=True,
+    )
+    run(schedule)
+    broken = regressed(schedule, monkeypatch, (ConfigWriter, "tend", _tend_without("recovery")))
+    assert "the configuration log's writer has not recovered" in broken, broken
+
+
+def test_a_copy_that_missed_a_change_is_caught_up_without_another_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed in ``ConfigWriter.tend`` (seed 25). node-1's copy crashes as a change is appended: the
+    change commits on the other two, and node-1's copy misses it. A copy was caught up only before
+    the next change, and none came: it stayed behind for good (one more node lost, and the log
+    would have had no majority holding the change). Each check now catches up a copy that missed
+    an entry."""
+    schedule = Schedule(
+        seed=25,
+        nodes=('node-0', 'node-1', 'node-2'),
+        partitions=2,
+        policy='always',
+        ops=(
+            CrashProcess(6412, 'config-agent@node-1'),
+            Configure(6446, 'session_trees'),
+        ),
+        faults_end_ms=10000,
+        config_log=True,
+    )
+    run(schedule)
+    broken = regressed(schedule, monkeypatch, (ConfigWriter, "tend", _tend_without("catch-up")))
+    assert "the configuration copy on node-1 is not caught up" in broken, broken
+
+
+def test_a_writer_takes_the_nodes_it_is_tended_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed in ``ConfigWriter.tend`` (seed 4565). The controller tells the writer of a change of
+    nodes once, without waiting (``set_agents``); with 1% of messages lost, the call telling it that
+    node-2 (back after a power cut, with a new copy) is a node again was lost, and the writer left
+    node-2's copy out for good. Tending now carries the copies the controller keeps, and the writer
+    takes them (a copy made again is caught up as a new one)."""
+    schedule = Schedule(
+        seed=4565,
+        nodes=('node-0', 'node-1', 'node-2'),
+        partitions=2,
+        policy='always',
+        ops=(
+            Write(36, 'node-1', 'k/6'),
+            Write(91, 'node-1', 'k/5'),
+            CrashProcess(146, 'controller'),
+            Write(239, 'node-2', 'k/9'),
+            Write(305, 'node-2', 'k/3'),
+            Write(609, 'node-2', 'k/6'),
+            Write(1129, 'node-2', 'k/0'),
+            Configure(1355, 'views'),
+            Write(1397, 'node-1', 'k/9'),
+            Cut(1488, 'node-2', 'node-0', 1451),
+            Reset(1569, 1, 'node-2'),
+            Write(1720, 'node-2', 'k/0'),
+            Write(1992, 'node-1', 'k/4'),
+            Write(2227, 'node-2', 'k/2'),
+            Write(2497, 'node-2', 'k/0'),
+            Write(2650, 'node-1', 'k/3'),
+            Write(2685, 'node-1', 'k/2'),
+            Write(2951, 'node-2', 'k/6'),
+            Configure(3122, 'security'),
+            PowerCut(3346, 'node-1', 556),
+            PowerCut(4724, 'node-2', 1192),
+            Write(5522, 'node-1', 'k/7'),
+            Write(5533, 'node-1', 'k/0'),
+            Write(5533, 'node-1', 'k/6'),
+            Write(5848, 'node-1', 'k/0'),
+            Write(5944, 'node-1', 'k/1'),
+            Configure(6141, 'security'),
+            Cut(6245, 'node-0', 'node-2', 11719, False),
+            Write(6603, 'node-1', 'k/9'),
+            Write(7032, 'node-1', 'k/1'),
+            Write(7195, 'node-1', 'k/2'),
+            Write(7471, 'node-2', 'k/0'),
+            Write(7507, 'node-1', 'k/6'),
+        ),
+        faults_end_ms=10000,
+        spike_rate=0.001,
+        loss_rate=0.01,
+        config_log=True,
+    )
+    run(schedule)
+    broken = regressed(schedule, monkeypatch, (ConfigWriter, "tend", _tend_without("nodes")))
+    assert "the configuration copy on node-2 is not caught up" in broken, broken
+
+
+def test_the_writers_start_is_asked_again_when_its_answer_is_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed in ``ControllerActor._start_config_log`` (seed 143). No fault but 1% of messages lost:
+    the answer to the writer's start was lost, and the controller waited its whole start bound
+    (120 s) for it. It now asks again every ``LOG_START_ATTEMPT`` (30 s) within that bound."""
+    schedule = Schedule(
+        seed=143,
+        nodes=('node-0', 'node-1', 'node-2'),
+        partitions=2,
+        policy='always',
+        ops=(
+        ),
+        faults_end_ms=10000,
+        loss_rate=0.01,
+        config_log=True,
+    )
+    run(schedule)
+    broken = regressed(schedule, monkeypatch, (configuration, "LOG_START_ATTEMPT", 1e9))
+    assert "the controller is not running" in broken, broken

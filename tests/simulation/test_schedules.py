@@ -77,7 +77,9 @@ def _summary(outcomes: list[Outcome]) -> str:
     return (f"{len(outcomes)} converged, {sum(o.acknowledged for o in outcomes)} acknowledged writes "
             f"({sum(o.unknown for o in outcomes)} unknown, {sum(o.excused for o in outcomes)} lost to power cuts "
             f"under an interval policy or with a damaged only copy), {sum(o.failovers for o in outcomes)} failovers, "
-            f"{sum(o.handovers for o in outcomes)} handovers, "
+            f"{sum(o.handovers for o in outcomes)} handovers, {sum(o.configured for o in outcomes)} configuration "
+            f"changes made ({sum(o.refused for o in outcomes)} refused, {sum(o.undecided for o in outcomes)} "
+            "undecided), "
             f"{sum(o.events for o in outcomes) // len(outcomes)} events/schedule, slowest convergence "
             f"{slowest.converged_ms / 1000:.1f} s (seed {slowest.seed})")
 

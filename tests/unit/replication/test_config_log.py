@@ -30,9 +30,11 @@ def entry(position: int, term: int, name: str, value: object) -> Entry:
     return Entry(position, term, name, json.dumps(value))
 
 
-@pytest.fixture
-def copy(tmp_path: Path) -> Iterator[ConfigLogStore]:
-    store = ConfigLogStore(tmp_path / "node-0")
+@pytest.fixture(params=["file", "memory"])
+def copy(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ConfigLogStore]:
+    """A copy in a file, and one in memory (the simulator's, which keeps its meta table and last
+    entry in Python too): the same tests hold for both."""
+    store = ConfigLogStore(tmp_path / "node-0") if request.param == "file" else ConfigLogStore.in_memory()
     yield store
     store.close()
 
