@@ -76,6 +76,10 @@ class NodeAgentActor:
     def catch_up(self, term: int, entries: list[tuple[int, int, str, str]], committed: int) -> LogState:
         return self.store.catch_up(term, [Entry(*e) for e in entries], committed)
 
+    def held(self) -> tuple[LogState, list[tuple[int, int, str, str]]]:
+        state, entries = self.store.held()
+        return state, [tuple(e) for e in entries]  # type: ignore[misc]
+
     def entries_after(self, position: int) -> list[tuple[int, int, str, str]]:
         return [tuple(e) for e in self.store.entries_after(position)]  # type: ignore[misc]
 

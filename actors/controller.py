@@ -33,7 +33,7 @@ from actors.node_control import NodeControl
 from actors.cluster import ControlEvent, RayCluster
 from actors.liveness import Liveness, death_reason
 from actors.replicas import NodeLeft, PartitionManager, ReplicaSet
-from replication.config_writer import LOG_START_ATTEMPT
+from replication.config_writer import LOG_START_ATTEMPT, TEND_EVERY
 from replication.configuration import SECURITY_FILE, SESSION_TREES_FILE, VIEWS_FILE
 from replication.nodes import LABEL, Node, alive_by_name, from_ray
 from sessions.collectors import CollectorError, Collectors, from_dict
@@ -126,6 +126,7 @@ class ControllerActor:
         self.locks = LockKeeper(lambda: self.config_log, self._live_gateways)
         #: whether a gateway process went since the locks were last swept of its sessions
         self._lock_sweep_due = False
+        self._tended_at = 0.0  # when the configuration log's writer was last tended
         self.gateway_info: list[dict[str, Any]] = []
         self.started_at: float | None = None
         self.generated_admin_password: str | None = None
@@ -817,7 +818,9 @@ class ControllerActor:
         # a node back under a new Ray id between two checks (the head after kill-head): its copy went
         moved = {name for name, node in alive.items() if self.agent_nodes.get(name, node.id) != node.id}
         if set(self.agents) == set(alive) and not moved:
-            self.config_log.tend.remote(self.agents)  # a copy that missed a change is caught up; a writer recovers
+            if time.monotonic() - self._tended_at >= TEND_EVERY:  # a copy that missed a change is caught
+                self._tended_at = time.monotonic()                # up; a writer not recovered recovers
+                self.config_log.tend.remote(self.agents)
             return
         self.agents = self._copies_on(alive.values())
         self.config_log.set_agents.remote(self.agents)

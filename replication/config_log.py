@@ -89,7 +89,8 @@ class ConfigLogStore:
         # another process (a copy made again while the old one is not quite gone): read it each time.
         self._memo = not on_disk
         #: the meta table as committed, and a transaction's changes (kept in memory only)
-        self._cached = {str(k): int(v) for k, v in self._db.execute("SELECT key, value FROM meta")}
+        self._cached = ({} if not on_disk else  # a copy in memory starts empty
+                        {str(k): int(v) for k, v in self._db.execute("SELECT key, value FROM meta")})
         self._pending: dict[str, int] = {}
         #: the last entry's (position, term), None until read again (a store or a cut changes it;
         #: compaction never removes it: it keeps every entry from the committed position on)
@@ -117,6 +118,10 @@ class ConfigLogStore:
             "SELECT position, term, name, document FROM entries WHERE position > ? ORDER BY position", (position,)
         ).fetchall()
         return [Entry(int(p), int(t), str(n), str(d)) for p, t, n, d in rows]
+
+    def held(self) -> tuple[LogState, list[Entry]]:
+        """What a new leader reads of this copy to recover the log: its state and every entry."""
+        return self.state(), self.entries_after(0)
 
     def documents(self) -> dict[str, Any]:
         """Each name's newest committed document."""

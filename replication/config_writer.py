@@ -19,7 +19,7 @@ the writer's place in the cluster):
   now stored it, then each is told so. Fewer than a majority: the entry is cut back on every
   copy asked to store it, and the append is refused (:class:`NotCommitted`) only once all of
   them confirmed (else a recovery decides, :meth:`ConfigWriter._undo`).
-* **Tending** (:meth:`ConfigWriter.tend`, at the controller's checks): a copy that missed an
+* **Tending** (:meth:`ConfigWriter.tend`, at the controller's checks, every :data:`TEND_EVERY`): a copy that missed an
   entry is caught up without waiting for the next change; a writer that could not recover
   tries again.
 """
@@ -32,11 +32,13 @@ from typing import Any, NamedTuple, TypeVar
 
 from replication.config_entries import ConfigLogError, Entry, LogState, commit_point, majority, newest, recovered_commit
 
-__all__ = ["Answers", "Ask", "CALL_TIMEOUT", "LOG_START_ATTEMPT", "ConfigWriter", "NoAnswer", "NotCommitted", "OutcomeUnknown", "Step",
+__all__ = ["Answers", "Ask", "CALL_TIMEOUT", "LOG_START_ATTEMPT", "TEND_EVERY", "ConfigWriter", "NoAnswer", "NotCommitted", "OutcomeUnknown", "Step",
            "decide", "drive"]
 
 #: seconds a copy may take to answer before it counts as not having stored an entry
 CALL_TIMEOUT = 10.0
+#: seconds between two of the controller's tendings of the writer (:meth:`ConfigWriter.tend`)
+TEND_EVERY = 5.0
 #: seconds after which whoever starts the writer asks again (an answer lost on its way would
 #: otherwise hold a whole start; a second start recovers again after the first, under a higher term)
 LOG_START_ATTEMPT = 30.0
@@ -125,7 +127,14 @@ class ConfigWriter:
         """Recover the log from the copies on ``nodes``; the committed documents."""
         self.ready = False
         self.nodes = list(nodes)
-        states = _states((yield Ask({n: ("state", ()) for n in self.nodes})), self.nodes)
+        found = yield Ask({n: ("held", ()) for n in self.nodes})
+        states: dict[str, LogState] = {}
+        logs: dict[str, list[Entry]] = {}
+        for n in self.nodes:
+            held, error = found.get(n, (None, NoAnswer(f"{n}: not asked")))
+            if error is None:
+                states[n] = LogState(*held[0])
+                logs[n] = [Entry(*e) for e in held[1]]
         if len(states) < majority(len(self.nodes)):
             raise NotCommitted(
                 f"the configuration log cannot be recovered: {len(states)} of {len(self.nodes)} node copies "
@@ -133,15 +142,6 @@ class ConfigWriter:
             )
         self.term = max(s.term for s in states.values()) + 1
         source = newest(states)
-        found = yield Ask({n: ("entries_after", (0,)) for n in states})
-        logs: dict[str, list[Entry]] = {}
-        for n in states:
-            entries, error = found[n]
-            if error is not None:
-                if n == source:
-                    raise error
-                continue
-            logs[n] = [Entry(*e) for e in entries]
         held = [{(e.position, e.term) for e in entries} for entries in logs.values()]
         self.committed = recovered_commit(logs[source], states[source].committed, held, len(self.nodes))
         kept = [e for e in logs[source] if e.position <= self.committed]

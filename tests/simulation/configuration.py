@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.cluster import CallTimeout
 from replication.config_log import ConfigLogError, ConfigLogStore, Entry, LogState
-from replication.config_writer import CALL_TIMEOUT, LOG_START_ATTEMPT, Answers, ConfigWriter, NotCommitted, Step, decide
+from replication.config_writer import CALL_TIMEOUT, LOG_START_ATTEMPT, TEND_EVERY, Answers, ConfigWriter, NotCommitted, Step, decide
 from tests.simulation.processes import ActorUnavailable, Process, SimNode
 from tests.simulation.world import MS, SECOND
 
@@ -87,8 +87,9 @@ class SimAgent(Process):
                 result = store.catch_up(term, [Entry(*e) for e in entries], committed)
                 self.config.checker.committed(self, [Entry(*e) for e in entries
                                                      if before < e[0] <= result.committed])
-            elif method == "entries_after":
-                result = [tuple(e) for e in store.entries_after(*args)]
+            elif method == "held":
+                state, entries = store.held()
+                result = (state, [tuple(e) for e in entries])
             else:  # state, begin_term, truncate
                 result = getattr(store, method)(*args)
         except ConfigLogError as e:
@@ -309,6 +310,7 @@ class SimConfiguration:
         self.writer: SimWriter | None = None
         self.checker = ConfigChecker(sim)
         self._made = 0
+        self.tended_ns = 0
 
     def store(self, node: str) -> ConfigLogStore:
         found = self.stores.get(node)
@@ -367,13 +369,15 @@ class SimConfiguration:
             raise error
 
     def follow_nodes(self, cluster: SimCluster, nodes: dict[str, Any]) -> None:
-        """Each alive node keeps a copy; the writer is told of a change, or else tended (neither
-        waited for)."""
+        """Each alive node keeps a copy; the writer is told of a change, or else tended every
+        ``TEND_EVERY`` (neither waited for)."""
         if self.writer is None:
             return
+        now = self.sim.world.now_ns
         if self.copies_on(nodes):
             cluster.call(self.writer, "set_agents", dict(self.agents))
-        else:
+        elif now - self.tended_ns >= round(TEND_EVERY * SECOND):
+            self.tended_ns = now
             cluster.call(self.writer, "tend", dict(self.agents))
 
     def stop_all(self) -> None:

@@ -4,7 +4,11 @@
    releases at epoch ``e`` of partition ``p`` comes from the same process.
 2. **No acknowledged write lost**: when a replica becomes the primary, when it first applies a
    batch as such, and at every acknowledgement it releases, its store holds every write
-   acknowledged so far for its partition. Excused only: writes no copy holds any more (no
+   acknowledged so far for its partition (at an acknowledgement, every one acknowledged at its
+   epoch or before: a primary whose backup confirmed a write just before its promotion may hear
+   so after the new primary acknowledged writes of its own; that late acknowledgement is sound
+   when the newer primary holds the write, which is checked then, and the convergence below
+   requires the final primary to hold every acknowledged write). Excused only: writes no copy holds any more (no
    running replica's store, no journal's records or snapshot on any disk) after a power cut
    while the policy was ``interval`` (at that cut, or at a later loss of a copy: a damaged
    journal set aside); and, under any policy, writes that a damaged journal set aside was
@@ -108,11 +112,30 @@ class Checker:
                                              f"{first} acknowledged before")
         self.acked[index][wid] = key
         self.ack_epoch[wid] = epoch
-        self.holds(replica, f"acknowledging write {wid}")
+        self.holds(replica, f"acknowledging write {wid}", upto=epoch)
+        self.held_by_newer(replica, wid)
         self.holds_whole(replica, epoch)
 
-    def holds(self, replica: SimReplica, when: str) -> None:
+    def held_by_newer(self, replica: SimReplica, wid: int) -> None:
+        """A late acknowledgement: ``replica``'s backup confirmed write ``wid`` before it was
+        promoted, and the confirmation reached the old primary after the new one acknowledged
+        writes of its own. The write must then be in the newer lineage: the newest primary that
+        acknowledged, while it runs, holds it (else it is lost)."""
+        index, epoch = replica.index, replica.state.epoch
+        newer = [e for (i, e) in self.ackers if i == index and e > epoch]
+        if not newer:
+            return
+        name = self.ackers[(index, max(newer))]
+        primary = next((r for r in self.replicas if repr(r) == name and r.running), None)
+        if primary is not None and wid not in primary.held and wid not in self.excused:
+            raise self.fail("lost write", f"{replica} (partition {index}, epoch {epoch}) acknowledges write {wid} "
+                                          f"late, which the newer primary {primary} (epoch {max(newer)}) lacks")
+
+    def holds(self, replica: SimReplica, when: str, upto: int | None = None) -> None:
+        """``replica`` holds every write acknowledged (at ``upto`` or an older epoch, if given)."""
         missing = self.missing(replica)
+        if upto is not None:
+            missing = [w for w in missing if self.ack_epoch[w] <= upto]
         if missing:
             raise self.fail("lost write", f"{replica} (partition {replica.index}, epoch {replica.state.epoch}) "
                                           f"{when} lacks acknowledged writes {missing[:8]}",

@@ -19,11 +19,13 @@ import pytest
 from actors import liveness, replicas
 from actors.link import Route
 from actors.replicas import ReplicaError, ReplicaSet
-from replication.config_writer import ConfigWriter, NotCommitted
+from replication.config_writer import TEND_EVERY, ConfigWriter, NotCommitted
 from replication import placement
 from tests.simulation import configuration
+from tests.simulation.configuration import SimConfiguration
 from tests.simulation.controller import Controller
-from tests.simulation.invariants import Violation
+from tests.simulation.invariants import Checker, Violation
+from tests.simulation.world import SECOND
 from tests.simulation.run import Sim, run
 from tests.simulation.schedule import Configure, Corrupt, CrashProcess, Cut, Isolate, Pause, PowerCut, Rejoin, Reset
 from tests.simulation.schedule import RestartAll, Schedule, Write
@@ -441,8 +443,6 @@ def _tend_without(part: str) -> Any:
     def tend_without(self: ConfigWriter, nodes: Any, renewed: Any = ()) -> Any:
         if not self.ready and part == "recovery":
             return
-        if self.ready and part == "nodes":
-            nodes, renewed = self.nodes, ()
         if self.ready and part == "catch-up":
             if list(nodes) != self.nodes or renewed:
                 yield from self.set_nodes(nodes, renewed)
@@ -538,59 +538,49 @@ def test_a_copy_that_missed_a_change_is_caught_up_without_another_change(monkeyp
     assert "the configuration copy on node-1 is not caught up" in broken, broken
 
 
-def test_a_writer_takes_the_nodes_it_is_tended_with(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fixed in ``ConfigWriter.tend`` (seed 4565). The controller tells the writer of a change of
-    nodes once, without waiting (``set_agents``); with 1% of messages lost, the call telling it that
-    node-2 (back after a power cut, with a new copy) is a node again was lost, and the writer left
-    node-2's copy out for good. Tending now carries the copies the controller keeps, and the writer
-    takes them (a copy made again is caught up as a new one)."""
+def test_a_writer_takes_the_copies_it_is_tended_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed in ``ConfigWriter.tend`` (seed 6223). node-2's raylet restarts and its copy of the log
+    goes with it, while the controller restarts too. When node-2 is back, the controller makes it
+    a new copy and tells the writer once, without waiting (``set_agents``); with 1% of messages
+    lost, that call was lost, and the writer kept node-2's dead copy for good (every catch-up of it
+    failing). Tending now carries the copies the controller keeps, and the writer takes them (a
+    copy made again is caught up as a new one)."""
     schedule = Schedule(
-        seed=4565,
+        seed=6223,
         nodes=('node-0', 'node-1', 'node-2'),
         partitions=2,
-        policy='always',
+        policy='interval:100',
         ops=(
-            Write(36, 'node-1', 'k/6'),
-            Write(91, 'node-1', 'k/5'),
-            CrashProcess(146, 'controller'),
-            Write(239, 'node-2', 'k/9'),
-            Write(305, 'node-2', 'k/3'),
-            Write(609, 'node-2', 'k/6'),
-            Write(1129, 'node-2', 'k/0'),
-            Configure(1355, 'views'),
-            Write(1397, 'node-1', 'k/9'),
-            Cut(1488, 'node-2', 'node-0', 1451),
-            Reset(1569, 1, 'node-2'),
-            Write(1720, 'node-2', 'k/0'),
-            Write(1992, 'node-1', 'k/4'),
-            Write(2227, 'node-2', 'k/2'),
-            Write(2497, 'node-2', 'k/0'),
-            Write(2650, 'node-1', 'k/3'),
-            Write(2685, 'node-1', 'k/2'),
-            Write(2951, 'node-2', 'k/6'),
-            Configure(3122, 'security'),
-            PowerCut(3346, 'node-1', 556),
-            PowerCut(4724, 'node-2', 1192),
-            Write(5522, 'node-1', 'k/7'),
-            Write(5533, 'node-1', 'k/0'),
-            Write(5533, 'node-1', 'k/6'),
-            Write(5848, 'node-1', 'k/0'),
-            Write(5944, 'node-1', 'k/1'),
-            Configure(6141, 'security'),
-            Cut(6245, 'node-0', 'node-2', 11719, False),
-            Write(6603, 'node-1', 'k/9'),
-            Write(7032, 'node-1', 'k/1'),
-            Write(7195, 'node-1', 'k/2'),
-            Write(7471, 'node-2', 'k/0'),
-            Write(7507, 'node-1', 'k/6'),
+            Configure(43, 'security'),
+            Write(56, 'node-1', 'k/1'),
+            Rejoin(534, 'node-2'),
+            CrashProcess(953, 'controller'),
+            Write(1156, 'node-1', 'k/7'),
+            Write(1613, 'node-1', 'k/6'),
+            Write(1678, 'node-1', 'k/2'),
+            CrashProcess(1767, 'partition-1@node-1'),
+            Write(2094, 'node-2', 'k/9'),
+            Configure(2104, 'session_trees'),
+            Configure(2235, 'session_trees'),
         ),
         faults_end_ms=10000,
-        spike_rate=0.001,
+        spike_rate=0.01,
         loss_rate=0.01,
         config_log=True,
     )
     run(schedule)
-    broken = regressed(schedule, monkeypatch, (ConfigWriter, "tend", _tend_without("nodes")))
+
+    def told_once(self: SimConfiguration, cluster: Any, nodes: Any) -> None:
+        """The copies the writer has, not the controller's (tending without taking them)."""
+        if self.writer is None:
+            return
+        if self.copies_on(nodes):
+            cluster.call(self.writer, "set_agents", dict(self.agents))
+        elif self.sim.world.now_ns - self.tended_ns >= TEND_EVERY * SECOND:
+            self.tended_ns = self.sim.world.now_ns
+            cluster.call(self.writer, "tend", dict(self.writer.agents))
+
+    broken = regressed(schedule, monkeypatch, (SimConfiguration, "follow_nodes", told_once))
     assert "the configuration copy on node-2 is not caught up" in broken, broken
 
 
@@ -612,3 +602,60 @@ def test_the_writers_start_is_asked_again_when_its_answer_is_lost(monkeypatch: p
     run(schedule)
     broken = regressed(schedule, monkeypatch, (configuration, "LOG_START_ATTEMPT", 1e9))
     assert "the controller is not running" in broken, broken
+
+
+def test_a_primary_replaced_may_acknowledge_late_what_its_backup_confirmed_before(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checker's rule, refined (seed 4997, when the configuration log began to run): two
+    nodes; nothing from node-0 reaches node-1 for 5 s. Partition 0's primary on node-1 sends a
+    write to its backup on node-0, which stores it and confirms; the confirmation waits in the cut.
+    node-1 is declared lost, node-0's replica takes over at epoch 2 (holding the write) and
+    acknowledges writes of its own; the cut heals while node-1 is paused, and when it runs again
+    its old primary reads the confirmation and acknowledges the write, late. The write is safe --
+    the new primary holds it -- but the checker required an acknowledging replica to hold every
+    write acknowledged so far, newer epochs' too. It now requires the ones of its epoch or older,
+    and the write to be held by the newest primary (and the convergence, every acknowledged write
+    held by the final primary)."""
+    schedule = Schedule(
+        seed=4997,
+        nodes=('node-0', 'node-1'),
+        partitions=2,
+        policy='always',
+        ops=(
+            Write(48, 'node-0', 'k/0'),
+            Write(699, 'node-1', 'k/7'),
+            Write(1336, 'node-1', 'k/0'),
+            Write(1367, 'node-0', 'k/9'),
+            Write(1476, 'node-0', 'k/4'),
+            Write(1920, 'node-0', 'k/4'),
+            Write(2062, 'node-1', 'k/9'),
+            Cut(2178, 'node-0', 'node-1', 4984, False),
+            Write(2332, 'node-1', 'k/2'),
+            Write(2498, 'node-0', 'k/4'),
+            CrashProcess(2540, 'partition-1@node-0'),
+            Write(2855, 'node-0', 'k/4'),
+            Configure(3366, 'security'),
+            Write(4973, 'node-1', 'k/7'),
+            Write(4994, 'node-1', 'k/8'),
+            Write(5160, 'node-0', 'k/1'),
+            Write(5199, 'node-0', 'k/9'),
+            Write(5852, 'node-0', 'k/0'),
+            Configure(6455, 'views'),
+            Pause(6734, 'node-1', 1246),
+            Reset(7684, 0, 'node-0'),
+        ),
+        faults_end_ms=10000,
+        spike_rate=0.001,
+        loss_rate=0.001,
+        config_log=True,
+    )
+    run(schedule)
+
+    def acknowledged_strictly(self: Checker, replica: Any, wid: int, key: str) -> None:
+        self.ackers.setdefault((replica.index, replica.state.epoch), repr(replica))
+        self.acked[replica.index][wid] = key
+        self.ack_epoch[wid] = replica.state.epoch
+        self.holds(replica, f"acknowledging write {wid}")
+
+    broken = regressed(schedule, monkeypatch, (Checker, "acknowledged", acknowledged_strictly))
+    assert "partition-0@node-1#1/1 (partition 0, epoch 1) acknowledging write" in broken, broken

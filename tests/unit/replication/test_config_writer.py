@@ -30,6 +30,9 @@ class Copies:
                 if method == "store_entries":
                     term, entries = args
                     answers[node] = (store.store(term, [Entry(*e) for e in entries]), None)
+                elif method == "held":
+                    state, entries = store.held()
+                    answers[node] = ((state, [tuple(e) for e in entries]), None)
                 elif method == "catch_up":
                     term, entries, committed = args
                     answers[node] = (store.catch_up(term, [Entry(*e) for e in entries], committed), None)
