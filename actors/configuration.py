@@ -7,9 +7,11 @@ Views, branch mapping tables and the security store are documents in it (see
 session tree actor, the controller for the security store) calls
 :meth:`ConfigLogActor.append` with the whole new document and applies the
 change only once that returns: the entry is then stored on a majority of the
-nodes' copies and committed. When no majority can store it, ``append`` raises
-:class:`NotCommitted` and the change is not applied anywhere: the client's
-request fails with ``UNAVAILABLE``.
+nodes' copies and committed. When no majority stored it and every copy that
+may hold it has cut it back, ``append`` raises :class:`NotCommitted` and the
+change is not applied anywhere: the client's request fails with
+``UNAVAILABLE``; when a copy may still hold it, ``OutcomeUnknown``, and
+:func:`commit` asks until the writer's next recovery decided.
 
 The majority is of the copies the log has now: one per alive node, as Ray's
 failure detector says (a lost node's copy leaves the count; a joining node's
@@ -17,9 +19,10 @@ copy is caught up before it counts). So a 3-node cluster commits with 2 copies,
 and goes on after losing one node, with 2 of 2.
 
 At start (and after a restart of the writer) the log is recovered from the
-copies that answer: the copy with the highest committed position is the truth,
-every other copy drops what it had not committed and takes the missing entries,
-and the writer's term goes above every term seen, so an older writer's late
+copies that answer (:meth:`replication.config_writer.ConfigWriter.recover`): the
+most up-to-date copy of a majority is the truth, every other copy drops what it
+had not committed and takes the missing entries, and the writer's term goes
+above every term seen and is stored on a majority, so an older writer's late
 entries are refused. When no copy holds anything, the JSON documents a
 single-node canopy kept in its data directory are imported once (and renamed
 ``*.imported``).
@@ -40,8 +43,9 @@ from typing import Any, TypeVar
 import ray
 
 from actors.supervision import announce_start, new_incarnation
-from replication.config_log import ConfigLogStore, Entry, LogState, import_documents
+from replication.config_log import ConfigLogStore, LogState, import_documents
 from replication.config_writer import Answers, Ask, ConfigWriter, NoAnswer, NotCommitted, OutcomeUnknown, Step, decide
+from replication.config_writer import renewed
 from replication.config_writer import CALL_TIMEOUT as CALL_TIMEOUT
 
 log = logging.getLogger("canopy.configuration")
@@ -61,11 +65,11 @@ class NodeAgentActor:
     def state(self) -> LogState:
         return self.store.state()
 
-    def begin_term(self, term: int) -> LogState:
-        return self.store.begin_term(term)
+    def held(self) -> tuple[LogState, list[tuple[int, int, str, str]]]:
+        return self.store.answer("held")  # type: ignore[no-any-return]
 
     def store_entries(self, term: int, entries: list[tuple[int, int, str, str]]) -> LogState:
-        return self.store.store(term, [Entry(*e) for e in entries])
+        return self.store.answer("store_entries", term, entries)  # type: ignore[no-any-return]
 
     def commit(self, term: int, position: int) -> LogState:
         return self.store.commit(term, position)
@@ -74,14 +78,7 @@ class NodeAgentActor:
         return self.store.truncate(term, position)
 
     def catch_up(self, term: int, entries: list[tuple[int, int, str, str]], committed: int) -> LogState:
-        return self.store.catch_up(term, [Entry(*e) for e in entries], committed)
-
-    def held(self) -> tuple[LogState, list[tuple[int, int, str, str]]]:
-        state, entries = self.store.held()
-        return state, [tuple(e) for e in entries]  # type: ignore[misc]
-
-    def entries_after(self, position: int) -> list[tuple[int, int, str, str]]:
-        return [tuple(e) for e in self.store.entries_after(position)]  # type: ignore[misc]
+        return self.store.answer("catch_up", term, entries, committed)  # type: ignore[no-any-return]
 
     def documents(self) -> dict[str, Any]:
         return self.store.documents()
@@ -107,7 +104,7 @@ class ConfigLogActor:
         async with self._lock:
             self.agents = dict(agents)
             documents = await self._drive(self.writer.recover(self.agents))
-            if not self.writer.entries and import_files:
+            if not self.writer.documents and import_files:
                 imported = import_documents({k: Path(v) for k, v in import_files.items()})
                 for name, document in imported:
                     await self._drive(self.writer.append(name, document))
@@ -143,10 +140,16 @@ class ConfigLogActor:
             await self._drive(self.writer.tend(self.agents, renewed))
 
     def _renewed(self, agents: dict[str, Any]) -> list[str]:
-        """The nodes whose copy is another actor than the one this writer knew (made again)."""
-        return [n for n, handle in agents.items() if n in self.agents and self.agents[n] != handle]
+        return renewed(self.agents, agents)
 
     async def get_documents(self) -> dict[str, Any]:
+        """The committed documents. A writer that has not recovered (it lost track of a change)
+        recovers first: whoever asks is waiting to learn a change's outcome, and may be the
+        controller, whose checks (which tend the writer) wait for it meanwhile."""
+        if not self.writer.ready:
+            async with self._lock:
+                if not self.writer.ready:
+                    await self._drive(self.writer.tend(self.agents))
         if not self.writer.ready:
             raise NotCommitted("the configuration log is recovering; try again")
         return dict(self.writer.documents)

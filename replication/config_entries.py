@@ -10,12 +10,13 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-__all__ = ["ConfigLogError", "Entry", "LogState", "NAMES", "StaleTerm", "commit_point", "majority", "newest",
-           "recovered_commit"]
+__all__ = ["ConfigLogError", "Entry", "LogState", "NAMES", "StaleTerm", "WRITER", "commit_point", "majority", "newest"]
 
 #: document names (the fan-out issue adds ``servers``; metric collectors are ``collectors``, the
 #: session lock table ``locks``)
-NAMES = ("security", "session_trees", "views", "fanout", "servers", "collectors", "locks")
+NAMES = ("security", "session_trees", "views", "fanout", "servers", "collectors", "locks", "writer")
+#: the writer's own entry, which each writer stores when it recovers the log (not a document)
+WRITER = "writer"
 
 
 class ConfigLogError(Exception):
@@ -67,18 +68,3 @@ def commit_point(stored: Iterable[int], copies: int) -> int:
     positions = sorted(stored, reverse=True)
     need = majority(copies)
     return positions[need - 1] if len(positions) >= need else 0
-
-
-def recovered_commit(source: list[Entry], committed: int, held: Iterable[set[tuple[int, int]]], copies: int) -> int:
-    """The committed position a new writer takes from the ``source`` copy's entries
-    (committed up to ``committed``): also every entry after it that a majority of the
-    ``copies`` hold, the same (position, term) — the old writer may have died after a
-    majority stored an entry and before any copy heard it was committed, and that change
-    may have been answered as done by then (see the writer's append)."""
-    held = list(held)
-    for entry in reversed(source):
-        if entry.position <= committed:
-            break
-        if sum((entry.position, entry.term) in h for h in held) >= majority(copies):
-            return entry.position
-    return committed

@@ -14,9 +14,10 @@ than any before it; a copy refuses entries from an older term
 entry is **committed** once a majority of the copies have stored it and the
 leader said so; only then is the request that made it answered. A new leader
 takes the copy with the highest committed position (then the newest last term,
-then the longest) as the truth, with the entries after that position that a
-majority of the copies hold (:func:`recovered_commit`); other entries after a
-copy's committed position are replaced (they were never answered as done).
+then the longest) among a majority as the truth, all of it, and stores an entry
+of its own under its term (``writer``, not a document) after it on a majority
+(see :meth:`replication.config_writer.ConfigWriter.recover`); entries other
+copies hold after their committed position are replaced.
 
 Each copy is ``<node data dir>/configuration.sqlite`` (WAL journal, full
 synchronous writes: an entry reported stored is on disk). Superseded entries
@@ -37,6 +38,7 @@ from typing import Any
 # the rules without a copy at hand, which the writer shares (named here too, as before)
 from replication.config_entries import (
     NAMES,
+    WRITER,
     ConfigLogError,
     Entry,
     LogState,
@@ -44,11 +46,10 @@ from replication.config_entries import (
     commit_point,
     majority,
     newest,
-    recovered_commit,
 )
 
 __all__ = ["FILE", "NAMES", "ConfigLogError", "ConfigLogStore", "Entry", "LogState", "StaleTerm", "commit_point",
-           "import_documents", "majority", "newest", "recovered_commit"]
+           "import_documents", "majority", "newest", "WRITER"]
 
 FILE = "configuration.sqlite"
 
@@ -119,6 +120,23 @@ class ConfigLogStore:
         ).fetchall()
         return [Entry(int(p), int(t), str(n), str(d)) for p, t, n, d in rows]
 
+    def answer(self, method: str, *args: Any) -> Any:
+        """A writer's call of this copy (``state``, ``held``, ``store_entries``, ``commit``,
+        ``truncate``, ``catch_up``) with its arguments as they travel (entries as tuples), and its
+        answer as it travels back: what a node's agent, and the simulator's copy, answer."""
+        if method == "store_entries":
+            term, entries = args
+            return self.store(term, [Entry(*e) for e in entries])
+        if method == "catch_up":
+            term, entries, committed = args
+            return self.catch_up(term, [Entry(*e) for e in entries], committed)
+        if method == "held":
+            state, held = self.held()
+            return state, [tuple(e) for e in held]
+        if method in ("state", "commit", "truncate"):
+            return getattr(self, method)(*args)
+        raise ConfigLogError(f"no such call of a configuration copy: {method!r}")
+
     def held(self) -> tuple[LogState, list[Entry]]:
         """What a new leader reads of this copy to recover the log: its state and every entry."""
         return self.state(), self.entries_after(0)
@@ -130,7 +148,7 @@ class ConfigLogStore:
             "SELECT name, document FROM entries WHERE position IN "
             "(SELECT MAX(position) FROM entries WHERE position <= ? GROUP BY name)", (committed,)
         ).fetchall()
-        return {str(name): json.loads(document) for name, document in rows}
+        return {str(name): json.loads(document) for name, document in rows if name != WRITER}
 
     # -- a leader's writes -------------------------------------------------------------------
 

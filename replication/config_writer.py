@@ -11,14 +11,15 @@ The rules (see :mod:`replication.config_log` for the copies and ``actors.configu
 the writer's place in the cluster):
 
 * **Recovery** (:meth:`ConfigWriter.recover`): a majority of the copies must answer; the term
-  goes above every term seen; the copy with the highest committed position is the truth, with
-  the entries after it that a majority hold (:func:`~replication.config_log.recovered_commit`);
-  every copy is then caught up (cut back to its committed position, sent what it misses).
+  goes above every term seen; the copy with the highest committed position (then the newest last
+  term, then the longest) is the truth, all of it; the writer stores its own entry under the new
+  term after it on a majority (catching every copy up on the way) and commits up to it.
 * **Append** (:meth:`ConfigWriter.append`): a copy that missed an entry is caught up first; the
   entry is stored on every caught-up copy; committed once a majority of the copies the log has
   now stored it, then each is told so. Fewer than a majority: the entry is cut back on every
-  copy asked to store it, and the append is refused (:class:`NotCommitted`) only once all of
-  them confirmed (else a recovery decides, :meth:`ConfigWriter._undo`).
+  copy that may hold it, and the append is refused (:class:`NotCommitted`) only once all of
+  them confirmed; otherwise its outcome is unknown (:class:`OutcomeUnknown`) until the writer's
+  next recovery, which it runs before anything else.
 * **Tending** (:meth:`ConfigWriter.tend`, at the controller's checks, every :data:`TEND_EVERY`): a copy that missed an
   entry is caught up without waiting for the next change; a writer that could not recover
   tries again.
@@ -27,13 +28,13 @@ the writer's place in the cluster):
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from replication.config_entries import ConfigLogError, Entry, LogState, commit_point, majority, newest, recovered_commit
+from replication.config_entries import WRITER, ConfigLogError, Entry, LogState, commit_point, majority, newest
 
-__all__ = ["Answers", "Ask", "CALL_TIMEOUT", "LOG_START_ATTEMPT", "TEND_EVERY", "ConfigWriter", "NoAnswer", "NotCommitted", "OutcomeUnknown", "Step",
-           "decide", "drive"]
+__all__ = ["Answers", "Ask", "CALL_TIMEOUT", "LOG_START_ATTEMPT", "TEND_EVERY", "ConfigWriter", "NoAnswer",
+           "NotCommitted", "OutcomeUnknown", "Step", "decide", "drive", "renewed"]
 
 #: seconds a copy may take to answer before it counts as not having stored an entry
 CALL_TIMEOUT = 10.0
@@ -97,6 +98,12 @@ def drive(step: Step[T], carry: Any) -> T:
         answers = carry(ask)
 
 
+def renewed(known: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]:
+    """The nodes of ``given`` ({node: its copy}) whose copy is another than the one ``known`` had
+    (made again: its node came back)."""
+    return [n for n, copy in given.items() if n in known and known[n] != copy]
+
+
 def decide(documents: dict[str, Any], name: str, document: Any) -> None:
     """After a writer went away during an append and another recovered the log: the change was
     made if the log holds it, else it never will be (:class:`NotCommitted`). This holds because
@@ -124,7 +131,19 @@ class ConfigWriter:
     # -- the operations ----------------------------------------------------------------------
 
     def recover(self, nodes: Iterable[str]) -> Step[dict[str, Any]]:
-        """Recover the log from the copies on ``nodes``; the committed documents."""
+        """Recover the log from the copies on ``nodes``; the committed documents.
+
+        The copy with the highest committed position (then the newest last term, then the longest)
+        among a majority is the truth, all of it: every entry a copy holds was acknowledged (stored
+        on a majority, so every majority has a copy of it, and the truth has it) or has an unknown
+        outcome -- an append is refused only once no copy can hold its entry (:meth:`_undo`). The
+        writer then stores its own entry (:data:`WRITER`, under its new term) after the truth's
+        last on a majority, catching each copy up on the way, and commits everything up to it: a
+        copy that holds an entry this recovery did not take (one it did not read) can never be the
+        truth again (its commit point and last term are behind), so what the recovery did not take
+        is never made -- which is what lets a change of unknown outcome be decided by it. Not
+        ready (:class:`NotCommitted`) until a majority has stored it: a term used twice would give
+        two entries one identity."""
         self.ready = False
         self.nodes = list(nodes)
         found = yield Ask({n: ("held", ()) for n in self.nodes})
@@ -135,21 +154,31 @@ class ConfigWriter:
             if error is None:
                 states[n] = LogState(*held[0])
                 logs[n] = [Entry(*e) for e in held[1]]
-        if len(states) < majority(len(self.nodes)):
+        need = majority(len(self.nodes))
+        if len(states) < need:
             raise NotCommitted(
                 f"the configuration log cannot be recovered: {len(states)} of {len(self.nodes)} node copies "
                 "answered, not a majority"
             )
         self.term = max(s.term for s in states.values()) + 1
         source = newest(states)
-        held = [{(e.position, e.term) for e in entries} for entries in logs.values()]
-        self.committed = recovered_commit(logs[source], states[source].committed, held, len(self.nodes))
-        kept = [e for e in logs[source] if e.position <= self.committed]
-        self.entries = [e for e in kept if not any(later.name == e.name and later.position > e.position
-                                                   for later in kept)]
-        self.documents = {e.name: e.value() for e in sorted(self.entries)}
+        truth, known = logs[source], states[source].committed
+        mark = Entry((truth[-1].position if truth else 0) + 1, self.term, WRITER, json.dumps({"term": self.term}))
+        # what is committed already goes compacted; what is not, whole: a copy committing up to
+        # ``known`` needs every entry there, not one a later, uncommitted entry supersedes
+        sent = _compacted([e for e in truth if e.position <= known]) + [e for e in truth if e.position > known]
         self.copies = {}
-        yield from self._catch_up(self.nodes)
+        entries = [tuple(e) for e in sent + [mark]]
+        done = _states((yield Ask({n: ("catch_up", (self.term, entries, known)) for n in self.nodes})), self.nodes)
+        stored = [n for n, state in done.items() if (state.last, state.last_term) == (mark.position, self.term)]
+        if len(stored) < need:
+            raise NotCommitted(f"the configuration log cannot be recovered: {len(stored)} of {len(self.nodes)} "
+                               "node copies took the writer's term, not a majority")
+        committed = _states((yield Ask({n: ("commit", (self.term, mark.position)) for n in stored})), stored)
+        self.entries = _compacted(sent + [mark])
+        self.committed = mark.position
+        self.copies = {n: state.committed for n, state in committed.items() if state.committed == mark.position}
+        self.documents = {e.name: e.value() for e in sorted(self.entries) if e.name != WRITER}
         self.ready = True
         return dict(self.documents)
 
@@ -165,8 +194,10 @@ class ConfigWriter:
     def append(self, name: str, document: Any) -> Step[int]:
         """Store ``document`` as ``name``'s new version on a majority and commit it; its position.
         Raises :class:`NotCommitted` (nothing changed) otherwise."""
-        if not self.ready:
-            raise NotCommitted("the configuration log is recovering; try again")
+        if not self.ready:  # it lost track of a change, or could not recover: it recovers first
+            if not self.nodes:
+                raise NotCommitted("the configuration log is recovering; try again")
+            yield from self.recover(self.nodes)
         entry = Entry(self.committed + 1, self.term, name, json.dumps(document, sort_keys=True))
         yield from self._catch_up([n for n in self.nodes if self.copies.get(n) != self.committed])  # missed one
         current = [n for n in self.nodes if self.copies.get(n) == self.committed]
@@ -208,26 +239,20 @@ class ConfigWriter:
         """The append of ``entry`` reached no majority: cut it back on every copy that may hold it
         (``held``: one that did not answer may have stored it meanwhile; Ray runs one caller's
         calls to an actor in order, so the cut comes after). :class:`NotCommitted` only when every
-        one of them is cut back: a copy that keeps it could make a later recovery take it, and the
-        change would be made after being refused. Otherwise a recovery says whether it was made
-        (its position then), and :class:`OutcomeUnknown` when not even that can be done."""
+        one of them is cut back: a copy that keeps it could be a later recovery's truth, and the
+        change would be made after being refused. Otherwise :class:`OutcomeUnknown`: the writer
+        recovers before its next operation (or when tended, or asked for its documents), and that
+        recovery decides (see :meth:`recover`)."""
         self.copies = {}  # each copy is caught up (or cut back) before the next append
-        refused = (f"the change to {entry.name} was stored by {stored} of {len(self.nodes)} node copies, not a "
-                   "majority; it is not made")
         if held:
             cut = _states((yield Ask({n: ("truncate", (self.term, self.committed)) for n in held})), held)
-            if len(cut) == len(held):
-                raise NotCommitted(refused)
-        else:
-            raise NotCommitted(refused)
-        try:
-            documents = yield from self.recover(self.nodes)
-        except NotCommitted as e:
-            raise OutcomeUnknown(f"the change to {entry.name} reached no majority, and whether a copy keeps it "
-                                 f"is not known: {e}") from None
-        if json.dumps(documents.get(entry.name), sort_keys=True) == entry.document:
-            return max(e.position for e in self.entries if e.name == entry.name)
-        raise NotCommitted(refused)
+            if len(cut) < len(held):
+                self.ready = False
+                raise OutcomeUnknown(f"the change to {entry.name} reached no majority ({stored} of "
+                                     f"{len(self.nodes)} node copies stored it), and whether a copy keeps it is "
+                                     "not known: the next recovery decides")
+        raise NotCommitted(f"the change to {entry.name} was stored by {stored} of {len(self.nodes)} node copies, "
+                           "not a majority; it is not made")
 
     def position(self) -> dict[str, Any]:
         return {"term": self.term, "committed": self.committed, "copies": dict(self.copies),
@@ -248,6 +273,14 @@ class ConfigWriter:
         for node, state in done.items():
             if state.committed == self.committed:
                 self.copies[node] = self.committed
+
+
+def _compacted(entries: list[Entry]) -> list[Entry]:
+    """``entries`` less those a later one of the same name supersedes."""
+    newest: dict[str, int] = {}
+    for e in entries:
+        newest[e.name] = max(newest.get(e.name, 0), e.position)
+    return [e for e in entries if e.position == newest[e.name]]
 
 
 def _states(answers: Answers, asked: Iterable[str]) -> dict[str, LogState]:

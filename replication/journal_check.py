@@ -107,8 +107,9 @@ def verify(directory: str | os.PathLike[str], partition: int, *, skip_last_segme
     A batch still being written at its end counts as a torn tail, never as damage
     (the file holds a prefix of its bytes: a frame cut short).
     ``skip_last_segment`` leaves that segment unread, which suits a periodic check
-    of a journal in use. If a file goes while it is read (a snapshot let it go),
-    the check starts over. Raises :class:`JournalError` when ``directory`` is not
+    of a journal in use. A covered segment or an older snapshot that goes meanwhile
+    (a newer snapshot let it go) is left out; if a file recovery reads goes, the
+    check starts over. Raises :class:`JournalError` when ``directory`` is not
     a directory."""
     directory = Path(directory)
     for _ in range(_VERIFY_ATTEMPTS):
@@ -135,13 +136,18 @@ def _verify(directory: Path, partition: int, skip_last: bool) -> Verification:
             path = directory / _snapshot_name(sequence)
             try:
                 _read_snapshot(path, partition, sequence, keep=False)
+            except FileNotFoundError:  # a newer snapshot than the listing's let it go: no fallback needs it
+                continue
             except _Bad as e:
                 problems.append(Problem(ProblemKind.SNAPSHOT, path, e.offset, f"{e.reason}; no fallback if "
                                         f"snapshot {found.sequence} fails"))
     walk = _walk_segments(directory, partition, segments, base, keep=False, skip_last=skip_last, opener=_read_data)
     for i in range(walk.start):  # covered by the snapshot: the history export and a fallback read them
         path = directory / _segment_name(segments[i])
-        scan = _scan_segment(path, partition, segments[i], 0, _read_data, keep=False)
+        try:
+            scan = _scan_segment(path, partition, segments[i], 0, _read_data, keep=False)
+        except FileNotFoundError:  # a snapshot newer than ``base`` let it go (the oldest go first)
+            continue
         following = segments[i + 1]
         covered = f"; snapshot {base} covers them"
         if scan.bad is not None:

@@ -5,6 +5,7 @@ writer recovering the log and fencing the old one."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,20 @@ def refused(ref: Any) -> BaseException:
     return caught.value
 
 
+def kill(handle: Any) -> None:
+    """Kill a copy and wait until it is gone (``ray.kill`` returns before the actor is dead, and a
+    call made meanwhile may still run)."""
+    ray.kill(handle, no_restart=True)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            ray.get(handle.state.remote(), timeout=5)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return
+        assert time.monotonic() < deadline, "the killed copy still answers"
+        time.sleep(0.05)
+
+
 def unknown(ref: Any) -> None:
     with pytest.raises(OutcomeUnknown):
         ray.get(ref, timeout=60)
@@ -50,16 +65,16 @@ def test_a_change_commits_on_a_majority_and_fails_whole_without_one(ray_node: An
     writer = log_class().remote()
     try:
         assert get(writer.start.remote(copies)) == {}
-        assert get(writer.append.remote("views", [{"name": "a"}])) == 1
-        ray.kill(copies["n2"], no_restart=True)
-        assert get(writer.append.remote("views", [{"name": "a"}, {"name": "b"}])) == 2  # 2 of 3
-        ray.kill(copies["n1"], no_restart=True)
+        assert get(writer.append.remote("views", [{"name": "a"}])) == 2  # after the writer's own entry
+        kill(copies["n2"])
+        assert get(writer.append.remote("views", [{"name": "a"}, {"name": "b"}])) == 3  # 2 of 3
+        kill(copies["n1"])
         # 1 of 3 stored it and is cut back; whether the two that died with the call had stored it
         # is not known (their files stay): only a recovery from a majority will say
         unknown(writer.append.remote("views", []))
         refused(writer.get_documents.remote())  # the writer recovers first
         position = get(writer.position.remote())
-        assert position["committed"] == 2 and position["majority"] == 2
+        assert position["committed"] == 3 and position["majority"] == 2
     finally:
         for handle in [writer, *copies.values()]:
             ray.kill(handle, no_restart=True)
@@ -80,9 +95,9 @@ def test_a_new_writer_recovers_the_log_catches_copies_up_and_fences_the_old_one(
         documents = get(new.start.remote(copies))  # all three: n2 is caught up
         assert documents == {"security": {"version": 1}, "session_trees": [["t", 1]]}
         refused(old.append.remote("security", {"version": 99}))  # a term behind: every copy refuses
-        assert get(new.append.remote("security", {"version": 2})) == 3
-        ray.kill(copies["n0"], no_restart=True)
-        ray.kill(copies["n1"], no_restart=True)
+        assert get(new.append.remote("security", {"version": 2})) == 5  # the new writer's own entry is 4
+        kill(copies["n0"])
+        kill(copies["n1"])
         unknown(new.append.remote("security", {"version": 3}))
     finally:
         for handle in [old, new, *copies.values()]:
@@ -91,7 +106,7 @@ def test_a_new_writer_recovers_the_log_catches_copies_up_and_fences_the_old_one(
     assert on_disk(tmp_path, "n0")["security"] == {"version": 2}
 
 
-def test_recovery_takes_the_highest_committed_copy_and_drops_what_was_never_committed(
+def test_recovery_takes_the_most_up_to_date_copy_whole_and_every_copy_follows_it(
     ray_node: Any, tmp_path: Path
 ) -> None:
     copies = agents(tmp_path, ["n0", "n1", "n2"])
@@ -99,12 +114,13 @@ def test_recovery_takes_the_highest_committed_copy_and_drops_what_was_never_comm
     try:
         get(first.start.remote(copies))
         get(first.append.remote("views", ["committed"]))
-        # a writer that died after storing on one copy only: never committed, never answered
-        get(copies["n2"].store_entries.remote(1, [(2, 1, "views", json.dumps(["half"]))]))
+        # a writer that died after storing on one copy only, never answered: its outcome unknown, and
+        # that copy is the most up to date (the same commit point and last term, and longer)
+        get(copies["n2"].store_entries.remote(1, [(3, 1, "views", json.dumps(["half"]))]))
         ray.kill(first, no_restart=True)
         second = log_class().remote()
-        assert get(second.start.remote(copies)) == {"views": ["committed"]}
-        assert get(second.append.remote("views", ["next"])) == 2
+        assert get(second.start.remote(copies)) == {"views": ["half"]}
+        assert get(second.append.remote("views", ["next"])) == 5  # the second writer's own entry is 4
         ray.kill(second, no_restart=True)
     finally:
         for handle in copies.values():
@@ -137,9 +153,10 @@ def test_an_entry_stored_on_a_majority_survives_a_writer_that_died_before_commit
     try:
         get(first.start.remote(copies))
         get(first.append.remote("views", ["one"]))
-        term = get(copies["n0"].state.remote()).term
+        state = get(copies["n0"].state.remote())
         for name in ("n0", "n1"):  # stored by two of three, then the writer died: no commit anywhere
-            get(copies[name].store_entries.remote(term, [(2, term, "views", json.dumps(["two"]))]))
+            get(copies[name].store_entries.remote(state.term, [(state.last + 1, state.term, "views",
+                                                                json.dumps(["two"]))]))
         ray.kill(first, no_restart=True)
         second = log_class().remote()
         assert get(second.start.remote(copies)) == {"views": ["two"]}

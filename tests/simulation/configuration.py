@@ -16,12 +16,13 @@
   ``actors.configuration.commit`` does.
 * :class:`SimConfiguration` -- what the controller does for the log (``ControllerActor``'s
   ``_copies_on``, ``_recover_config_log``, ``_agents_follow_nodes``), for ``ManagedController``.
-* :class:`ConfigChecker` -- the log's invariants, at every commit on every copy:
-  **prefix consistency** (an entry committed at a position on one copy is the entry committed
-  there on every copy, and each copy's documents are the committed history's up to its
-  committed position); **no acknowledged change lost** and **no failed change made** (checked
-  as entries are committed, and once more when the run converges); **convergence** (the writer
-  recovered and idle, every alive node's copy committed as far as the writer, with its documents).
+* :class:`ConfigChecker` -- the log's invariants. At every commit on every copy: **prefix
+  consistency** (an entry committed at a position on one copy is the entry committed there on
+  every copy, and each copy's documents are the committed history's up to its committed
+  position) and **no refused change made** (also checked when a change is refused). When the run
+  converges: **no acknowledged change lost** (each is in the committed history, and its document's
+  newest version or followed by a newer one) and **every copy caught up** (the writer recovered
+  and idle, every alive node's copy committed as far as the writer, with its documents).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from actors.cluster import CallTimeout
-from replication.config_log import ConfigLogError, ConfigLogStore, Entry, LogState
-from replication.config_writer import CALL_TIMEOUT, LOG_START_ATTEMPT, TEND_EVERY, Answers, ConfigWriter, NotCommitted, Step, decide
+from replication.config_log import WRITER, ConfigLogError, ConfigLogStore, Entry, LogState
+from replication.config_writer import CALL_TIMEOUT, LOG_START_ATTEMPT, TEND_EVERY, Answers, ConfigWriter, NotCommitted
+from replication.config_writer import Step, decide, renewed
 from tests.simulation.processes import ActorUnavailable, Process, SimNode
 from tests.simulation.world import MS, SECOND
 
@@ -73,25 +75,13 @@ class SimAgent(Process):
         try:
             if method == "incarnation":
                 result: Any = self.incarnation
-            elif method == "store_entries":
-                term, entries = args
-                result = store.store(term, [Entry(*e) for e in entries])
-            elif method == "commit":
+            elif method in ("commit", "catch_up"):  # what it newly commits goes to the checker
                 before = store.state().committed
-                pending = store.entries_after(before)
-                result = store.commit(*args)
-                self.config.checker.committed(self, [e for e in pending if e.position <= result.committed])
-            elif method == "catch_up":
-                term, entries, committed = args
-                before = store.state().committed
-                result = store.catch_up(term, [Entry(*e) for e in entries], committed)
-                self.config.checker.committed(self, [Entry(*e) for e in entries
-                                                     if before < e[0] <= result.committed])
-            elif method == "held":
-                state, entries = store.held()
-                result = (state, [tuple(e) for e in entries])
-            else:  # state, begin_term, truncate
-                result = getattr(store, method)(*args)
+                pending = [Entry(*e) for e in args[1]] if method == "catch_up" else store.entries_after(before)
+                result = store.answer(method, *args)
+                self.config.checker.committed(self, sorted({e for e in pending if e.position <= result.committed}))
+            else:
+                result = store.answer(method, *args)
         except ConfigLogError as e:
             reply(None, e)
             return
@@ -136,8 +126,9 @@ class SimWriter(Process):
         elif method == "get_documents":
             if self.writer.ready:
                 reply(dict(self.writer.documents), None)
-            else:
-                reply(None, NotCommitted("the configuration log is recovering; try again"))
+            else:  # it recovers first, after what runs (the actor's lock)
+                self.queue.append((method, args, reply))
+                self._next()
         else:
             self.queue.append((method, args, reply))
             self._next()
@@ -150,11 +141,15 @@ class SimWriter(Process):
         if method == "start":
             self.agents = dict(args[0])
             step = self.writer.recover(list(self.agents))
+        elif method == "get_documents":
+            writer = self.writer
+            step = _then(writer.tend(list(self.agents)) if not writer.ready else iter(()),
+                         lambda: dict(writer.documents) if writer.ready else _recovering())
         elif method in ("set_agents", "tend"):
-            renewed = [n for n, agent in args[0].items() if n in self.agents and self.agents[n] is not agent]
+            changed = renewed(self.agents, args[0])
             self.agents = dict(args[0])
             nodes = list(self.agents)
-            step = self.writer.set_nodes(nodes, renewed) if method == "set_agents" else self.writer.tend(nodes, renewed)
+            step = self.writer.set_nodes(nodes, changed) if method == "set_agents" else self.writer.tend(nodes, changed)
         else:
             assert method == "append", method
             step = self.writer.append(*args)
@@ -196,6 +191,16 @@ class SimWriter(Process):
             agent = self.agents[node]
             self.sim.calls.call(self, agent, method, args, CALL_MS,
                                 lambda result, error, node=node: answered(node, result, error))
+
+
+def _then(step: Step[Any], result: Callable[[], Any]) -> Step[Any]:
+    """``step``, then ``result()`` as its own result."""
+    yield from step
+    return result()
+
+
+def _recovering() -> Any:
+    raise NotCommitted("the configuration log is recovering; try again")
 
 
 class SimServices(Process):
@@ -440,7 +445,7 @@ class ConfigChecker:
     def documents_at(self, position: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for p in sorted(self.history):
-            if p <= position:
+            if p <= position and self.history[p].name != WRITER:
                 out[self.history[p].name] = self.history[p].value()
         return out
 
@@ -462,7 +467,7 @@ class ConfigChecker:
             found = at.get(text)
             if found is None or (position is not None and found != position):
                 raise self._fail("lost configuration change", f"the change of {name} to {text} was acknowledged "
-                                                              f"(at {position}); the committed history has it at {found}")
+                                 f"(at {position}); the committed history has it at {found}")
             newer = any(e.name == name and p > found for p, e in self.history.items())
             if not newer and json.dumps(documents.get(name), sort_keys=True) != text:
                 raise self._fail("lost configuration change", f"{name} is {documents.get(name)} after the change "

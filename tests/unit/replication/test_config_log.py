@@ -22,7 +22,6 @@ from replication.config_log import (
     import_documents,
     majority,
     newest,
-    recovered_commit,
 )
 
 
@@ -167,13 +166,3 @@ def test_the_json_files_of_a_single_node_are_imported(tmp_path: Path) -> None:
     files = {"security": tmp_path / "security.json", "views": tmp_path / "views.json",
              "session_trees": tmp_path / "session_trees.json"}
     assert import_documents(files) == [("security", {"version": 3}), ("views", [{"name": "v"}])]
-
-
-def test_recovery_keeps_an_entry_a_majority_stored_even_if_no_copy_heard_it_committed() -> None:
-    source = [entry(1, 1, "views", []), entry(2, 1, "views", ["a"]), entry(3, 1, "views", ["b"])]
-    stored_by_two = [{(1, 1), (2, 1)}, {(1, 1), (2, 1), (3, 1)}, {(1, 1)}]
-    assert recovered_commit(source, 1, stored_by_two, 3) == 2  # 3 is on one copy only: dropped
-    assert recovered_commit(source, 1, [{(1, 1)}, {(1, 1)}, set()], 3) == 1
-    other_term = [{(1, 1), (2, 2)}, {(1, 1), (2, 1)}, {(1, 1)}]
-    assert recovered_commit(source, 1, other_term, 3) == 1  # the same position, but not the same entry
-    assert recovered_commit(source, 3, [], 3) == 3

@@ -25,19 +25,8 @@ class Copies:
             if node in self.down:
                 answers[node] = (None, NoAnswer(node))
                 continue
-            store = self.stores[node]
             try:
-                if method == "store_entries":
-                    term, entries = args
-                    answers[node] = (store.store(term, [Entry(*e) for e in entries]), None)
-                elif method == "held":
-                    state, entries = store.held()
-                    answers[node] = ((state, [tuple(e) for e in entries]), None)
-                elif method == "catch_up":
-                    term, entries, committed = args
-                    answers[node] = (store.catch_up(term, [Entry(*e) for e in entries], committed), None)
-                else:
-                    answers[node] = (getattr(store, method)(*args), None)
+                answers[node] = (self.stores[node].answer(method, *args), None)
             except Exception as e:
                 answers[node] = (None, e)
         return answers
@@ -50,11 +39,12 @@ def test_a_change_commits_on_a_majority_and_a_copy_that_missed_it_is_caught_up_f
     copies = Copies("a", "b", "c")
     writer = ConfigWriter()
     assert copies.run(writer.recover(["a", "b", "c"])) == {}
+    assert writer.committed == 1  # the writer's own entry, under its term
     copies.down = {"c"}
-    assert copies.run(writer.append("views", {"v": 1})) == 1
-    assert copies.stores["c"].state().committed == 0
+    assert copies.run(writer.append("views", {"v": 1})) == 2
+    assert copies.stores["c"].state().committed == 1
     copies.down = set()
-    assert copies.run(writer.append("views", {"v": 2})) == 2
+    assert copies.run(writer.append("views", {"v": 2})) == 3
     assert {n: s.documents() for n, s in copies.stores.items()} == {n: {"views": {"v": 2}} for n in "abc"}
 
 
@@ -74,7 +64,7 @@ def test_a_change_no_majority_stored_is_cut_back_where_it_was_and_refused() -> N
     copies.run(writer.recover(["a", "b", "c"]))
     with pytest.raises(NotCommitted, match="stored by 1 of 3"):
         copies.run(writer.append("views", {"v": 1}))
-    assert all(store.state().last == 0 for store in copies.stores.values()) and writer.documents == {}
+    assert all(store.state().last == 1 for store in copies.stores.values()) and writer.documents == {}
     assert writer.ready
 
 
@@ -83,14 +73,15 @@ def test_a_change_whose_copies_did_not_answer_has_an_unknown_outcome_until_a_rec
     writer = ConfigWriter()
     copies.run(writer.recover(["a", "b", "c"]))
     copies.down = {"b", "c"}  # they may have stored it, for all the writer knows
-    with pytest.raises(OutcomeUnknown, match="1 of 3 node copies answered"):
+    with pytest.raises(OutcomeUnknown, match="1 of 3 node copies stored it"):
         copies.run(writer.append("views", {"v": 1}))
-    with pytest.raises(NotCommitted, match="recovering"):
+    assert not writer.ready
+    with pytest.raises(NotCommitted, match="1 of 3 node copies answered"):  # it recovers first: no majority
         copies.run(writer.append("security", {"s": 1}))
     copies.down = {"c"}
     copies.run(writer.tend(["a", "b", "c"]))
     assert writer.ready and writer.documents == {}  # not made: no copy but a had it, and a cut it back
-    assert copies.run(writer.append("security", {"s": 1})) == 1
+    assert copies.run(writer.append("security", {"s": 1})) == 3  # after the two writers' own entries
     assert copies.stores["a"].documents() == {"security": {"s": 1}}
 
 
@@ -109,23 +100,22 @@ class Late(Copies):
         return super().carry(ask)
 
 
-def test_a_change_a_copy_may_keep_is_not_refused_until_a_recovery_decided() -> None:
+def test_a_change_a_copy_may_keep_is_not_refused_and_the_next_recovery_decides() -> None:
     copies = Late("a", "b", "c")
     writer = ConfigWriter()
     copies.run(writer.recover(["a", "b", "c"]))
     copies.down = {"c"}
-    # a and b stored it (b's answer lost); b does not answer the cut back, so b may keep it and the
-    # change is not refused; a alone is no majority to recover from: the outcome is not known
+    # a and b stored it (b's answer lost); b does not answer the cut back, so b may keep it: not
+    # refused, the outcome unknown
     with pytest.raises(OutcomeUnknown):
         copies.run(writer.append("views", {"v": 1}))
-    assert not writer.ready
-    copies.run(writer.tend(["a", "b", "c"]))
-    assert not writer.ready  # still no majority
     copies.down = {"c"}
-    copies.run(writer.tend(["a", "b", "c"]))  # b is back: only b kept it, so it was not made (a's was cut)
-    assert writer.ready and writer.documents == {}
-    assert all(store.state().last == 0 for store in copies.stores.values())  # and no copy keeps it
-    assert copies.run(writer.append("views", {"v": 2})) == 1
+    copies.run(writer.tend(["a", "b", "c"]))  # b, the most up to date of a and b, holds it: made
+    assert writer.ready and writer.documents == {"views": {"v": 1}}
+    assert copies.stores["a"].documents() == {"views": {"v": 1}}
+    copies.down = set()
+    copies.run(writer.tend(["a", "b", "c"]))
+    assert copies.stores["c"].documents() == {"views": {"v": 1}}
 
 
 def test_a_new_writer_keeps_an_entry_a_majority_stored_though_none_heard_it_committed() -> None:
@@ -139,7 +129,39 @@ def test_a_new_writer_keeps_an_entry_a_majority_stored_though_none_heard_it_comm
     new = ConfigWriter()
     assert copies.run(new.recover(["a", "b", "c"])) == {"views": {"v": 1}}
     assert new.term == old.term + 1
-    assert all(s.state().committed == 1 for s in copies.stores.values())
+    assert all(s.state().committed == 3 for s in copies.stores.values())
+
+
+def test_an_acknowledged_change_survives_a_recovery_that_reads_one_of_its_copies() -> None:
+    """Stored on a and b (so acknowledged), committed nowhere; the next writer reads b and c only."""
+    copies = Copies("a", "b", "c")
+    old = ConfigWriter()
+    copies.run(old.recover(["a", "b", "c"]))
+    ask = old.append("views", {"v": 1}).send(None)
+    copies.carry(Ask({n: ask.calls[n] for n in ("a", "b")}))
+    copies.down = {"a"}
+    assert copies.run(ConfigWriter().recover(["a", "b", "c"])) == {"views": {"v": 1}}
+
+
+def test_a_recovery_that_stores_its_term_on_no_majority_is_not_ready() -> None:
+    """Else a later recovery reading another majority could take the same term again."""
+    copies = Refusing("a", "b", "c")
+    copies.stores["b"].store(1, [Entry(1, 1, "views", "[]")])  # a copy ahead of the others
+
+    class NoCatchUp(Refusing):
+        def carry(self, ask: Ask) -> Answers:
+            answers = super().carry(ask)
+            for node, (method, _) in ask.calls.items():
+                if method == "catch_up" and node != "a":
+                    answers[node] = (None, NoAnswer(node))
+            return answers
+
+    stuck = NoCatchUp("a", "b", "c")
+    stuck.stores = copies.stores
+    writer = ConfigWriter()
+    with pytest.raises(NotCommitted, match="1 of 3 node copies took the writer's term"):
+        stuck.run(writer.recover(["a", "b", "c"]))
+    assert not writer.ready
 
 
 def test_recovery_needs_a_majority_to_answer() -> None:
@@ -172,3 +194,25 @@ def test_a_writer_never_started_recovers_when_tended() -> None:
     assert not restarted.ready
     copies.run(restarted.tend(["a", "b", "c"]))
     assert restarted.ready and restarted.documents == {"security": {"s": 1}}
+
+
+def test_a_copy_caught_up_to_the_truths_commit_point_gets_every_entry_up_to_it() -> None:
+    """The truth commits ``views`` v1 at 2 and holds v2 at 3, not committed; a lagging copy is
+    caught up to 2 before the writer's own entry is committed: it must get v1 (not only v2, which
+    supersedes it but is not committed there yet)."""
+
+    class NoCommitToC(Copies):
+        def carry(self, ask: Ask) -> Answers:
+            answers = super().carry(Ask({n: c for n, c in ask.calls.items() if not (n == "c" and c[0] == "commit")}))
+            answers.update({n: (None, NoAnswer(n)) for n, c in ask.calls.items() if n == "c" and c[0] == "commit"})
+            return answers
+
+    copies = NoCommitToC("a", "b", "c")
+    copies.run(ConfigWriter().recover(["a", "b", "c"]))
+    for node in ("a", "b"):
+        copies.stores[node].store(1, [Entry(2, 1, "views", '{"v": 1}')])
+        copies.stores[node].commit(1, 2)
+    copies.stores["a"].store(1, [Entry(3, 1, "views", '{"v": 2}')])
+    writer = ConfigWriter()
+    assert copies.run(writer.recover(["a", "b", "c"])) == {"views": {"v": 2}}
+    assert copies.stores["c"].state().committed == 2 and copies.stores["c"].documents() == {"views": {"v": 1}}
