@@ -193,7 +193,8 @@ class ConfigWriter:
 
     def append(self, name: str, document: Any) -> Step[int]:
         """Store ``document`` as ``name``'s new version on a majority and commit it; its position.
-        Raises :class:`NotCommitted` (nothing changed) otherwise."""
+        Otherwise :class:`NotCommitted` (nothing changed), or :class:`OutcomeUnknown` when a copy
+        may still hold it (see :meth:`_undo`). A writer not ready recovers first."""
         if not self.ready:  # it lost track of a change, or could not recover: it recovers first
             if not self.nodes:
                 raise NotCommitted("the configuration log is recovering; try again")
