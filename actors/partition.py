@@ -828,6 +828,9 @@ class Partition:
                 read.add_done_callback(lambda _: setattr(self, "_exporting", False))
 
         self._export_timer = loop.call_later(every_ms / 1000, tick)
+        if self.replica.role is Role.PRIMARY:  # ready before the first export, or a clean stop's
+            self._export_process = export_worker.ExportProcess(exporter)
+            loop.run_in_executor(None, self._export_process.start).add_done_callback(_logged_failure)
 
     def export_history(self, handing_over: bool = False) -> asyncio.Future[Any] | None:
         """Start an export (None: one runs, nothing is due, or this replica is not the primary;
@@ -854,7 +857,7 @@ class Partition:
 
         def done(future: asyncio.Future[Any]) -> None:
             self._exporting = False
-            error = future.exception()
+            error = None if future.cancelled() else future.exception()
             if error is not None:
                 log.error("partition %d: exporting its history failed (it retries): %s", self.index, error)
 
@@ -872,9 +875,12 @@ class Partition:
                 await asyncio.wait_for(asyncio.shield(running), timeout)
             last = self.export_history(handing_over=True)
             if last is not None:
-                await asyncio.wait_for(last, timeout)
+                await asyncio.wait_for(asyncio.shield(last), timeout)
+        except TimeoutError:
+            log.error("partition %d: exporting its history took longer than %.0f s; the history lacks its "
+                      "newest changes until this partition's next primary exports them", self.index, timeout)
         except Exception as e:  # noqa: BLE001 - the handover or stop goes on; a successor logs any gap
-            log.error("partition %d: exporting its history failed: %s", self.index, e)
+            log.error("partition %d: exporting its history failed: %s: %s", self.index, type(e).__name__, e)
 
     def close(self) -> None:
         if self._removal_timer is not None:
@@ -932,6 +938,13 @@ class Partition:
                 "acknowledged": self.acknowledged_sequence(),
             },
         }
+
+
+def _logged_failure(future: asyncio.Future[Any]) -> None:
+    """A done callback for work started and not awaited: what went wrong is logged."""
+    error = None if future.cancelled() else future.exception()
+    if error is not None:
+        log.error("%s: %s", type(error).__name__, error)
 
 
 def _where(address: dict[str, Any] | None) -> str | None:
@@ -1045,10 +1058,10 @@ class PartitionActor:
         return (await self._core()).position()
 
     async def stop(self) -> None:
-        """Export what the history lacks (a primary, within 8 s) and close the journal cleanly
+        """Export what the history lacks (a primary, within 12 s) and close the journal cleanly
         (what waits for an fsync gets it)."""
         if self.core is not None:
-            await self.core.final_export(8.0)
+            await self.core.final_export(12.0)
             self.core.close()
         elif self._journal is not None:
             self._journal.close()

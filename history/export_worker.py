@@ -47,14 +47,7 @@ class ExportProcess:
             "segments": [[str(s.path), s.first_sequence, s.last_sequence] for s in segments],
         }
         with self._lock:
-            if self._stopped:
-                raise ExportFailed("the export process was stopped")
-            child = self._child
-            if child is None or child.poll() is not None:
-                child = self._child = subprocess.Popen(
-                    [sys.executable, "-m", "history.export_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    text=True,
-                )
+            child = self._started()
             assert child.stdin is not None and child.stdout is not None
             try:
                 child.stdin.write(json.dumps(job) + "\n")
@@ -71,6 +64,23 @@ class ExportProcess:
         self.exporter.record(report)
         return report
 
+    def start(self) -> None:
+        """Start the process now (it imports pyarrow before it reads a job), so that an export
+        soon after -- the one a clean stop makes, within its bound -- does not wait for it."""
+        with self._lock:
+            self._started()
+
+    def _started(self) -> subprocess.Popen[str]:
+        if self._stopped:
+            raise ExportFailed("the export process was stopped")
+        child = self._child
+        if child is None or child.poll() is not None:
+            child = self._child = subprocess.Popen(
+                [sys.executable, "-m", "history.export_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                text=True,
+            )
+        return child
+
     def stop(self) -> None:
         """End the process (an export in progress leaves whole or temporary files: the next goes on)."""
         self._stopped = True
@@ -85,6 +95,7 @@ def main() -> int:
         os.nice(10)
     except OSError:
         pass
+    import pyarrow.parquet  # noqa: F401 - before the first job: a started process is ready to export
     exporters: dict[tuple[str, int], Exporter] = {}  # kept between jobs: their retention clock too
     for line in sys.stdin:
         job: dict[str, Any] = json.loads(line)

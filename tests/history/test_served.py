@@ -108,6 +108,6 @@ def test_a_clean_stop_exports_what_the_history_lacks(tmp_path: Path) -> None:
         assert srv.stop() == 0, srv.output
     rows = [r for r in exported(tmp_path / "data" / "history") if r["path"].startswith("quiet/")]
     assert sorted((r["path"], r["op"]) for r in rows if r["op"] == "add") == sorted(
-        (f"quiet/{i}", "add") for i in range(20))
+        (f"quiet/{i}", "add") for i in range(20)), srv.output
     assert {r["path"]: json.loads(r["value_json"]) for r in rows if r["value_json"]} == {
         f"quiet/{i}": i for i in range(20)}
