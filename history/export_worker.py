@@ -11,6 +11,7 @@ lower priority (nice 10): the history can wait, the data plane cannot.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -95,7 +96,7 @@ def main() -> int:
         os.nice(10)
     except OSError:
         pass
-    import pyarrow.parquet  # noqa: F401 - before the first job: a started process is ready to export
+    importlib.import_module("pyarrow.parquet")  # before the first job: a started process is ready to export
     exporters: dict[tuple[str, int], Exporter] = {}  # kept between jobs: their retention clock too
     for line in sys.stdin:
         job: dict[str, Any] = json.loads(line)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from lark import Lark, Token, Transformer, Tree, v_args
@@ -311,9 +311,15 @@ class _Build(Transformer[Token, Node]):
         return And(tuple(i for i in items if isinstance(i, Node)))
 
 
-_PARSER = Lark.open_from_package(
-    "sessions", "filter.lark", parser="lalr", propagate_positions=True, maybe_placeholders=True
-)
+@cache
+def _parser() -> Lark:
+    """The grammar's LALR parser, built when first needed: building it is a tenth of a second,
+    which every process importing this module (each of canopy's actors, through the controller's
+    class) would otherwise pay at start-up, parsing a filter or not."""
+    return Lark.open_from_package(
+        "sessions", "filter.lark", parser="lalr", propagate_positions=True, maybe_placeholders=True
+    )
+
 
 _EXPECTED_NAMES = {
     "KEY": "a property key",
@@ -372,7 +378,7 @@ def parse_filter(text: str) -> SessionFilter:
     if not text.strip():
         raise FilterSyntaxError("empty filter (use 'all' for every session)", text, 1, 1)
     try:
-        parsed = _PARSER.parse(text)  # LALR: a loop over an explicit stack, never recursion
+        parsed = _parser().parse(text)  # LALR: a loop over an explicit stack, never recursion
         deep = _too_deep(parsed)
         if deep is not None:
             raise FilterSyntaxError(

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from lark import Lark, Token, Tree
@@ -123,9 +123,15 @@ class ViewSemanticError(ViewSpecError):
     pass
 
 
-_GRAMMAR = Lark.open_from_package(
-    "views", "view.lark", parser="lalr", lexer="contextual", propagate_positions=True, maybe_placeholders=True
-)
+@cache
+def _grammar() -> Lark:
+    """The grammar's LALR parser, built when first needed (a tenth of a second that every process
+    importing this module would otherwise pay at start-up)."""
+    return Lark.open_from_package(
+        "views", "view.lark", parser="lalr", lexer="contextual", propagate_positions=True, maybe_placeholders=True
+    )
+
+
 #: what a backslash escapes in quoted text; any other backslash stays as it is
 ESCAPABLE = frozenset("'\"<\\")
 
@@ -167,7 +173,7 @@ def parse_view(text: str) -> ViewSpec:
         raise ViewSyntaxError(f"a specification is text, not {type(text).__name__}", "", 1, 1)
     blanked = _blank_comments(text)
     try:
-        tree = _GRAMMAR.parse(blanked)
+        tree = _grammar().parse(blanked)
     except UnexpectedEOF as e:
         line, column = _end(text)
         raise ViewSyntaxError(f"the specification ends early; expected {_expected(e.expected)}", text, line, column) from None

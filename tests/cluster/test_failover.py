@@ -48,9 +48,17 @@ def _cluster(where: Path) -> Iterator[Server]:
     assert code == 0, srv.output
 
 
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A 3-node cluster for the tests that crash or pause nodes, one after the other (the crashed
+    node rejoins before its test ends; the paused one leaves for good, last): each begins by waiting
+    for a healthy cluster, and meets one that went through the faults before it."""
+    yield from _cluster(tmp_path_factory.mktemp("faults"))
+
+
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Server]:
-    """A 3-node cluster of the test's own: for tests that crash, pause or stop nodes."""
+def own_cluster(tmp_path: Path) -> Iterator[Server]:
+    """A 3-node cluster of the test's own."""
     yield from _cluster(tmp_path)
 
 
@@ -632,7 +640,7 @@ async def test_a_paused_primary_acknowledges_nothing_after_its_successor_took_ov
     now = wait_for(lambda: (s := status(cluster))["healthy"] and s, 60, "a healthy cluster")
     victim = next(p["primary"] for p in now["partitions"] if p["primary"] != "node-0")
     home = [gateway_url(now, "node-0")]
-    work = Workload(home, ADMIN, publishers=2, topics=12, subscribers=1)
+    work = Workload(home, ADMIN, publishers=2, topics=12, subscribers=1, branch="paused")
     stranded = Workload([gateway_url(now, victim), *home], ADMIN, publishers=1, topics=6, subscribers=1,
                         branch="stranded")
     raylet = local_node(cluster, victim)["raylet_pid"]
@@ -743,11 +751,12 @@ async def test_a_whole_cluster_restarts_from_its_data_directories(tmp_path: Path
 
 
 @pytest.mark.soak
-async def test_soak_nodes_crashed_and_paused_in_turn_lose_nothing_acknowledged(cluster: Server) -> None:
+async def test_soak_nodes_crashed_and_paused_in_turn_lose_nothing_acknowledged(own_cluster: Server) -> None:
     """The long variant of scenarios 1, 2 and 3 (``make soak``): while clients publish
     through two gateways, node-1 and node-2 are crashed and started again in turn, and
     paused past the failure detector, round after round; after each round the cluster
     must be whole again (healthy, balanced, every node's copy of the log caught up)."""
+    cluster = own_cluster
     loop = asyncio.get_running_loop()
     home, work, roaming = two_workloads(cluster, topics=10)
 

@@ -12,14 +12,16 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import canopy
 from tests.checking import Workload, check, finish, progressed
 from tests.conftest import wait_for
-from tests.e2e.conftest import ADMIN, Server, cli
+from tests.e2e.conftest import ADMIN, Server, cli, serving
 from tests.e2e.test_supervision import _actor_pid, _descendants, _instance_gone, _session_dir
 
 RECOVERY = 60.0  # seconds a recovery may take here (two busy cores)
@@ -30,7 +32,7 @@ def back(srv: Server, actor: str, seen: int) -> bool:
     return sum(f"({actor}) is back and serving" in line for line in srv.lines) > seen
 
 
-async def run_with(srv: Server, fault: object, writes: int, **shape: int) -> Workload:
+async def run_with(srv: Server, fault: object, writes: int, **shape: Any) -> Workload:
     """The workload writing, the fault, the workload writing again (``writes`` more acknowledged
     writes on every topic before the fault and after it), then every final value read and seen
     by the subscribers."""
@@ -50,19 +52,6 @@ def kill_actor(srv: Server, actor: str) -> None:
     seen = sum(f"({actor}) is back and serving" in line for line in srv.lines)
     os.kill(_actor_pid(srv.proc.pid, actor), signal.SIGKILL)
     wait_for(lambda: back(srv, actor, seen), RECOVERY, f"the {actor} to be back")
-
-
-@pytest.mark.parametrize("actor", ["PartitionActor", "GatewayActor", "ControllerActor"])
-async def test_a_killed_actor_loses_nothing_acknowledged(tmp_path: Path, actor: str) -> None:
-    srv = Server(tmp_path / "data", "--partitions", "2").wait_ready()
-    try:
-        work = await run_with(srv, lambda: kill_actor(srv, actor), 20, publishers=2, topics=8, subscribers=2)
-    finally:
-        assert srv.stop() == 0, srv.output
-    report = check(work.history)
-    print(f"[durability] {actor} killed: {report}")
-    assert report.valid, report
-    assert report.acknowledged > 100, report  # it did publish, before and after the fault
 
 
 async def test_a_killed_serve_restarts_with_everything_acknowledged(tmp_path: Path) -> None:
@@ -93,31 +82,6 @@ async def test_a_killed_serve_restarts_with_everything_acknowledged(tmp_path: Pa
     print(f"[durability] canopy serve killed and restarted: {report}")
     assert report.valid, report
     assert report.acknowledged > 100, report
-
-
-async def test_reference_topics_come_back_after_the_evaluator_is_killed(tmp_path: Path) -> None:
-    srv = Server(tmp_path / "data", "--partitions", "2").wait_ready()
-    try:
-        async with canopy.connect(srv.url, *ADMIN) as s:
-            for i in range(5):
-                await s.topics.add_and_set(f"src/{i}", {"v": i})
-            await s.views.create("mirror", "map ?src// to ref/<path(1)>")
-
-            async def refs() -> dict[str, object]:
-                return {r.path: r.value for r in await s.topics.fetch("?ref//")}
-
-            async def until(expected: dict[str, object]) -> None:
-                end = time.monotonic() + RECOVERY
-                while (found := await refs()) != expected:
-                    assert time.monotonic() < end, f"reference topics {found}, expected {expected}"
-                    await asyncio.sleep(0.2)
-
-            await until({f"ref/{i}": {"v": i} for i in range(5)})
-            await asyncio.get_running_loop().run_in_executor(None, kill_actor, srv, "ViewEvaluatorActor")
-            await s.topics.set("src/0", {"v": 100})  # a change the restarted evaluator must see
-            await until({"ref/0": {"v": 100}, **{f"ref/{i}": {"v": i} for i in range(1, 5)}})
-    finally:
-        assert srv.stop() == 0, srv.output
 
 
 async def test_configuration_changes_are_made_whole_or_refused_when_the_log_writer_is_killed(
@@ -212,3 +176,45 @@ async def test_soak_repeated_partition_kills_lose_nothing_acknowledged(tmp_path:
     report = check(work.history)
     print(f"[durability] soak, 4 partition kills: {report}")
     assert report.valid, report
+
+
+# one serve, its actors killed one after the other (kept last: the serve lives until the module ends)
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One serve for the tests that kill one of its actors each: it is killed again and again, and
+    must serve through every kill and still stop cleanly (status 0)."""
+    yield from serving(tmp_path_factory, "killed", "--partitions", "2")
+
+
+@pytest.mark.parametrize("actor", ["PartitionActor", "GatewayActor", "ControllerActor"])
+async def test_a_killed_actor_loses_nothing_acknowledged(killed: Server, actor: str) -> None:
+    srv = killed
+    work = await run_with(srv, lambda: kill_actor(srv, actor), 20, publishers=2, topics=8, subscribers=2,
+                          branch=f"check-{actor}")
+    report = check(work.history)
+    print(f"[durability] {actor} killed: {report}")
+    assert report.valid, report
+    assert report.acknowledged > 100, report  # it did publish, before and after the fault
+
+
+async def test_reference_topics_come_back_after_the_evaluator_is_killed(killed: Server) -> None:
+    srv = killed
+    async with canopy.connect(srv.url, *ADMIN) as s:
+        for i in range(5):
+            await s.topics.add_and_set(f"src/{i}", {"v": i})
+        await s.views.create("mirror", "map ?src// to ref/<path(1)>")
+
+        async def refs() -> dict[str, object]:
+            return {r.path: r.value for r in await s.topics.fetch("?ref//")}
+
+        async def until(expected: dict[str, object]) -> None:
+            end = time.monotonic() + RECOVERY
+            while (found := await refs()) != expected:
+                assert time.monotonic() < end, f"reference topics {found}, expected {expected}"
+                await asyncio.sleep(0.2)
+
+        await until({f"ref/{i}": {"v": i} for i in range(5)})
+        await asyncio.get_running_loop().run_in_executor(None, kill_actor, srv, "ViewEvaluatorActor")
+        await s.topics.set("src/0", {"v": 100})  # a change the restarted evaluator must see
+        await until({"ref/0": {"v": 100}, **{f"ref/{i}": {"v": i} for i in range(1, 5)}})

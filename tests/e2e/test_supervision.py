@@ -14,6 +14,7 @@ import re
 import signal
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from actors.processes import arguments as _args
 from actors.processes import descendants as _descendants
 from cluster.serve import ensure_token_file
 from tests.conftest import wait_for
-from tests.e2e.conftest import ADMIN, Server, cli
+from tests.e2e.conftest import ADMIN, Server, cli, serving
 
 EXIT_DEADLINE = 30.0  # a dead actor found, reported, everything shut down
 SWEEP_DEADLINE = 30.0  # every Ray process gone after `kill -9` of canopy serve
@@ -163,70 +164,6 @@ def test_embedded_ray_is_on_loopback_with_token_auth_and_dies_with_a_killed_serv
     assert not (data / "server.json").exists()
 
 
-@pytest.mark.parametrize("actor", ["PartitionActor", "GatewayActor", "ViewEvaluatorActor"])
-def test_a_crashed_actor_is_restarted_and_serve_says_so(tmp_path: Path, actor: str) -> None:
-    srv = Server(tmp_path / "data", "--partitions", "2")
-    handler = None
-    mqtt = None
-    try:
-        srv.wait_ready()
-        if actor == "GatewayActor":  # a missing-topic handler registered before the crash
-            handler = _Handler(srv.url)
-            mqtt = _mqtt_session(srv)  # and an MQTT session with an expiry, subscribed
-            from canopy.sync import connect_sync
-
-            with connect_sync(srv.url, *ADMIN) as writer:
-                writer.topics.add("mqtt-kept/n", "INT64", {"CONFLATION": "off"})
-                for n in range(1, 4):
-                    writer.topics.set("mqtt-kept/n", n)
-            wait_for(lambda: [int(m.payload) for m in _drain(mqtt) if m.topic == "mqtt-kept/n"][-1:] == [3], 30,
-                     "the session to have the values before the crash")
-        before = _actor_pid(srv.proc.pid, actor)
-        os.kill(before, signal.SIGKILL)
-        wait_for(lambda: any(f"({actor}) is back and serving" in line for line in srv.lines), EXIT_DEADLINE,
-                 f"serve to say the {actor} is back")
-        if handler is not None:  # its client opened a new session and registered it again
-            wait_for(handler.heard_again, 60, "the handler to be registered again and notified")
-        assert any(f"({actor}) crashed" in line for line in srv.lines), srv.output
-        assert srv.proc.poll() is None, srv.output  # still serving
-        assert _actor_pid(srv.proc.pid, actor) != before
-        result = cli("topic", "add", "after/crash", "--type", "STRING", url=srv.url)
-        assert result.returncode == 0, result.stderr
-        assert _server_json(srv.data_dir)["state"] == "serving"
-        if mqtt is not None:  # the gateway restarted: the session is taken up from its record
-            mqtt.drop()
-            from canopy.sync import connect_sync
-
-            with connect_sync(srv.url, *ADMIN) as writer:  # while no gateway holds the session
-                for n in range(4, 21):
-                    writer.topics.set("mqtt-kept/n", n)
-            again = _mqtt_session(srv, subscribe=False)
-            try:
-                assert again.session_present is True
-                missed: list[int] = []
-
-                def every_missed_value() -> bool:  # from the partition's recent messages, in order
-                    missed.extend(int(m.payload) for m in _drain(again) if m.topic == "mqtt-kept/n")
-                    return missed[-1:] == [20]
-
-                wait_for(every_missed_value, 30, "the values published while no gateway held the session",
-                         describe=lambda: missed)
-                assert missed == list(range(min(missed), 21)) and min(missed) <= 4, missed
-                cli("topic", "add", "mqtt-kept/x", "--type", "STRING", url=srv.url)
-                cli("topic", "set", "mqtt-kept/x", "after", url=srv.url)
-                wait_for(lambda: any(m.payload == b"after" for m in _drain(again)), 30,
-                         "the resumed session's subscription to deliver")
-            finally:
-                again.close()
-    finally:
-        if handler is not None:
-            handler.close()
-        if mqtt is not None:
-            mqtt.drop()
-        code = srv.stop()
-    assert code == 0, srv.output
-
-
 def _mqtt_session(srv: Server, subscribe: bool = True) -> Any:
     """An MQTT 5 client of the gateway with a session expiry (one client identifier throughout)."""
     from tests.actors.mqtt_client import MQTT
@@ -332,3 +269,75 @@ def test_death_reason_is_one_line() -> None:
     )
     assert death_reason(told) == "its worker process has died (pid 22823, SYSTEM_ERROR)"
     assert death_reason(TimeoutError("no detail")) == "TimeoutError"
+
+
+# one serve, its actors crashed one after the other (kept last: the serve lives until the module ends)
+
+@pytest.fixture(scope="module")
+def crashing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One serve for the tests that crash one of its actors each: it serves through every crash,
+    one after the other, and still stops cleanly (status 0)."""
+    yield from serving(tmp_path_factory, "crashing", "--partitions", "2")
+
+
+@pytest.mark.parametrize("actor", ["PartitionActor", "GatewayActor", "ViewEvaluatorActor"])
+def test_a_crashed_actor_is_restarted_and_serve_says_so(crashing: Server, actor: str) -> None:
+    srv = crashing
+    handler = None
+    mqtt = None
+    crashed = sum(f"({actor}) crashed" in line for line in srv.lines)
+    back = sum(f"({actor}) is back and serving" in line for line in srv.lines)
+    try:
+        if actor == "GatewayActor":  # a missing-topic handler registered before the crash
+            handler = _Handler(srv.url)
+            mqtt = _mqtt_session(srv)  # and an MQTT session with an expiry, subscribed
+            from canopy.sync import connect_sync
+
+            with connect_sync(srv.url, *ADMIN) as writer:
+                writer.topics.add("mqtt-kept/n", "INT64", {"CONFLATION": "off"})
+                for n in range(1, 4):
+                    writer.topics.set("mqtt-kept/n", n)
+            wait_for(lambda: [int(m.payload) for m in _drain(mqtt) if m.topic == "mqtt-kept/n"][-1:] == [3], 30,
+                     "the session to have the values before the crash")
+        before = _actor_pid(srv.proc.pid, actor)
+        os.kill(before, signal.SIGKILL)
+        wait_for(lambda: sum(f"({actor}) is back and serving" in line for line in srv.lines) > back, EXIT_DEADLINE,
+                 f"serve to say the {actor} is back")
+        if handler is not None:  # its client opened a new session and registered it again
+            wait_for(handler.heard_again, 60, "the handler to be registered again and notified")
+        assert sum(f"({actor}) crashed" in line for line in srv.lines) > crashed, srv.output
+        assert srv.proc.poll() is None, srv.output  # still serving
+        assert _actor_pid(srv.proc.pid, actor) != before
+        result = cli("topic", "add", f"after/crash-{actor}", "--type", "STRING", url=srv.url)
+        assert result.returncode == 0, result.stderr
+        assert _server_json(srv.data_dir)["state"] == "serving"
+        if mqtt is not None:  # the gateway restarted: the session is taken up from its record
+            mqtt.drop()
+            from canopy.sync import connect_sync
+
+            with connect_sync(srv.url, *ADMIN) as writer:  # while no gateway holds the session
+                for n in range(4, 21):
+                    writer.topics.set("mqtt-kept/n", n)
+            again = _mqtt_session(srv, subscribe=False)
+            try:
+                assert again.session_present is True
+                missed: list[int] = []
+
+                def every_missed_value() -> bool:  # from the partition's recent messages, in order
+                    missed.extend(int(m.payload) for m in _drain(again) if m.topic == "mqtt-kept/n")
+                    return missed[-1:] == [20]
+
+                wait_for(every_missed_value, 30, "the values published while no gateway held the session",
+                         describe=lambda: missed)
+                assert missed == list(range(min(missed), 21)) and min(missed) <= 4, missed
+                cli("topic", "add", "mqtt-kept/x", "--type", "STRING", url=srv.url)
+                cli("topic", "set", "mqtt-kept/x", "after", url=srv.url)
+                wait_for(lambda: any(m.payload == b"after" for m in _drain(again)), 30,
+                         "the resumed session's subscription to deliver")
+            finally:
+                again.close()
+    finally:
+        if handler is not None:
+            handler.close()
+        if mqtt is not None:
+            mqtt.drop()
