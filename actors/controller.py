@@ -27,7 +27,11 @@ from urllib.parse import urlsplit
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors import configuration, gateway, names, partition, session_trees, views
+# The actor modules this controller makes actors of (gateway, partition, session_trees, views) are
+# imported where it makes them: Ray loads this module in every process that holds a handle to
+# the controller -- each of canopy's actors, which tells it when it starts -- and those modules
+# with it would be some 150 more modules and a fifth of a second of every actor's start.
+from actors import configuration, names
 from actors.locks import LockKeeper
 from actors.node_control import NodeControl
 from actors.cluster import ControlEvent, RayCluster
@@ -396,6 +400,7 @@ class ControllerActor:
         the configuration log's writer and copies while the partitions' replicas are placed (the
         log recovers once they are, on the nodes the placement settled on), the session tree actor
         beside the view evaluator, then the gateways."""
+        from actors import gateway  # when needed: see the note on imports above
         gateway_cls = gateway.remote_class()
         try:
             port = self.config["port"]
@@ -421,10 +426,12 @@ class ControllerActor:
             self.collectors = _stored_collectors(documents.get("collectors"))
             self.locks.load(documents.get("locks"), fresh=True)
             aside = NodeAffinitySchedulingStrategy(self._aside(nodes).id, soft=False)
+            from actors import session_trees  # when needed: see the note on imports above
             self.session_trees = session_trees.remote_class().options(
                 name=names.SESSION_TREES, scheduling_strategy=aside, lifetime="detached"
             ).remote(self.config_log)
             security = self.security.to_dict()
+            from actors import views  # when needed: see the note on imports above
             self.views = views.remote_class().options(
                 name=names.VIEWS, scheduling_strategy=aside, lifetime="detached"
             ).remote(
@@ -732,6 +739,7 @@ class ControllerActor:
         step("configuration copies", lambda: self._agents_follow_nodes(alive), None)
         step("gateways", lambda: self._gateways_follow_nodes(alive, report), None)
         moved = step("services", lambda: self._services_follow_nodes(alive, report), None)
+        from actors import partition  # when needed: see the note on imports above
         if moved is None:  # which services went with their node is not known: their events wait
             self._events_due = [e for e in events if serving.get(e[0], ("",))[0] != partition.PartitionActor.__name__]
             events = [e for e in events if e not in self._events_due]
@@ -774,6 +782,7 @@ class ControllerActor:
                 except Exception as e:
                     event, reason = "failed", f"{type(e).__name__}: {e}"
             report.append({"name": name, "actor": kind, "event": event, "reason": reason})
+        from actors import gateway  # when needed: see the note on imports above
         if any(r["actor"] == gateway.GatewayActor.__name__ and r["event"] in ("recovered", "dead") for r in report):
             self._lock_sweep_due = True  # a gateway process went, and its sessions with it
         if self._lock_sweep_due and self.started_at is not None:
@@ -838,6 +847,7 @@ class ControllerActor:
         if self.started_at is None:
             return moved
         ids = {n.id for n in alive.values()}
+        from actors import session_trees, views  # when needed: see the note on imports above
         for name in (names.VIEWS, names.SESSION_TREES):
             node = self._liveness.node(name)
             if node is None or node in ids:
@@ -889,9 +899,11 @@ class ControllerActor:
 
         def make() -> Any:
             if name == names.VIEWS:
+                from actors import views  # when needed: see the note on imports above
                 return views.remote_class().options(name=name, lifetime="detached", scheduling_strategy=strategy
                                                     ).remote(self.replicas.routes(), self.config,
                                                              self.security.to_dict(), self.config_log)
+            from actors import session_trees  # when needed: see the note on imports above
             return session_trees.remote_class().options(
                 name=name, lifetime="detached", scheduling_strategy=strategy).remote(self.config_log)
 
@@ -927,6 +939,7 @@ class ControllerActor:
                 continue
             k = len(self.gateways)
             try:
+                from actors import gateway  # when needed: see the note on imports above
                 handle = gateway.remote_class().options(
                     name=names.gateway(k), lifetime="detached",
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
@@ -1003,6 +1016,7 @@ class ControllerActor:
             ray.get(handle.ensure.remote(), timeout=RECOVER_TIMEOUT)
 
     def _serving(self) -> dict[str, tuple[str, Any]]:
+        from actors import gateway, partition, session_trees, views  # see the note on imports above
         actors = {name: (partition.PartitionActor.__name__, h) for name, h in self.replicas.serving().items()}
         actors.update({
             names.gateway(k): (gateway.GatewayActor.__name__, g)
