@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import hashlib
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -125,6 +123,9 @@ def scrypt_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int, i
 def test_every_named_login_costs_one_scrypt_with_the_same_parameters(
     scrypt_calls: list[tuple[int, int, int, int]], principal: str, password: str | None
 ) -> None:
+    """An unknown principal, a wrong password, a missing one and a hash that cannot be used each
+    cost one scrypt with the same parameters as a right password: a failed login takes as long
+    whatever made it fail (counted, not timed, so a busy machine cannot make it flaky)."""
     data = default_store("s3cret-pass").to_dict()
     data["principals"]["broken"] = {"password": "md5$not-scrypt", "roles": []}  # a hash it cannot use
     store = SecurityStore.from_dict(data)
@@ -139,23 +140,6 @@ def test_every_named_login_costs_one_scrypt_with_the_same_parameters(
     scrypt_calls.clear()
     store.authenticate(None, None)
     assert scrypt_calls == []  # anonymous logins have nothing to check
-
-
-def test_an_unknown_principal_takes_as_long_as_a_wrong_password() -> None:
-    store = default_store("s3cret-pass")
-
-    def fastest(attempt: Callable[[], object]) -> float:
-        times = []
-        for _ in range(5):
-            start = time.perf_counter()
-            with pytest.raises(AuthenticationFailed):
-                attempt()
-            times.append(time.perf_counter() - start)
-        return min(times)  # the least disturbed by other work on the machine
-
-    unknown = fastest(lambda: store.authenticate("ghost", "password1"))
-    known = fastest(lambda: store.authenticate("admin", "password1"))
-    assert 0.5 < unknown / known < 2, (unknown, known)
 
 
 def test_default_store_is_safe() -> None:
