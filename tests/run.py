@@ -4,8 +4,7 @@ The tests without Ray (:data:`WITHOUT_RAY`: pure code, the manifests' schema che
 Spark jobs on journal files) need a core and nothing the others use; the rest mostly wait on Ray
 clusters, servers, containers and browsers starting and failing over. So those run in a second
 pytest beside the rest, with the client-side tests against one embedded `canopy serve` each
-(:data:`BESIDE`: the CLI, the JavaScript client, the reference API, the client's install, fan-out
-between embedded serves, the working directory's imports) and the cluster of containers,
+(:data:`BESIDE`: the CLI, the JavaScript client, the reference API, fan-out between embedded serves) and the cluster of containers,
 which time nothing, and so do not mind sharing the cores: its report is printed when both are done, and
 the run fails if either does (or either collects nothing).
 
@@ -27,8 +26,7 @@ WITHOUT_RAY = ["tests/unit", "tests/simulation", "tests/deploy/test_kuberay.py",
 #: tests with an embedded `canopy serve` of their own that run in the side pytest too
 BESIDE = [
     "tests/e2e/test_cli.py", "tests/e2e/test_js_client.py", "tests/e2e/test_reference_api.py",
-    "tests/e2e/test_client_install.py", "tests/e2e/test_fanout.py", "tests/e2e/test_fanout_missing.py",
-    "tests/e2e/test_serve_workdir.py",
+    "tests/e2e/test_fanout.py", "tests/e2e/test_fanout_missing.py",
     # Ray's GCS and the head node restarting: waits on the restarts mostly
     "tests/cluster/test_gcs_fault_tolerance.py",
     # a cluster of containers: it waits on Docker mostly, and evens the two runs out
