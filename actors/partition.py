@@ -830,7 +830,13 @@ class Partition:
         self._export_timer = loop.call_later(every_ms / 1000, tick)
         if self.replica.role is Role.PRIMARY:  # ready before the first export, or a clean stop's
             self._export_process = export_worker.ExportProcess(exporter)
-            loop.run_in_executor(None, self._export_process.start).add_done_callback(_logged_failure)
+
+            def started(future: asyncio.Future[Any]) -> None:
+                error = None if future.cancelled() else future.exception()
+                if error is not None:  # the first export starts it again
+                    log.error("partition %d: starting its export process failed: %s", self.index, error)
+
+            loop.run_in_executor(None, self._export_process.start).add_done_callback(started)
 
     def export_history(self, handing_over: bool = False) -> asyncio.Future[Any] | None:
         """Start an export (None: one runs, nothing is due, or this replica is not the primary;
@@ -938,13 +944,6 @@ class Partition:
                 "acknowledged": self.acknowledged_sequence(),
             },
         }
-
-
-def _logged_failure(future: asyncio.Future[Any]) -> None:
-    """A done callback for work started and not awaited: what went wrong is logged."""
-    error = None if future.cancelled() else future.exception()
-    if error is not None:
-        log.error("%s: %s", type(error).__name__, error)
 
 
 def _where(address: dict[str, Any] | None) -> str | None:
