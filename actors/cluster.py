@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
+from actors.settings import InstanceSettings
 from replication.nodes import Node
 
 __all__ = ["CallTimeout", "Cluster", "ClusterError", "ControlEvent", "Future", "NodeGone", "Outcome", "RayCluster",
@@ -118,7 +119,7 @@ class RayCluster:
     read by zero-CPU tasks held there; an error keeps Ray's exception type, but for a task
     whose node left (:class:`NodeGone`) and an answer that did not come (:class:`CallTimeout`)."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: InstanceSettings) -> None:
         self.config = config
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -140,7 +141,7 @@ class RayCluster:
         return partition.remote_class().options(
             name=name, lifetime="detached",  # it outlives a crash of the controller's process
             scheduling_strategy=self._on(node),
-        ).remote(index, count, self.config, None, partition.IDLE, True, node.data_dir(self.config["data_dir"]))
+        ).remote(index, count, self.config, None, partition.IDLE, True, node.data_dir(self.config.data_dir))
 
     def ready(self, handles: Sequence[Any], timeout: float) -> None:
         if handles:  # Ray answers an actor's __ray_ready__ once its process runs it
@@ -151,11 +152,11 @@ class RayCluster:
 
     def held(self, node: Node, count: int) -> Future:
         return self._held.options(scheduling_strategy=self._on(node)).remote(
-            node.data_dir(self.config["data_dir"]), count)
+            node.data_dir(self.config.data_dir), count)
 
     def held_of(self, node: Node, index: int) -> Future:
         return self._held_of.options(scheduling_strategy=self._on(node)).remote(
-            node.data_dir(self.config["data_dir"]), index)
+            node.data_dir(self.config.data_dir), index)
 
     def outcomes(self, futures: Sequence[Future], timeout: float) -> list[Outcome]:
         ray = self._ray

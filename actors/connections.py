@@ -47,6 +47,7 @@ from typing import Any
 
 from canopy import protocol as wire
 from actors.http_endpoints import is_websocket
+from actors.settings import InstanceSettings
 from canopy.transport import Handler, WebSocketStream
 from sessions.collectors import SessionMetrics
 from sessions.countries import CountryTable
@@ -270,7 +271,7 @@ class Connections:
     at ``received_ns`` on the monotonic clock); ``unregister`` carries out
     the unregistrations a closed session leaves behind; ``after_receive`` is
     called after each client frame's requests, ``after_write`` after every
-    write pass. ``config["session_grace_ms"]`` is how long a session whose
+    write pass. ``config.session_grace_ms`` is how long a session whose
     connection dropped is kept for its client to resume.
     """
 
@@ -278,7 +279,7 @@ class Connections:
         self,
         gateway_id: str,
         registry: SessionRegistry,
-        config: dict[str, Any],
+        config: InstanceSettings,
         dispatch: Callable[[str, wire.Request, int], None],
         unregister: Callable[[list[Selector]], None],
         after_write: Callable[[], None] = lambda: None,
@@ -288,7 +289,7 @@ class Connections:
         self.gateway_id = gateway_id
         self.registry = registry
         self.config = config
-        self.countries = CountryTable(config.get("countries"))
+        self.countries = CountryTable(config.countries)
         self._dispatch = dispatch
         self._unregister = unregister
         self._after_write = after_write
@@ -300,7 +301,7 @@ class Connections:
         self.tokens: dict[str, str] = {}
         #: session id -> the end of its grace period, for the sessions kept without a connection
         self.kept: dict[str, asyncio.TimerHandle] = {}
-        self._grace = int(config.get("session_grace_ms", 30_000)) / 1000
+        self._grace = config.session_grace_ms / 1000
         self.streams: set[WebSocketStream] = set()
         self._serial = 0
         #: sessions closed since the gateway started (opened: ``opened``)
@@ -324,13 +325,13 @@ class Connections:
         self._turns: dict[tuple[str, str], _Turn] = {}
         self.refusals = IncidentLog(REFUSAL_LOG_INTERVAL)
         self._scrypt = asyncio.Semaphore(4)
-        self._max_in_flight = int(config.get("max_requests_in_flight", 1000))
-        self._max_wide = int(config.get("max_wide_requests_in_flight", 4))
-        self._max_messages = int(config.get("max_messages_per_frame", 1000))
-        self._max_protocol_errors = int(config.get("max_protocol_errors", 100))
-        self.hello_timeout = int(config.get("hello_timeout_ms", 10_000)) / 1000
-        self._max_connections = self.max_connections = int(config.get("max_connections", 10_000))
-        self._max_per_address = int(config.get("max_connections_per_address", 1_000))
+        self._max_in_flight = config.max_requests_in_flight
+        self._max_wide = config.max_wide_requests_in_flight
+        self._max_messages = config.max_messages_per_frame
+        self._max_protocol_errors = config.max_protocol_errors
+        self.hello_timeout = config.hello_timeout_ms / 1000
+        self._max_connections = self.max_connections = config.max_connections
+        self._max_per_address = config.max_connections_per_address
         #: client address -> its open connections (each counted by :meth:`admit_connection`)
         self.per_address: dict[str, int] = {}
         #: connections that are not WebSocket streams (MQTT over TCP), counted against the limits too
@@ -404,7 +405,7 @@ class Connections:
         self.by_session[session.id] = client
         welcome = wire.Welcome(
             wire.PROTOCOL_VERSION, session.id, dict(session.properties),
-            self.config["max_frame_size"], self.config["hub_root"], self._max_messages,
+            self.config.max_frame_size, self.config.hub_root, self._max_messages,
             self.tokens[session.id], resumed is not None, refresh,
         )
         stream.send(wire.encode_frame([welcome]))

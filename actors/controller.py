@@ -37,6 +37,7 @@ from actors.node_control import NodeControl
 from actors.cluster import ControlEvent, RayCluster
 from actors.liveness import Liveness, death_reason
 from actors.replicas import NodeLeft, PartitionManager, ReplicaSet
+from actors.settings import InstanceSettings
 from replication.config_writer import LOG_START_ATTEMPT, TEND_EVERY
 from replication.configuration import SECURITY_FILE, SESSION_TREES_FILE, VIEWS_FILE
 from replication.nodes import LABEL, Node, alive_by_name, from_ray
@@ -108,11 +109,11 @@ class ControllerActor:
     replicated configuration log (:mod:`actors.configuration`) and pushes the new
     version to the gateways before answering."""
 
-    def __init__(self, config: dict[str, Any], home_node: str | None = None, adopt: bool = False) -> None:
+    def __init__(self, config: InstanceSettings, home_node: str | None = None, adopt: bool = False) -> None:
         self.config = config
         self.home_node = home_node
         self.cluster = RayCluster(config)
-        self.replicas = ReplicaSet(config, config["partitions"], self.cluster)
+        self.replicas = ReplicaSet(config, config.partitions, self.cluster)
         self.partition_manager = PartitionManager(self.replicas)
         self.gateways: list[Any] = []
         #: the name of the node each gateway runs on, and the gateways whose node was lost
@@ -147,10 +148,8 @@ class ControllerActor:
         self._failing: dict[str, str] = {}
         #: what Liveness saw that a check could not handle yet (its nodes or services step failed)
         self._events_due: list[tuple[str, str, str]] = []
-        self.node_control = NodeControl(int(config.get("local_nodes") or 1), home_node,
-                                        bool(config.get("gcs_redis_address")),
-                                        float(config.get("gcs_reconnect_timeout") or 60),
-                                        bool(config.get("node_namespaces")))
+        self.node_control = NodeControl(config.local_nodes, home_node, bool(config.gcs_redis_address),
+                                        float(config.gcs_reconnect_timeout), config.node_namespaces)
         #: what taking the instance over after a restart of this actor did (said by the next check)
         self._adopted: list[str] = []
         #: when canopy serve last called check (a new serve takes over only an unsupervised controller)
@@ -171,7 +170,7 @@ class ControllerActor:
 
     def _load_security(self, document: dict[str, Any] | None) -> SecurityStore:
         stored = self._stored_security(document)
-        configured = self.config.get("admin_password")
+        configured = self.config.admin_password
         if stored is None:
             password = configured or secrets.token_urlsafe(12)
             if not configured:
@@ -184,7 +183,7 @@ class ControllerActor:
                     store = store.apply([["set_password", "admin", configured]])
                 else:
                     store = store.apply([["add_principal", "admin", configured, [ADMINISTRATOR]]])
-        allow = self.config.get("allow_anonymous")
+        allow = self.config.allow_anonymous
         if allow is not None and allow != store.anonymous_allowed:
             store = store.apply([["set_anonymous", bool(allow), sorted(store.anonymous_roles)]])
         if store.to_dict() != stored:
@@ -198,7 +197,7 @@ class ControllerActor:
         return configuration.agent_class().options(
             name=names.agent(node.name), lifetime="detached",
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
-        ).remote(node.data_dir(self.config["data_dir"]))
+        ).remote(node.data_dir(self.config.data_dir))
 
     @staticmethod
     def _absent(alive: dict[str, Any]) -> set[str]:
@@ -403,7 +402,7 @@ class ControllerActor:
         from actors import gateway  # when needed: see the note on imports above
         gateway_cls = gateway.remote_class()
         try:
-            port = self.config["port"]
+            port = self.config.port
             # the log's writer on the controller's node (Ray restarts both there when that node
             # comes back under its name: on_node), the view evaluator and the session tree actor
             # on another: re-created on a living node when theirs
@@ -418,7 +417,7 @@ class ControllerActor:
             routes = self.replicas.routes()
             self._routes_pushed = [(r.epoch, r.node) for r in routes]
             self._agents_on(nodes)
-            data_dir = self.config["data_dir"]
+            data_dir = self.config.data_dir
             imports = {name: os.path.join(data_dir, file) for name, file in
                        (("security", SECURITY_FILE), ("session_trees", SESSION_TREES_FILE), ("views", VIEWS_FILE))}
             documents = self._start_config_log(START_TIMEOUT, imports)
@@ -446,7 +445,7 @@ class ControllerActor:
                 self.gateways.append(
                     gateway_cls.options(name=names.gateway(k), scheduling_strategy=strategy, lifetime="detached").remote(
                         gateway_id, routes, self.config, self._gateway_host(node),
-                        port if self.config.get("gateway_ports") == "same" else port + k if port else 0,
+                        port if self.config.gateway_ports == "same" else port + k if port else 0,
                         security, trees, self.session_trees,
                     )
                 )
@@ -492,7 +491,7 @@ class ControllerActor:
 
         self.fanout_defs = {}
         ordinal = 0  # the file's links count from 0, those added at run time from RUNTIME_ORDINALS
-        for c in from_tables(self.config.get("fanout") or {}):
+        for c in from_tables(self.config.fanout or {}):
             self.fanout_defs[c.name] = (c, ordinal, True)
             ordinal += len(c.links)
         for entry in stored or []:
@@ -677,7 +676,7 @@ class ControllerActor:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "namespace": self.config["namespace"],
+            "namespace": self.config.namespace,
             "partitions": self.replicas.count,
             "gateways": self.gateway_info,
             # a gateway lost with its node (a restarted controller's, until it is made again) has none
@@ -687,7 +686,7 @@ class ControllerActor:
             "started_at": self.started_at,
             "controller_host": socket.gethostname(),
             "controller_pid": os.getpid(),
-            "instance_id": self.config.get("instance_id"),
+            "instance_id": self.config.instance_id,
             #: seconds since canopy serve last called check (None: not since this process started)
             "supervised_ago": None if self._checked_at is None else time.monotonic() - self._checked_at,
         }
@@ -946,8 +945,8 @@ class ControllerActor:
                 ).remote(
                     f"gw{k}-{uuid.uuid4().hex[:8]}", self.replicas.routes(), self.config, self._gateway_host(node),
                     gateway_port(
-                        self.config["port"], self.gateway_info, self.gateway_nodes, name,
-                        same=self.config.get("gateway_ports") == "same",
+                        self.config.port, self.gateway_info, self.gateway_nodes, name,
+                        same=self.config.gateway_ports == "same",
                     ),
                     self.security.to_dict(),
                     ray.get(self.session_trees.snapshot.remote(), timeout=RECOVER_TIMEOUT), self.session_trees,
@@ -970,7 +969,7 @@ class ControllerActor:
     def _gateway_host(self, node: Any) -> str:
         """Where a gateway on ``node`` listens: the configured host, or the node's own address when
         each simulated node has a network namespace of its own (``node_namespaces``)."""
-        return str(node.address) if self.config.get("node_namespaces") else str(self.config["host"])
+        return str(node.address) if self.config.node_namespaces else self.config.host
 
     def _live_gateways(self) -> list[Any]:
         return [g for k, g in enumerate(self.gateways) if not self.gateway_info[k].get("lost")]
@@ -1100,7 +1099,7 @@ class ControllerActor:
                 "guard": {k: v for k, v in st.items() if k.startswith(GUARD_STATS)} if st else None,
             })
         return {
-            "namespace": self.config["namespace"],
+            "namespace": self.config.namespace,
             "nodes": node_rows,
             "partitions": partitions,
             "gateways": gateways,
@@ -1199,10 +1198,10 @@ def _gather(refs: dict[Any, Any], timeout: float) -> dict[Any, Any]:
     return out
 
 
-def _explain(error: BaseException, config: dict[str, Any]) -> str:
+def _explain(error: BaseException, config: InstanceSettings) -> str:
     if isinstance(error, OSError) and error.errno in (98, 48):  # EADDRINUSE
         return (
-            f"cannot listen on {config['host']}:{config['port']}: the address is already in use "
+            f"cannot listen on {config.host}:{config.port}: the address is already in use "
             "(is another canopy or another server running there?)"
         )
     return f"canopy failed to start: {type(error).__name__}: {error}"

@@ -35,6 +35,7 @@ import ray
 
 from actors import routes
 from actors.link import PartitionLink
+from actors.settings import InstanceSettings
 from actors.supervision import announce_start, new_incarnation
 from fanout.config import FanoutConnection
 from fanout.mirror import Mirror, claim_name, precedence
@@ -56,7 +57,9 @@ DROP_TIMEOUT = 10.0
 class FanoutLink:
     """The work of one connection (a plain object; see :class:`FanoutLinkActor`)."""
 
-    def __init__(self, connection: FanoutConnection, ordinal: int, partitions: list[Any], config: dict[str, Any]) -> None:
+    def __init__(
+        self, connection: FanoutConnection, ordinal: int, partitions: list[Any], config: InstanceSettings
+    ) -> None:
         self.connection = connection
         self.mirrors = [
             Mirror(precedence(ordinal + k), claim_name(connection.name, selector))
@@ -64,7 +67,7 @@ class FanoutLink:
         ]
         self.link = PartitionLink(
             f"fanout-{connection.name}", partitions, self._on_events, resolve=routes.from_controller(),
-            max_in_flight=config["max_in_flight"], max_batch=config["max_batch"],
+            max_in_flight=config.max_in_flight, max_batch=config.max_batch,
             on_resynced=self._partition_back,
         )
         self.session: Any = None
@@ -305,7 +308,9 @@ def _rounded(value: float | None) -> float | None:
 
 
 class FanoutLinkActor:
-    def __init__(self, connection: dict[str, Any], ordinal: int, partitions: list[Any], config: dict[str, Any]) -> None:
+    def __init__(
+        self, connection: dict[str, Any], ordinal: int, partitions: list[Any], config: InstanceSettings
+    ) -> None:
         self._incarnation = new_incarnation()
         announce_start()
         self.core = FanoutLink(FanoutConnection.from_dict(connection), ordinal, partitions, config)

@@ -39,6 +39,7 @@ from actors.link import PartitionLink, PartitionUnavailable
 from actors.locks import GatewayLocks
 from actors.missing_topics import MissingTopics
 from actors.requests import HANDLERS, Context, Routed
+from actors.settings import InstanceSettings
 from sessions.authorization import MATRIX, authorize
 from sessions.incidents import IncidentLog
 from actors.tracing import TraceRecord
@@ -111,7 +112,7 @@ class Gateway:
         self,
         gateway_id: str,
         partitions: list[Any],
-        config: dict[str, Any],
+        config: InstanceSettings,
         host: str,
         port: int,
         security: dict[str, Any],
@@ -124,26 +125,26 @@ class Gateway:
         self.port = port
         self.link = PartitionLink(
             gateway_id, partitions, self._on_events, resolve=routes.from_controller(),
-            max_in_flight=config["max_in_flight"], max_batch=config["max_batch"],
-            window=config["batch_window_ms"] / 1000,
+            max_in_flight=config.max_in_flight, max_batch=config.max_batch,
+            window=config.batch_window_ms / 1000,
             on_reset=self._partition_reset, on_resynced=self._partition_resynced,
         )
         count = len(partitions)
         self.registry = SessionRegistry(
-            config["queue_limit"],
-            config["backpressure_threshold"],
+            config.queue_limit,
+            config.backpressure_threshold,
             security=SecurityStore.from_dict(security),
             trees=SessionTrees.from_wire(session_trees),
             partitions_for=lambda selector: len(self.link.partitions_for(selector)) if count else 1,
-            session_buffer=config.get("session_buffer"),
+            session_buffer=config.session_buffer,
             limits=Limits.from_settings(config),
             partition_of=lambda path: partition_of(path, count) if count else 0,
         )
         self.ctx = Context(self.registry, self.link, config, session_trees=session_tree_actor)
         self.ctx.missing = self.missing = MissingTopics(
-            gateway_id, self._send, self._properties, config.get("missing_topic_timeout_ms", 10_000) / 1000,
-            server_name=config.get("server_name") or f"{config.get('host', host)}:{config.get('port', port)}",
-            instance=config.get("instance_id") or "",
+            gateway_id, self._send, self._properties, config.missing_topic_timeout_ms / 1000,
+            server_name=config.server_name or f"{config.host}:{config.port}",
+            instance=config.instance_id,
         )
         self.missing.views = lambda: self.ctx.views
         from actors.messaging import Messaging
@@ -181,7 +182,7 @@ class Gateway:
             from actors.mqtt_records import SessionRecords
 
             self.mqtt.store = SessionRecords(self.link)
-        if config.get("mqtt_port"):
+        if config.mqtt_port:
             from actors.mqtt_websocket import WebSocketMQTT
 
             self.connections.websocket_mqtt = lambda stream, release: WebSocketMQTT(self.mqtt, stream, release)
@@ -190,7 +191,7 @@ class Gateway:
         self.mqtt_url = ""
         from actors.http_endpoints import Endpoints
 
-        self.connections.http = Endpoints(self, anonymous=bool(config.get("metrics_anonymous", False)))
+        self.connections.http = Endpoints(self, anonymous=config.metrics_anonymous)
         #: the instance's metric collectors (the controller pushes them: set_collectors)
         self.collectors = Collectors()
         from actors.removal_reports import RemovalReports
@@ -204,16 +205,16 @@ class Gateway:
         self.ctx.controller = controller
         self.ctx.views = views
         await self.link.attach()
-        factory = serve_stream(self.connections.handler, max_size=self.config["max_frame_size"], subprotocols=("mqtt",))
+        factory = serve_stream(self.connections.handler, max_size=self.config.max_frame_size, subprotocols=("mqtt",))
         from actors import tls
 
-        context = tls.context_for(self.config)  # with TLS configured, wss:// only
+        context = tls.context_for(self.config.tls_cert, self.config.tls_key)  # with TLS configured, wss:// only
         self.server = await asyncio.get_running_loop().create_server(factory, self.host, self.port, ssl=context)
         port = self.server.sockets[0].getsockname()[1]
         self.url = f"{'wss' if context is not None else 'ws'}://{self.host}:{port}"
-        if not self.config.get("server_name") and not self.config.get("port"):
+        if not self.config.server_name and not self.config.port:
             self.missing.server_name = f"{self.host}:{port}"  # a port chosen at run time: the one bound
-        mqtt_port = self._mqtt_port("mqtt_tls_port" if context is not None else "mqtt_port")
+        mqtt_port = self._mqtt_port(self.config.mqtt_tls_port if context is not None else self.config.mqtt_port)
         if mqtt_port is not None:
             self.mqtt_server = await asyncio.get_running_loop().create_server(
                 self.mqtt.protocol, self.host, mqtt_port, ssl=context
@@ -222,26 +223,25 @@ class Gateway:
             self.mqtt_url = f"{scheme}://{self.host}:{self.mqtt_server.sockets[0].getsockname()[1]}"
             if self.mqtt.store is not None:
                 self.mqtt.watch_announcements(self.link)
-        interval = int(self.config.get("sys_interval", 10))
+        interval = self.config.sys_interval
         if interval:
             self._sys_task = asyncio.ensure_future(self._publish_figures(interval))
         self.removal_reports.start()
         gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
         return {"gateway": self.gateway_id, "url": self.url, "host": self.host, "port": port, "mqtt": self.mqtt_url}
 
-    def _mqtt_port(self, setting: str) -> int | None:
-        """Where this gateway serves MQTT over TCP (``mqtt_port``) or TLS (``mqtt_tls_port``, when
-        TLS is configured): the setting plus the offset of the gateway's own port from ``port``
-        (the same port with ``gateway_ports = "same"``; one chosen at run time when ``port``
-        is 0), or ``None``: the setting or ``mqtt_port`` is 0, MQTT is off."""
-        base = int(self.config.get(setting) or 0)
-        if not base or not self.config.get("mqtt_port"):
+    def _mqtt_port(self, base: int) -> int | None:
+        """Where this gateway serves MQTT over TCP (``base`` is ``mqtt_port``) or TLS (``base`` is
+        ``mqtt_tls_port``, when TLS is configured): ``base`` plus the offset of the gateway's own
+        port from ``port`` (the same port with ``gateway_ports = "same"``; one chosen at run time
+        when ``port`` is 0), or ``None``: ``base`` or ``mqtt_port`` is 0, MQTT is off."""
+        if not base or not self.config.mqtt_port:
             return None
-        if self.config.get("gateway_ports") == "same":
+        if self.config.gateway_ports == "same":
             return base
-        if not self.config.get("port"):
+        if not self.config.port:
             return 0
-        return base + (self.port - int(self.config["port"]))
+        return base + (self.port - self.config.port)
 
     async def _publish_figures(self, interval: float) -> None:
         """Every ``interval`` seconds, this gateway's figures as topics under

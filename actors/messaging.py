@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.background import Background
+from actors.settings import InstanceSettings
 from canopy import protocol as wire
 from sessions.messaging import (
     MAX_FILTER_SESSIONS,
@@ -90,20 +91,20 @@ class Messaging:
         properties: Callable[[str], dict[str, str] | None],
         select: Callable[[str, str], list[str]],
         peers: Callable[[], dict[str, Any]],
-        config: dict[str, Any],
+        config: InstanceSettings,
     ) -> None:
-        from sessions.messaging import DEFAULT_TIMEOUT_MS, MAX_PENDING_PER_SESSION, MAX_TIMEOUT_MS, value_limit
+        from sessions.messaging import value_limit
 
         self.gateway_id = gateway_id
         self._send = send
         self._properties = properties
         self._select = select
         self._peers = peers
-        self.default_timeout_ms = int(config.get("message_timeout_ms", DEFAULT_TIMEOUT_MS))
-        self.max_timeout_ms = int(config.get("max_message_timeout_ms", MAX_TIMEOUT_MS))
-        self.value_limit = value_limit(int(config.get("max_frame_size", 1_048_576)))
+        self.default_timeout_ms = config.message_timeout_ms
+        self.max_timeout_ms = config.max_message_timeout_ms
+        self.value_limit = value_limit(config.max_frame_size)
         self.handlers = HandlerRegistry()
-        self.pending = Pending(int(config.get("max_message_requests", MAX_PENDING_PER_SESSION)))
+        self.pending = Pending(config.max_message_requests)
         self.deliveries = Deliveries()
         self._futures: dict[str, asyncio.Future[Outcome]] = {}
         #: request id -> (the sender's tag) for requests to a filter

@@ -43,6 +43,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from actors.connections import Connections
+from actors.settings import InstanceSettings
 from canopy import protocol as wire
 from mqtt import codec as m
 from mqtt.attributes import decode_attributes, encode_attributes, for_subscriber
@@ -104,17 +105,17 @@ V311_BAD_CREDENTIALS, V311_NOT_AUTHORIZED, V311_UNSUPPORTED, V311_IDENTIFIER_REJ
 class MQTTServer:
     """The MQTT clients of one gateway: the protocol factory of its TCP listener."""
 
-    def __init__(self, connections: Connections, config: dict[str, Any]) -> None:
+    def __init__(self, connections: Connections, config: InstanceSettings) -> None:
         self.connections = connections
         self.config = config
-        self.create_type = str(config.get("mqtt_create_type", "BINARY"))
-        self.receive_maximum = int(config.get("mqtt_receive_maximum", 64))
-        self.max_subscriptions = int(config.get("mqtt_max_subscriptions", 100))
-        self.max_keep_alive = int(config.get("mqtt_max_keep_alive", 300))
-        self.max_packet_size = int(config["max_frame_size"])
-        self.max_session_expiry = int(config.get("mqtt_max_session_expiry", 3600))
+        self.create_type = config.mqtt_create_type
+        self.receive_maximum = config.mqtt_receive_maximum
+        self.max_subscriptions = config.mqtt_max_subscriptions
+        self.max_keep_alive = config.mqtt_max_keep_alive
+        self.max_packet_size = config.max_frame_size
+        self.max_session_expiry = config.mqtt_max_session_expiry
         #: seconds between two records of where a kept session's messages stand (its positions)
-        self.checkpoint_interval = float(config.get("mqtt_checkpoint_ms", 1000)) / 1000
+        self.checkpoint_interval = config.mqtt_checkpoint_ms / 1000
         #: client identifier -> the connection object still holding its session, gone itself
         self.kept: dict[str, MQTTConnection] = {}
         #: (share name, topic filter) -> the members of that shared subscription here

@@ -29,6 +29,7 @@ from typing import Any
 import ray
 
 from actors.link import FrameStream
+from actors.settings import InstanceSettings
 from actors.supervision import announce_start, new_incarnation
 from topics.changes import decode_change, decode_state, encode_change, encode_state, persistent_only
 from topics.protocol import (
@@ -53,7 +54,7 @@ from topics.protocol import (
 )
 from history import export_worker
 from history.store import Exporter, history_location
-from replication.journal import SEGMENT_BYTES, FsyncPolicy, Journal, JournalCorrupt, JournalError, JournalGap
+from replication.journal import FsyncPolicy, Journal, JournalCorrupt, JournalError, JournalGap
 from replication.replica import (
     Abort,
     Address,
@@ -960,15 +961,16 @@ _REPAIR_HINT = (" `canopy journal check --data-dir DIR` says what is damaged; `c
 
 
 class PartitionActor:
-    """The Ray shell. ``config``: the server settings (with them the partition
+    """The Ray shell. ``config``: the instance's settings (with them the partition
     journals its topics in the data directory, and recovers them first: also
-    when Ray restarts it); ``host``: the address to serve links on (default:
-    this Ray node's). ``role`` and ``replicated``: see :class:`Partition` (a
-    replica the controller places starts ``idle``, also when Ray restarts it);
+    when Ray restarts it; without them it keeps its topics in memory only);
+    ``host``: the address to serve links on (default: this Ray node's).
+    ``role`` and ``replicated``: see :class:`Partition` (a replica the
+    controller places starts ``idle``, also when Ray restarts it);
     ``directory``: the data directory of this replica's node, if not the configured one."""
 
     def __init__(
-        self, index: int, count: int, config: dict[str, Any] | None = None, host: str | None = None,
+        self, index: int, count: int, config: InstanceSettings | None = None, host: str | None = None,
         role: str = PRIMARY, replicated: bool = False, directory: str | None = None,
     ) -> None:
         self.index = index
@@ -979,14 +981,14 @@ class PartitionActor:
         journal = None
         self._exporter: Exporter | None = None
         if config is not None:
-            if int(config.get("history_export_ms", 0)) > 0:
+            if config.history_export_ms > 0:
                 self._exporter = Exporter(
-                    history_location(config), index, int(config.get("history_retention_days", 0))
+                    history_location(config.history_dir, config.data_dir), index, config.history_retention_days
                 )
             journal = Journal.for_partition(
-                directory or config["data_dir"], index,
-                policy=FsyncPolicy.parse(config.get("journal_fsync", "interval:100")),
-                segment_bytes=int(config.get("journal_segment_bytes", SEGMENT_BYTES)),
+                directory or config.data_dir, index,
+                policy=FsyncPolicy.parse(config.journal_fsync),
+                segment_bytes=config.journal_segment_bytes,
                 keep_segment=self._exporter.keeps if self._exporter is not None else None,
             )
         self._config = config
@@ -1003,16 +1005,17 @@ class PartitionActor:
     async def _core(self) -> Partition:
         async with self._starting:
             if self.core is None:
-                snapshot_every = int((self._config or {}).get("snapshot_every", 100_000))
+                config = self._config
                 core = Partition(
-                    self.index, self._host or ray.util.get_node_ip_address(), self._journal, snapshot_every,
+                    self.index, self._host or ray.util.get_node_ip_address(), self._journal,
+                    config.snapshot_every if config is not None else 100_000,
                     role=self._role, replicated=self._replicated,
-                    recent=int((self._config or {}).get("recent_messages", RECENT)),
+                    recent=config.recent_messages if config is not None else RECENT,
                 )
                 await core.serve()
-                core.start_scrub(int((self._config or {}).get("journal_scrub_ms", 0)))
-                if self._exporter is not None:
-                    core.start_history(self._exporter, int((self._config or {})["history_export_ms"]))
+                core.start_scrub(config.journal_scrub_ms if config is not None else 0)
+                if self._exporter is not None and config is not None:  # an exporter comes with settings
+                    core.start_history(self._exporter, config.history_export_ms)
                 self.core = core
                 gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
             return self.core

@@ -54,6 +54,7 @@ from typing import Any
 
 from actors.cluster import Cluster, ControlEvent, NodeGone, get, one
 from actors.link import Route
+from actors.settings import InstanceSettings
 from replication.nodes import Node, head_of
 from replication.replica import Role
 from replication.placement import (
@@ -108,7 +109,7 @@ def held_of(directory: str, index: int) -> tuple[int, int] | None:
 
 
 class ReplicaSet:
-    def __init__(self, config: dict[str, Any], count: int, cluster: Cluster) -> None:
+    def __init__(self, config: InstanceSettings, count: int, cluster: Cluster) -> None:
         self.config = config
         self.cluster = cluster
         self.count = count

@@ -20,9 +20,8 @@ This is a leaf module: no Ray, and it knows the settings only by the two paths.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 __all__ = ["TLSConfigError", "check", "context_for", "server_context"]
 
@@ -42,9 +41,8 @@ def check(cert: str, key: str) -> tuple[str, str]:
     return cert, key
 
 
-def context_for(config: Mapping[str, Any]) -> ssl.SSLContext | None:
-    """The server context for settings given as a mapping (a gateway's), or None without TLS."""
-    cert, key = config.get("tls_cert"), config.get("tls_key")
+def context_for(cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    """The server context for the settings ``tls_cert`` and ``tls_key`` (a gateway's), or None without TLS."""
     if cert is None or key is None:
         return None
     return server_context(cert, key)

@@ -28,6 +28,7 @@ from actors import configuration, remote_servers, routes
 from actors.remote_servers import RemoteConnection
 from fanout.servers import MAX_SERVERS, RemoteServer, RemoteServerError
 from actors.link import PartitionLink
+from actors.settings import InstanceSettings
 from actors.supervision import announce_start, new_incarnation
 from sessions.incidents import IncidentLog
 from sessions.security import PathPermission, SecurityStore
@@ -63,12 +64,12 @@ class _Feed:
     (a plain object: Ray wraps every method of an actor class for tracing,
     which the per-event path must not pay)."""
 
-    def __init__(self, engine: ViewEngine, partitions: list[Any], config: dict[str, Any], delay: DelayStore) -> None:
+    def __init__(self, engine: ViewEngine, partitions: list[Any], config: InstanceSettings, delay: DelayStore) -> None:
         self.engine = engine
         self.delay = delay
         self.link = PartitionLink(
             GATEWAY_ID, partitions, self.on_events, resolve=routes.from_controller(),
-            max_in_flight=config["max_in_flight"], max_batch=config["max_batch"],
+            max_in_flight=config.max_in_flight, max_batch=config.max_batch,
             on_reset=self.on_reset, on_resynced=self.on_resynced,
         )
         self.tokens = 0
@@ -124,7 +125,7 @@ class _Feed:
 
 class ViewEvaluatorActor:
     def __init__(
-        self, partitions: list[Any], config: dict[str, Any], security: dict[str, Any], config_log: Any
+        self, partitions: list[Any], config: InstanceSettings, security: dict[str, Any], config_log: Any
     ) -> None:
         self.partitions = partitions
         self.config = config
@@ -132,7 +133,7 @@ class ViewEvaluatorActor:
         #: one view change at a time: each is committed to the configuration log before it is applied
         self._changing = asyncio.Lock()
         self.engine = ViewEngine(_permitted(SecurityStore.from_dict(security)))
-        self.delay = DelayStore(Path(config["data_dir"]) / "delay_store")
+        self.delay = DelayStore(Path(config.data_dir) / "delay_store")
         self.feed = _Feed(self.engine, partitions, config, self.delay)
         self.link = self.feed.link
         self._carry = self.feed.carry

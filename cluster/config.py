@@ -18,7 +18,12 @@ flags. Unknown keys, values of the wrong type and values out of bounds raise
 :class:`ConfigError` naming the source (the file, ``$VARIABLE`` or
 ``command line``) and the setting.
 
-This is a leaf module that actors import too: it needs no Ray.
+What ``canopy serve`` hands its actors is an :class:`InstanceConfig`: these settings
+with the data directory made absolute and the instance's id.
+
+This is a leaf module: it needs no Ray, and every actor process loads it to
+unpickle its :class:`InstanceConfig` (the actors read that by attribute, as
+:class:`actors.settings.InstanceSettings`: they import nothing from ``cluster/``).
 """
 
 from __future__ import annotations
@@ -397,6 +402,32 @@ class ServerConfig:
             _named(key, source).verify(value, source)
         _check_together({**self.as_dict(), **clean}, source)
         return replace(self, **clean)
+
+
+@dataclass(frozen=True)
+class InstanceConfig(ServerConfig):
+    """One running canopy instance's configuration, as ``canopy serve`` hands it to every actor
+    (:meth:`of`): its settings, with ``data_dir`` made absolute (the actors work in another
+    directory than serve was started in), and ``instance_id``, which names the instance the same
+    way over its restarts (fan-out tiers use it to stop a request that comes back; empty where no
+    serve made the value, as in tests).
+
+    A subclass rather than a value holding a :class:`ServerConfig` beside ``data_dir`` and
+    ``instance_id``: the actors read every setting as an attribute of one value
+    (``config.port``, ``config.instance_id``), typed by the protocol
+    :class:`actors.settings.InstanceSettings` (they cannot import this module), and there is one
+    ``data_dir``, the resolved one, not a configured one beside it. ``instance_id`` is not a
+    setting (no flag, no file key, not in :data:`SETTINGS`), so it is not a field of
+    ServerConfig, every field of which is one. Frozen and picklable: Ray hands it to the actors
+    by value."""
+
+    instance_id: str = ""
+
+    @classmethod
+    def of(cls, settings: ServerConfig, data_dir: str, instance_id: str) -> InstanceConfig:
+        """``settings`` with the absolute ``data_dir`` and ``instance_id`` (validated again, as any)."""
+        values = {f.name: getattr(settings, f.name) for f in fields(ServerConfig)}
+        return cls(**{**values, "data_dir": data_dir, "instance_id": instance_id})
 
 
 def _check_together(values: Mapping[str, Any], source: str) -> None:

@@ -58,8 +58,9 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from actors import names
+from actors.settings import InstanceSettings
 from cluster import head, watchdog
-from cluster.config import ConfigError, ServerConfig
+from cluster.config import ConfigError, InstanceConfig, ServerConfig
 from cluster.watchdog import LOCK_FILE, SERVER_FILE, write_json
 
 HEALTH_INTERVAL = 1.0
@@ -400,6 +401,9 @@ def _local_cluster(config: ServerConfig) -> tuple[Any, Any]:
                 initialize_head=True, connect=False,
                 head_node_args={
                     "num_cpus": _node_cpus(config), "include_dashboard": False, "labels": {LABEL: "node-0"},
+                    # no autoscaler: the simulated nodes are the ones asked for (its monitor
+                    # process cost a CPU second at every start, and polled after)
+                    "no_monitor": True,
                     "_system_config": {**_system_config(config), **_health_checks(config)},
                     **({"node_ip_address": head_address} if head_address else {}),
                 },
@@ -592,7 +596,8 @@ def _run(
     try:
         cls = controller_module.remote_class()
         home = ray.get_runtime_context().get_node_id()
-        settings = {**config.as_dict(), "data_dir": str(data_dir), "instance_id": _instance_id(config, data_dir)}
+        # what every actor reads; typed by the protocol the actors know it by, so mypy checks the two agree
+        settings: InstanceSettings = InstanceConfig.of(config, str(data_dir), _instance_id(config, data_dir))
         # the instance's actors outlive a head that died with its serve (Ray's GCS in Redis): a new
         # controller adopts them; a surviving one nobody supervises is taken over (_surviving)
         orphaned = names.CONFIG_LOG in ray.util.list_named_actors()
@@ -601,7 +606,7 @@ def _run(
                 name=names.CONTROLLER, lifetime="detached", **controller_module.pinned(home),
             ).remote(settings, home, orphaned)
         except ValueError:
-            controller, info = _surviving(config, settings["instance_id"], out)
+            controller, info = _surviving(config, settings.instance_id, out)
         else:
             try:
                 info = ray.get(controller.describe.remote() if orphaned else controller.start.remote(),

@@ -106,10 +106,10 @@ def schema() -> Any:
 
 
 
-def history_location(config: dict[str, Any]) -> str:
-    """Where a server's history lives: ``history_dir`` (a directory or a URI), else ``<data_dir>/history``."""
-    configured = config.get("history_dir")
-    return str(configured) if configured else os.path.join(config["data_dir"], "history")
+def history_location(history_dir: str | None, data_dir: str) -> str:
+    """Where a server's history lives: the setting ``history_dir`` (a directory or a URI), else
+    ``<data_dir>/history``."""
+    return history_dir if history_dir else os.path.join(data_dir, "history")
 
 
 def updates_directory(location: str | os.PathLike[str]) -> Path:

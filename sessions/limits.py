@@ -60,9 +60,10 @@ class Limits:
     max_property_value_length: int = 1024
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> Limits:
-        """The limits among the server settings (a missing one keeps its default)."""
-        return cls(**{f.name: settings[f.name] for f in fields(cls) if f.name in settings})
+    def from_settings(cls, settings: object) -> Limits:
+        """The limits among the server settings: the attributes of ``settings`` (a
+        :class:`cluster.config.ServerConfig`, say) named after them; a missing one keeps its default."""
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls) if hasattr(settings, f.name)})
 
     def path(self, text: Any) -> str:
         """``text`` as a normal topic path, or :class:`PathError` if invalid or over a limit."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from actors.link import PartitionLink
+from actors.settings import InstanceSettings
 from actors.tracing import Tracer
 from sessions.registry import Registration, SessionRegistry
 from sessions.requests import RequestError
@@ -36,7 +37,7 @@ def ok(result: Result) -> Any:
 class Context:
     registry: SessionRegistry
     link: PartitionLink
-    config: dict[str, Any]
+    config: InstanceSettings
     controller: Any = None
     session_trees: Any = None
     views: Any = None

@@ -31,13 +31,13 @@ def _locks(ctx: Context, sid: str) -> LockLookup:
 
 
 def set_(ctx: Context, sid: str, *args: Any) -> Routed:
-    op = check.set_value(ctx.registry, sid, *args, max_size=ctx.config["max_frame_size"], locks=_locks(ctx, sid))
+    op = check.set_value(ctx.registry, sid, *args, max_size=ctx.config.max_frame_size, locks=_locks(ctx, sid))
     ctx.updates_received += 1
     return Routed(op.path, op)
 
 
 def json_patch(ctx: Context, sid: str, *args: Any) -> Routed:
-    op = check.json_patch(ctx.registry, sid, *args, max_size=ctx.config["max_frame_size"], locks=_locks(ctx, sid))
+    op = check.json_patch(ctx.registry, sid, *args, max_size=ctx.config.max_frame_size, locks=_locks(ctx, sid))
     ctx.updates_received += 1
     return Routed(op.path, op)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from actors import names
-from cluster.config import ServerConfig
+from cluster.config import InstanceConfig
 
 BROKER_SETTINGS = {
     "port": 0, "partitions": 2, "queue_limit": 5000, "backpressure_threshold": 500, "max_frame_size": 262_144,
@@ -50,14 +50,14 @@ def broker(ray_node: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     from actors import controller as controller_module
 
     ray = ray_node
-    config = ServerConfig(
+    config = InstanceConfig(
         **BROKER_SETTINGS,  # type: ignore[arg-type]
         data_dir=str(tmp_path_factory.mktemp("broker-data")),
         admin_password=ADMIN_PASSWORD,
         countries={"10.0.0.0/8": "DE", "127.0.0.0/8": "LO"},
     )
     controller = controller_module.remote_class().options(name=names.CONTROLLER).remote(
-        config.as_dict(), ray.get_runtime_context().get_node_id()
+        config, ray.get_runtime_context().get_node_id()
     )
     info = ray.get(controller.start.remote(), timeout=120)
     BROKER_INFO.update(info)

@@ -11,6 +11,7 @@ from typing import Any
 
 from actors.cluster import RayCluster
 from actors.liveness import Liveness
+from cluster.config import InstanceConfig
 
 
 def _actor_class(ray: Any) -> Any:
@@ -37,7 +38,7 @@ def test_a_probe_in_flight_for_an_actor_no_longer_asked_after_reports_nothing(ra
     ray = ray_node
     probed = _actor_class(ray)
     kept, dropped = probed.remote(), probed.remote()
-    liveness = Liveness(RayCluster({"data_dir": "/nonexistent"}))
+    liveness = Liveness(RayCluster(InstanceConfig(data_dir="/nonexistent")))
     try:
         assert liveness.poll({"kept": kept, "dropped": dropped}) == []  # both probes pending
         in_flight = liveness._pending["dropped"]

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from actors.cluster import CallTimeout, NodeGone, Outcome
 from actors.liveness import Liveness
 from actors.replicas import PartitionManager, ReplicaSet
+from cluster.config import InstanceConfig
 from replication.nodes import Node
 from replication.placement import Placements
 from tests.simulation.processes import ActorDied, ActorUnavailable, CallError, Process, SimNode
@@ -277,7 +278,7 @@ class ManagedController(Process):
 
     def _begin(self) -> None:
         cluster = SimCluster(self.sim, self)
-        replicas = ReplicaSet({"data_dir": "/data"}, self.count, cluster)
+        replicas = ReplicaSet(InstanceConfig(data_dir="/data"), self.count, cluster)
         nodes = self._nodes()
         # names are never taken twice (Ray refuses a second actor of one name)
         replicas._made = max((int(r.name.rpartition("#")[2]) for r in self.sim.replicas), default=0)

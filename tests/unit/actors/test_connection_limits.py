@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from actors.connections import Connections
+from cluster.config import InstanceConfig
 from sessions.registry import SessionRegistry
 
 
-def connections(**config: int) -> Connections:
-    return Connections("g", SessionRegistry(), dict(config), lambda *a: None, lambda s: None)
+def connections(**settings: int) -> Connections:
+    config = InstanceConfig(**settings)  # type: ignore[arg-type]
+    return Connections("g", SessionRegistry(), config, lambda *a: None, lambda s: None)
 
 
 class _Stream:

@@ -12,6 +12,7 @@ import pytest
 
 from actors import replicas
 from actors.replicas import PartitionManager, ReplicaSet
+from cluster.config import InstanceConfig
 from replication.nodes import Node
 from replication.placement import Placement
 
@@ -59,7 +60,7 @@ class Cluster:
     def __init__(self) -> None:
         self.disks: dict[str, tuple[int, int]] = {}  # node -> what partition 0's journal there holds
         self.made: dict[str, FakeReplica] = {}
-        self.set = ReplicaSet({"data_dir": "/data"}, 1, self)
+        self.set = ReplicaSet(InstanceConfig(data_dir="/data"), 1, self)
 
     def make_replica(self, name: str, node: Node, index: int, count: int) -> FakeReplica:
         epoch, sequence = self.disks.get(node.name, (0, 0))

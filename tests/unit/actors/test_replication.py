@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import pytest
 
 from actors.link import PartitionLink, Route
 from actors.partition import NotCaughtUp, PartitionActor
+from cluster.config import InstanceConfig
 from replication.journal import Journal, JournalCorrupt
 from topics import protocol as p
 from tests.conftest import until as wait_until
@@ -49,12 +51,18 @@ class Map:
         return self.route
 
 
+def settings(data_dir: Path, **changed: Any) -> InstanceConfig:
+    """A replica's settings: its journal in ``data_dir``, never fsynced, no read-back and no history
+    export (unless ``changed``)."""
+    return InstanceConfig(**{"data_dir": str(data_dir), "journal_fsync": "never", "journal_scrub_ms": 0,
+                             "history_export_ms": 0, **changed})
+
+
 @pytest.fixture
 async def replicas(tmp_path: Path) -> AsyncIterator[dict[str, PartitionActor]]:
     made: dict[str, PartitionActor] = {}
     for name in ("a", "b", "c"):
-        config = {"data_dir": str(tmp_path / name), "journal_fsync": "never"}
-        made[name] = PartitionActor(0, 1, config, host="127.0.0.1", role="idle", replicated=True)
+        made[name] = PartitionActor(0, 1, settings(tmp_path / name), host="127.0.0.1", role="idle", replicated=True)
     yield made
     for actor in made.values():
         await actor.stop()
@@ -478,10 +486,8 @@ async def test_a_replica_whose_journal_is_damaged_starts_empty_and_is_primed_aga
     await crash(backup)
     (segment,) = sorted((tmp_path / "b" / "journal" / "partition-0").glob("segment-*.log"))
     flip_middle_byte(segment)
-    config = {"data_dir": str(tmp_path / "b"), "journal_fsync": "never"}
-    again = PartitionActor(0, 1, config, host="127.0.0.1", role="idle", replicated=True)
-    home = PartitionActor(0, 1, {"data_dir": str(tmp_path / "a"), "journal_fsync": "never"}, host="127.0.0.1",
-                          role="idle", replicated=True)
+    again = PartitionActor(0, 1, settings(tmp_path / "b"), host="127.0.0.1", role="idle", replicated=True)
+    home = PartitionActor(0, 1, settings(tmp_path / "a"), host="127.0.0.1", role="idle", replicated=True)
     try:
         with pytest.raises(NotCaughtUp, match="damaged"):
             await again.become_primary(2, None)
@@ -502,7 +508,7 @@ async def test_a_replica_whose_journal_is_damaged_starts_empty_and_is_primed_aga
 
 async def test_an_unreplicated_partition_refuses_a_damaged_journal_and_says_how_to_repair_it(tmp_path: Path) -> None:
     """With no peer to prime it, nothing is set aside: the start fails naming the file, with the repair command."""
-    config = {"data_dir": str(tmp_path), "journal_fsync": "never"}
+    config = settings(tmp_path)
     first = PartitionActor(0, 1, config, host="127.0.0.1")
     link, _ = await linked(first, 0)
     await write_topics(link)
@@ -522,8 +528,7 @@ async def test_a_running_replica_replaces_a_journal_file_damaged_under_it(tmp_pa
     """The disk flips a bit in a closed segment while the partition runs: its periodic read-back
     finds it, a snapshot of what the replica holds replaces it, the file is set aside, and a
     restart recovers every acknowledged write without meeting the damage."""
-    config = {"data_dir": str(tmp_path), "journal_fsync": "never", "journal_segment_bytes": 4096,
-              "journal_scrub_ms": 50}
+    config = settings(tmp_path, journal_segment_bytes=4096, journal_scrub_ms=50)
     first = PartitionActor(0, 1, config, host="127.0.0.1")
     link, _ = await linked(first, 0)
     place = tmp_path / "journal" / "partition-0"
@@ -544,7 +549,7 @@ async def test_a_running_replica_replaces_a_journal_file_damaged_under_it(tmp_pa
     finally:
         link.close()
     await crash(first)
-    again = PartitionActor(0, 1, {**config, "journal_scrub_ms": 0}, host="127.0.0.1")
+    again = PartitionActor(0, 1, replace(config, journal_scrub_ms=0), host="127.0.0.1")
     try:
         assert (await again.position())["sequence"] == 402
         assert topics(again, volatile=False) == acknowledged and len(acknowledged) == 402
@@ -556,8 +561,7 @@ async def test_a_quiet_partition_syncs_its_last_bytes_though_its_timer_fired_ear
     """Under ``interval``, a roll (a snapshot, a rollover, an export) fsyncs what waited and the
     next append starts a new wait: the timer set for the earlier due time ticks in vain and must be
     set again, or the last bytes of a partition that then goes quiet are never forced to disk."""
-    config = {"data_dir": str(tmp_path), "journal_fsync": "interval:200"}
-    actor = PartitionActor(0, 1, config, host="127.0.0.1")
+    actor = PartitionActor(0, 1, settings(tmp_path, journal_fsync="interval:200"), host="127.0.0.1")
     link, _ = await linked(actor, 0)
     try:
         assert await link.request(0, p.SetValue("a", cb(1), False, None, True)) == p.Ok("CREATED")
@@ -616,8 +620,7 @@ async def test_a_copy_awaiting_a_prime_leads_only_from_the_journal_the_controlle
     _, backup = await three_writes_on_a_pair(replicas)
     await backup.become_backup(2)  # a new primary will connect: its journal awaits that prime
     await crash(backup)
-    config = {"data_dir": str(tmp_path / "b"), "journal_fsync": "never"}
-    again = PartitionActor(0, 1, config, host="127.0.0.1", role="idle", replicated=True)
+    again = PartitionActor(0, 1, settings(tmp_path / "b"), host="127.0.0.1", role="idle", replicated=True)
     try:
         position = await again.position()
         assert position["damaged"] and position["epoch"] == 1, position
@@ -644,8 +647,7 @@ async def test_a_journal_set_aside_as_damaged_is_never_taken_over_whatever_the_c
     data = bytearray(segment.read_bytes())
     data[len(data) // 2] ^= 0xFF
     segment.write_bytes(bytes(data))
-    config = {"data_dir": str(tmp_path / "b"), "journal_fsync": "never"}
-    again = PartitionActor(0, 1, config, host="127.0.0.1", role="idle", replicated=True)
+    again = PartitionActor(0, 1, settings(tmp_path / "b"), host="127.0.0.1", role="idle", replicated=True)
     try:
         position = await again.position()
         assert position["damaged"] and position["sequence"] == 0, position

@@ -40,13 +40,13 @@ def test_a_matching_pair_passes_and_the_paths_become_absolute(
     monkeypatch.chdir(files.server.cert.parent)
     cert, key = tls.check(files.server.cert.name, files.server.key.name)
     assert (cert, key) == (str(files.server.cert), str(files.server.key))
-    context = tls.context_for({"tls_cert": cert, "tls_key": key})
+    context = tls.context_for(cert, key)
     assert isinstance(context, ssl.SSLContext)
     assert context.minimum_version is ssl.TLSVersion.TLSv1_2
 
 
 def test_without_tls_nothing_is_loaded() -> None:
-    assert tls.context_for({"tls_cert": None, "tls_key": None}) is None
+    assert tls.context_for(None, None) is None
 
 
 def test_a_missing_file_is_named(files: Files, tmp_path: Path) -> None:

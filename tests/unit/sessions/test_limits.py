@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,8 +13,8 @@ from topics.selectors import parse_selector
 
 
 def test_the_defaults_are_the_settings_defaults() -> None:
-    assert Limits() == Limits.from_settings(asdict(ServerConfig()))
-    assert Limits.from_settings({"max_path_length": 100, "queue_limit": 5}) == Limits(max_path_length=100)
+    assert Limits() == Limits.from_settings(ServerConfig())
+    assert Limits.from_settings(SimpleNamespace(max_path_length=100, queue_limit=5)) == Limits(max_path_length=100)
 
 
 def test_a_path_is_normalised_then_measured() -> None:
