@@ -1,10 +1,11 @@
 """Lose the head of a ``--local-nodes`` cluster and bring it back (``canopy cluster kill-head``).
 
-The head is the simulated node ``node-0``: Ray's GCS, its autoscaler monitor, log monitor and
-API server, the head's raylet and every worker process under it (canopy's controller, the
-configuration log's writer, node-0's gateway and configuration copy; no partition replica
-when two other nodes are up: :func:`replication.placement.hosts`). :func:`kill` sends each of
-them SIGKILL at once, as when the machine loses power; :func:`start` starts them again on
+The head is the simulated node ``node-0``: Ray's GCS, its log monitor and API server (no
+autoscaler monitor: serve starts the simulated nodes itself), the head's raylet and every
+worker process under it (canopy's controller, the configuration log's writer, node-0's
+gateway and configuration copy; no partition replica when two other nodes are up:
+:func:`replication.placement.hosts`). :func:`kill` sends each of them SIGKILL at once, as
+when the machine loses power; :func:`start` starts them again on
 the same ports and directories, the raylet under a new node id as Ray's head restarts do.
 With ``gcs_redis_address`` the GCS reads its tables back from Redis; every other raylet,
 actor and driver waits for it (up to ``gcs_reconnect_timeout``) and the partitions, on the

@@ -36,7 +36,7 @@ answered), ``LIMIT_EXCEEDED`` and ``INVALID_REQUEST``/``INVALID_TYPE``/
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -27,7 +27,7 @@ import pytest
 import canopy
 from canopy import errors
 from replication.config_log import ConfigLogStore
-from tests.checking import Workload, check, finish, progressed
+from tests.checking import RATE, Workload, check, finish, progressed
 from tests.conftest import free_port, wait_for
 from tests.e2e.conftest import ADMIN, Server, cli
 from actors import processes
@@ -463,15 +463,16 @@ def damage_journals(node_dir: Path) -> dict[int, Path]:
     return flipped
 
 
-def two_workloads(srv: Server, topics: int) -> tuple[list[str], Workload, Workload]:
+def two_workloads(srv: Server, topics: int, rate: float | None = RATE) -> tuple[list[str], Workload, Workload]:
     """Once the cluster is healthy: node-0's gateway URL, a workload there (two publishers
     of ``2 * topics`` topics each, two subscribers) and a roaming one on node-1's and
-    node-2's gateways (one publisher of ``topics`` topics, one subscriber)."""
+    node-2's gateways (one publisher of ``topics`` topics, one subscriber), each publisher
+    writing ``rate`` rounds a second (:class:`tests.checking.Workload`)."""
     now = wait_for(lambda: (s := status(srv))["healthy"] and s, 60, "a healthy cluster")
     home = [gateway_url(now, "node-0")]
-    work = Workload(home, ADMIN, publishers=2, topics=2 * topics, subscribers=2)
+    work = Workload(home, ADMIN, publishers=2, topics=2 * topics, subscribers=2, rate=rate)
     roaming = Workload([gateway_url(now, "node-1"), gateway_url(now, "node-2")], ADMIN, publishers=1, topics=topics,
-                       subscribers=1, branch="roaming")
+                       subscribers=1, branch="roaming", rate=rate)
     return home, work, roaming
 
 
@@ -758,7 +759,7 @@ async def test_soak_nodes_crashed_and_paused_in_turn_lose_nothing_acknowledged(o
     must be whole again (healthy, balanced, every node's copy of the log caught up)."""
     cluster = own_cluster
     loop = asyncio.get_running_loop()
-    home, work, roaming = two_workloads(cluster, topics=10)
+    home, work, roaming = two_workloads(cluster, topics=10, rate=None)  # as fast as answers come
 
     def whole(expected: int) -> Any:
         s = status(cluster)

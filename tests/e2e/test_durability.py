@@ -170,7 +170,7 @@ async def test_soak_repeated_partition_kills_lose_nothing_acknowledged(tmp_path:
             time.sleep(15)
 
     try:
-        work = await run_with(srv, kill_repeatedly, 60, publishers=4, topics=25, subscribers=4)
+        work = await run_with(srv, kill_repeatedly, 60, publishers=4, topics=25, subscribers=4, rate=None)
     finally:
         assert srv.stop() == 0, srv.output
     report = check(work.history)
