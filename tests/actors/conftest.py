@@ -26,7 +26,7 @@ BROKER_INFO: dict[str, Any] = {}
 ADMIN = ("admin", ADMIN_PASSWORD)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_node() -> Iterator[Any]:
     import ray
 
@@ -44,9 +44,11 @@ def ray_node() -> Iterator[Any]:
         ray.shutdown()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def broker(ray_node: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URL of a canopy gateway backed by two partitions; ``ADMIN`` may do everything."""
+    """The URL of a canopy gateway backed by two partitions; ``ADMIN`` may do everything. Package
+    scope (and so the Ray node under it): it stops after the last actor test, not at the end of the
+    run the other tests go on in (idle, its processes took a tenth of a core)."""
     from actors import controller as controller_module
 
     ray = ray_node
@@ -74,7 +76,7 @@ def prefix(request: pytest.FixtureRequest) -> str:
     return f"t/{request.node.name.replace('[', '_').replace(']', '_')}-{uuid.uuid4().hex[:6]}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def mqtt_address(broker: str) -> tuple[str, int]:
     """(host, port) of the broker's MQTT listener (MQTT over TCP)."""
     url = BROKER_INFO["mqtt_urls"][0]

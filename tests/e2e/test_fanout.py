@@ -19,9 +19,11 @@ from tests.conftest import free_port, wait_for
 from tests.e2e.conftest import ADMIN, ADMIN_PASSWORD, Server, cli
 
 
-@pytest.fixture
-def primary(tmp_path: Path) -> Iterator[Server]:
-    srv = Server(tmp_path / "primary", "--partitions", "2")
+@pytest.fixture(scope="module")
+def primary(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One primary for the module's tests, each on a branch of its own; the last test stops it
+    and serves its data directory again."""
+    srv = Server(tmp_path_factory.mktemp("fanout") / "primary", "--partitions", "2")
     try:
         yield srv.wait_ready()
     finally:
@@ -67,6 +69,60 @@ async def publish(url: str, *changes: tuple[str, str, object]) -> None:
                 await s.topics.remove(path)
 
 
+def test_a_bad_fanout_table_is_refused_at_start(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[fanout.main]\nprimaries = ["http://nowhere"]\nlinks = ["?A//"]\n')
+    srv = Server(tmp_path / "data", "--config", str(config), port=free_port())
+    code = srv.proc.wait(60)
+    srv.stop()
+    assert code == 1 and "not a ws:// or wss:// URL" in srv.output, srv.output
+
+
+def test_connections_are_added_and_removed_at_run_time_and_kept_over_a_restart(
+    tmp_path: Path, primary: Server
+) -> None:
+    asyncio.run(publish(primary.url, ("add", "R/one", "1"), ("add", "R/two", "2")))
+    secondary = Server(tmp_path / "secondary", "--partitions", "2")
+    try:
+        secondary.wait_ready()
+        added = cli("fanout", "add", "live", "--primary", primary.url, "--link", "?R//", "--principal", "admin",
+                    "--password", ADMIN_PASSWORD, "--retry-delay", "0.2", url=secondary.url)
+        assert added.returncode == 0 and "live: mirroring ?R//" in added.stdout, added
+        wait_for(lambda: mirrored(secondary.url, "?R//") == {"R/one": "1", "R/two": "2"}, 30, "the live link",
+                 describe=lambda: mirrored(secondary.url, "?R//"))
+
+        async def refusals() -> None:
+            async with canopy.connect(secondary.url, *ADMIN) as admin, canopy.connect(secondary.url) as anonymous:
+                with pytest.raises(errors.InvalidFanoutError, match="exists already"):
+                    await admin.fanout.add("live", primary.url, "?R//")
+                with pytest.raises(errors.InvalidFanoutError, match="not a ws://"):
+                    await admin.fanout.add("bad", "http://x", "?R//")
+                with pytest.raises(errors.InvalidFanoutError, match="no path prefix"):
+                    await admin.fanout.add("bad", primary.url, "*.*")
+                with pytest.raises(errors.PermissionDeniedError, match="CONTROL_SERVER"):
+                    await anonymous.fanout.add("mine", primary.url, "?R//")
+                with pytest.raises(errors.PermissionDeniedError, match="VIEW_SERVER"):
+                    await anonymous.fanout.list()
+                [shown] = await admin.fanout.list()
+                assert shown["name"] == "live" and "password" not in json.dumps(shown)
+
+        asyncio.run(refusals())
+        assert secondary.stop() == 0, secondary.output
+        secondary = Server(tmp_path / "secondary", "--partitions", "2", port=secondary.port)
+        secondary.wait_ready()
+        wait_for(lambda: mirrored(secondary.url, "?R//") == {"R/one": "1", "R/two": "2"}, 30,
+                 "the live link to come back with the secondary")
+        removed = cli("fanout", "remove", "live", url=secondary.url)
+        assert removed.returncode == 0 and "live: removed" in removed.stdout, removed
+        wait_for(lambda: mirrored(secondary.url, "?R//") == {}, 30, "the replicas to go with their connection")
+        again = cli("fanout", "remove", "live", url=secondary.url)
+        assert again.returncode == 0 and "no such connection" in again.stdout, again
+    finally:
+        code = secondary.stop()
+    assert code == 0, secondary.output
+
+
+# last: it stops the module's primary and serves its data directory again
 def test_a_secondary_mirrors_adds_updates_and_removals_and_resyncs_after_a_primary_restart(
     tmp_path: Path, primary: Server
 ) -> None:
@@ -147,59 +203,6 @@ def test_a_secondary_mirrors_adds_updates_and_removals_and_resyncs_after_a_prima
                      describe=lambda: mirrored(secondary.url, "?A//"))
         finally:
             assert restarted.stop() == 0, restarted.output
-    finally:
-        code = secondary.stop()
-    assert code == 0, secondary.output
-
-
-def test_a_bad_fanout_table_is_refused_at_start(tmp_path: Path) -> None:
-    config = tmp_path / "bad.toml"
-    config.write_text('[fanout.main]\nprimaries = ["http://nowhere"]\nlinks = ["?A//"]\n')
-    srv = Server(tmp_path / "data", "--config", str(config), port=free_port())
-    code = srv.proc.wait(60)
-    srv.stop()
-    assert code == 1 and "not a ws:// or wss:// URL" in srv.output, srv.output
-
-
-def test_connections_are_added_and_removed_at_run_time_and_kept_over_a_restart(
-    tmp_path: Path, primary: Server
-) -> None:
-    asyncio.run(publish(primary.url, ("add", "R/one", "1"), ("add", "R/two", "2")))
-    secondary = Server(tmp_path / "secondary", "--partitions", "2")
-    try:
-        secondary.wait_ready()
-        added = cli("fanout", "add", "live", "--primary", primary.url, "--link", "?R//", "--principal", "admin",
-                    "--password", ADMIN_PASSWORD, "--retry-delay", "0.2", url=secondary.url)
-        assert added.returncode == 0 and "live: mirroring ?R//" in added.stdout, added
-        wait_for(lambda: mirrored(secondary.url, "?R//") == {"R/one": "1", "R/two": "2"}, 30, "the live link",
-                 describe=lambda: mirrored(secondary.url, "?R//"))
-
-        async def refusals() -> None:
-            async with canopy.connect(secondary.url, *ADMIN) as admin, canopy.connect(secondary.url) as anonymous:
-                with pytest.raises(errors.InvalidFanoutError, match="exists already"):
-                    await admin.fanout.add("live", primary.url, "?R//")
-                with pytest.raises(errors.InvalidFanoutError, match="not a ws://"):
-                    await admin.fanout.add("bad", "http://x", "?R//")
-                with pytest.raises(errors.InvalidFanoutError, match="no path prefix"):
-                    await admin.fanout.add("bad", primary.url, "*.*")
-                with pytest.raises(errors.PermissionDeniedError, match="CONTROL_SERVER"):
-                    await anonymous.fanout.add("mine", primary.url, "?R//")
-                with pytest.raises(errors.PermissionDeniedError, match="VIEW_SERVER"):
-                    await anonymous.fanout.list()
-                [shown] = await admin.fanout.list()
-                assert shown["name"] == "live" and "password" not in json.dumps(shown)
-
-        asyncio.run(refusals())
-        assert secondary.stop() == 0, secondary.output
-        secondary = Server(tmp_path / "secondary", "--partitions", "2", port=secondary.port)
-        secondary.wait_ready()
-        wait_for(lambda: mirrored(secondary.url, "?R//") == {"R/one": "1", "R/two": "2"}, 30,
-                 "the live link to come back with the secondary")
-        removed = cli("fanout", "remove", "live", url=secondary.url)
-        assert removed.returncode == 0 and "live: removed" in removed.stdout, removed
-        wait_for(lambda: mirrored(secondary.url, "?R//") == {}, 30, "the replicas to go with their connection")
-        again = cli("fanout", "remove", "live", url=secondary.url)
-        assert again.returncode == 0 and "no such connection" in again.stdout, again
     finally:
         code = secondary.stop()
     assert code == 0, secondary.output

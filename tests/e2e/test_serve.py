@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,71 +100,6 @@ def test_bad_configuration_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 1 and "partitions must be at least 1" in result.stderr
 
 
-def test_security_and_session_trees_survive_a_restart(tmp_path: Path) -> None:
-    import re
-
-    data = tmp_path / "data"
-    first = Server(data, admin_password=False)
-    try:
-        first.wait_ready()
-        shown = re.search(r"principal 'admin', password '([^']+)'", first.output)
-        assert shown is not None, first.output
-        password = shown.group(1)
-        with canopy.connect_sync(first.url, "admin", password) as admin:
-            admin.security.add_principal("kept", "kept-password", ["CLIENT"])
-            admin.session_trees.put_table("virtual", [("all", "real")])
-    finally:
-        assert first.stop() == 0, first.output
-    stored = data / "configuration.sqlite"  # the node's copy of the replicated configuration log
-    assert oct(stored.stat().st_mode)[-3:] == "600"
-    assert not any(password.encode() in f.read_bytes() for f in data.glob("configuration.sqlite*"))
-    assert "kept" in ConfigLogStore(data).documents()["security"]["principals"]
-
-    second = Server(data, admin_password=False)
-    try:
-        second.wait_ready()
-        assert "password" not in second.output  # printed once, at the first start only
-        with canopy.connect_sync(second.url, "admin", password) as admin:
-            assert admin.session_trees.get_table("virtual") == [("all", "real")]
-            admin.topics.add_and_set("real/x", "through the tree")
-        with canopy.connect_sync(second.url, "kept", "kept-password") as kept:
-            assert [(t.path, t.value) for t in kept.topics.fetch(">virtual/x")] == [("virtual/x", "through the tree")]
-    finally:
-        assert second.stop() == 0, second.output
-
-
-def test_views_survive_a_restart_and_rebuild(tmp_path: Path) -> None:
-    from tests.conftest import wait_for
-    from tests.e2e.conftest import ADMIN
-
-    data = tmp_path / "data"
-    spec = "map ?src// to mirror/<path(1)> type STRING"
-    first = Server(data)
-    try:
-        first.wait_ready()
-        with canopy.connect_sync(first.url, *ADMIN) as admin:
-            admin.views.create("early", spec)
-            admin.views.create("late", "map ?src// to mirror/<path(1)>")
-            admin.views.create("remote", "map ?a/ from Server1 to b/<path(1)>")
-    finally:
-        assert first.stop() == 0, first.output
-    stored = ConfigLogStore(data).documents()["views"]
-    assert [v["name"] for v in stored] == ["early", "late", "remote"]
-
-    second = Server(data)
-    try:
-        second.wait_ready()
-        with canopy.connect_sync(second.url, *ADMIN) as admin:
-            views = admin.views.list()
-            assert [(v.name, v.specification) for v in views][:1] == [("early", spec)]
-            assert views[2].state.startswith("inactive")
-            admin.topics.add_and_set("src/x", 5)  # recovered sources are re-added by their publisher
-            wait_for(lambda: [(t.path, t.value) for t in admin.topics.fetch("?mirror//")] == [("mirror/x", "5")],
-                     30, "the restored view (still first in precedence) to rebuild its reference topic")
-    finally:
-        assert second.stop() == 0, second.output
-
-
 def test_a_new_serve_supervises_the_instance_a_killed_serve_left_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -208,3 +147,74 @@ def test_a_new_serve_supervises_the_instance_a_killed_serve_left_running(
         for pid in below:
             if processes.alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+# -- one restart for the tests of what a restart keeps (kept last: its serve is not idle beside the others)
+
+VIEW_SPEC = "map ?src// to mirror/<path(1)> type STRING"
+
+
+@dataclass
+class Restart:
+    """A data directory a first serve configured (a principal, a session tree, views) and
+    stopped, what its configuration copy held then, and a second serve running on it."""
+
+    data: Path
+    #: the administrator's password, made up and printed by the first serve
+    password: str
+    #: the node's copy of the replicated configuration log, read after the first serve stopped
+    documents: dict[str, Any]
+    mode: str
+    password_stored: bool
+    second: Server
+
+
+@pytest.fixture(scope="module")
+def restarted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Restart]:
+    data = tmp_path_factory.mktemp("restart") / "data"
+    first = Server(data, admin_password=False)
+    try:
+        first.wait_ready()
+        shown = re.search(r"principal 'admin', password '([^']+)'", first.output)
+        assert shown is not None, first.output
+        password = shown.group(1)
+        with canopy.connect_sync(first.url, "admin", password) as admin:
+            admin.security.add_principal("kept", "kept-password", ["CLIENT"])
+            admin.session_trees.put_table("virtual", [("all", "real")])
+            admin.views.create("early", VIEW_SPEC)
+            admin.views.create("late", "map ?src// to mirror/<path(1)>")
+            admin.views.create("remote", "map ?a/ from Server1 to b/<path(1)>")
+    finally:
+        assert first.stop() == 0, first.output
+    stored = data / "configuration.sqlite"  # the node's copy of the replicated configuration log
+    mode = oct(stored.stat().st_mode)[-3:]
+    password_stored = any(password.encode() in f.read_bytes() for f in data.glob("configuration.sqlite*"))
+    documents = ConfigLogStore(data).documents()
+    second = Server(data, admin_password=False)
+    try:
+        yield Restart(data, password, documents, mode, password_stored, second.wait_ready())
+    finally:
+        assert second.stop() == 0, second.output
+
+
+def test_security_and_session_trees_survive_a_restart(restarted: Restart) -> None:
+    assert restarted.mode == "600" and not restarted.password_stored
+    assert "kept" in restarted.documents["security"]["principals"]
+    second = restarted.second
+    assert "password" not in second.output  # printed once, at the first start only
+    with canopy.connect_sync(second.url, "admin", restarted.password) as admin:
+        assert admin.session_trees.get_table("virtual") == [("all", "real")]
+        admin.topics.add_and_set("real/x", "through the tree")
+    with canopy.connect_sync(second.url, "kept", "kept-password") as kept:
+        assert [(t.path, t.value) for t in kept.topics.fetch(">virtual/x")] == [("virtual/x", "through the tree")]
+
+
+def test_views_survive_a_restart_and_rebuild(restarted: Restart) -> None:
+    assert [v["name"] for v in restarted.documents["views"]] == ["early", "late", "remote"]
+    with canopy.connect_sync(restarted.second.url, "admin", restarted.password) as admin:
+        views = admin.views.list()
+        assert [(v.name, v.specification) for v in views][:1] == [("early", VIEW_SPEC)]
+        assert views[2].state.startswith("inactive")
+        admin.topics.add_and_set("src/x", 5)  # recovered sources are re-added by their publisher
+        wait_for(lambda: [(t.path, t.value) for t in admin.topics.fetch("?mirror//")] == [("mirror/x", "5")],
+                 30, "the restored view (still first in precedence) to rebuild its reference topic")

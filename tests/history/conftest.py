@@ -15,9 +15,10 @@ from topics.changes import Change
 T0 = 1_764_000_000_000  # 2025-11-24T16:00:00Z
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark() -> Iterator[Any]:
-    """One local SparkSession (two cores) for every history test: starting one costs ~6-10 s."""
+    """One local SparkSession (two cores) for the history tests: starting one costs ~6-10 s. Package
+    scope: its JVM stops after the last of them, not at the end of the run the others go on in."""
     from history.spark import session
 
     spark = session("local[2]", conf={"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"})

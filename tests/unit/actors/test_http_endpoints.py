@@ -6,11 +6,11 @@ collectors' figures (actors/metrics.py)."""
 from __future__ import annotations
 
 import asyncio
-import time
 import types
 from typing import Any
 from unittest import mock
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.datastructures import Headers
 from websockets.http11 import Request
@@ -119,14 +119,13 @@ class _Answers:
         return self._call()
 
 
+@pytest.mark.timeout(60)  # without the bound on the controller's answer, the scrape never ends
 async def test_a_controller_that_does_not_answer_in_time_leaves_the_cluster_out_and_the_scrape_goes_on() -> None:
     gateway = _gateway([True])
     gateway.ctx.controller = types.SimpleNamespace(status=_Never(), fanout_status=_Never())
     gateway.ctx.views = types.SimpleNamespace(stats=_Answers({"views": 2, "evaluations": 11, "evaluation_errors": 1}))
     endpoints = Endpoints(gateway, anonymous=True, timeout=0.05)
-    started = time.monotonic()
     samples = await scrape(endpoints)
-    assert time.monotonic() - started < 5
     assert samples["canopy_cluster_status_up"][0].value == 0 and "canopy_partition_epoch" not in samples
     assert samples["canopy_views"][0].value == 2 and samples["canopy_view_evaluations_total"][0].value == 11
     assert samples["canopy_sessions_opened_total"][0].value == 5  # the gateway's own figures are all there
