@@ -53,9 +53,6 @@ MAX_PENDING_PER_SESSION = 100
 MAX_PENDING = 100_000
 #: sessions a request to a filter reaches at most (the rest are not sent to)
 MAX_FILTER_SESSIONS = 1_000
-#: a request's timeout by default, and the most a request may ask for (settings' defaults)
-DEFAULT_TIMEOUT_MS = 10_000
-MAX_TIMEOUT_MS = 60_000
 #: the types a request or a response may have
 VALUE_TYPES = frozenset(
     {TopicType.STRING, TopicType.INT64, TopicType.DOUBLE, TopicType.JSON, TopicType.BINARY}

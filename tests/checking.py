@@ -171,6 +171,8 @@ class Workload:
         subscribers: int = 2, branch: str = "check", window: int = 50, reconnect_timeout: float = 60.0,
         rate: float | None = RATE,
     ) -> None:
+        if rate is not None and not rate > 0:
+            raise ValueError(f"a workload's rate is rounds a second, above 0 (or None: unpaced), not {rate!r}")
         self.urls = urls
         self.rate = rate
         self.admin = admin

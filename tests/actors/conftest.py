@@ -1,4 +1,4 @@
-"""One Ray node for the whole actor test session, with one canopy instance on it."""
+"""One Ray node for the actor tests (package scope: it stops after the last of them), with one canopy instance on it."""
 
 from __future__ import annotations
 

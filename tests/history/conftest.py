@@ -1,4 +1,4 @@
-"""History test helpers: journals written with the broker's own Journal, and one SparkSession for the run."""
+"""History test helpers: journals written with the broker's own Journal, and one SparkSession for these tests."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ T0 = 1_764_000_000_000  # 2025-11-24T16:00:00Z
 @pytest.fixture(scope="package")
 def spark() -> Iterator[Any]:
     """One local SparkSession (two cores) for the history tests: starting one costs ~6-10 s. Package
-    scope: its JVM stops after the last of them, not at the end of the run the others go on in."""
+    scope: its context (executor threads, schedulers) stops after the last of them, not at the end
+    of the run the other tests go on in; the gateway JVM idles on until the process ends."""
     from history.spark import session
 
     spark = session("local[2]", conf={"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"})

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.datastructures import Headers
 from websockets.http11 import Request
 
+from actors import http_endpoints
 from actors.http_endpoints import Endpoints, Family, _basic, render
 from actors.metrics import fanout_families, session_collector_families, status_families, topic_collector_families
 from sessions.collectors import Collectors, SessionCollector, SessionMetrics, TopicCollector, from_dict
@@ -120,7 +121,12 @@ class _Answers:
 
 
 @pytest.mark.timeout(60)  # without the bound on the controller's answer, the scrape never ends
-async def test_a_controller_that_does_not_answer_in_time_leaves_the_cluster_out_and_the_scrape_goes_on() -> None:
+async def test_a_controller_that_does_not_answer_in_time_leaves_the_cluster_out_and_the_scrape_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the bound is the one the endpoints were given: were the module's default used instead, the
+    # scrape would wait an hour and the test's timeout would end it
+    monkeypatch.setattr(http_endpoints, "GATHER_TIMEOUT", 3600.0)
     gateway = _gateway([True])
     gateway.ctx.controller = types.SimpleNamespace(status=_Never(), fanout_status=_Never())
     gateway.ctx.views = types.SimpleNamespace(stats=_Answers({"views": 2, "evaluations": 11, "evaluation_errors": 1}))
